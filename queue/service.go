@@ -1,0 +1,785 @@
+package queue
+
+import (
+	"cmp"
+	"container/list"
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jonboulle/clockwork"
+
+	"berth/store"
+)
+
+// Service is the job queue of every endpoint. Start loads what is stored;
+// Stop ends the timers and webhook deliveries.
+type Service struct {
+	cfg   Config
+	st    Store
+	clock clockwork.Clock
+
+	mu        sync.Mutex
+	jobs      map[string]*job
+	endpoints map[string]*endpointQ
+	workers   map[string]*worker
+	keys      map[string]string // key hash → worker id
+	seq       uint64
+	stopped   bool
+
+	hq      hookQueue
+	stopCh  chan struct{}
+	wg      sync.WaitGroup
+	started bool
+}
+
+type job struct {
+	rec     store.Job
+	input   json.RawMessage
+	elem    *list.Element // in its endpoint's FIFO while queued
+	chunks  []json.RawMessage
+	changed chan struct{} // closed on every change, then replaced
+	timers  []clockwork.Timer
+	execT   clockwork.Timer
+	retT    clockwork.Timer
+	gone    bool
+}
+
+type endpointQ struct {
+	id      string
+	fifo    *list.List // of *job
+	waiters *list.List // of *takeWaiter
+	low     int        // lowPriority jobs in fifo
+	// counts of retained jobs
+	inProgress, completed, failed, retried int
+}
+
+type takeWaiter struct{ ch chan struct{} }
+
+type worker struct {
+	rec      store.Worker
+	lastSeen time.Time
+	inflight map[string]*job
+	toStop   []string
+	stopWake chan struct{}
+	lostT    clockwork.Timer
+	lost     bool
+	pinged   bool
+}
+
+// New makes a Service; call Start before use.
+func New(st Store, cfg Config) *Service {
+	cfg.defaults()
+	return &Service{
+		cfg: cfg, st: st, clock: cfg.Clock,
+		jobs: map[string]*job{}, endpoints: map[string]*endpointQ{},
+		workers: map[string]*worker{}, keys: map[string]string{},
+		hq: hookQueue{signal: make(chan struct{}, 1)}, stopCh: make(chan struct{}),
+	}
+}
+
+func (s *Service) log() interface {
+	Info(string, ...any)
+	Warn(string, ...any)
+	Error(string, ...any)
+} {
+	return s.cfg.Logger
+}
+
+// Start loads jobs, workers and pending webhooks from the store and resumes
+// every timer from its stored time.
+func (s *Service) Start(ctx context.Context) error {
+	now := s.clock.Now()
+	var loaded []*job
+	err := s.st.Scan(store.Jobs, func(key string, raw []byte) error {
+		var rec store.Job
+		if err := json.Unmarshal(raw, &rec); err != nil {
+			s.log().Error("skipping unreadable job record", "id", key, "err", err)
+			return nil
+		}
+		loaded = append(loaded, &job{rec: rec, changed: make(chan struct{})})
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("load jobs: %w", err)
+	}
+	inputs := map[string]json.RawMessage{}
+	if err := s.st.Scan(store.JobInputs, func(key string, raw []byte) error {
+		inputs[key] = append(json.RawMessage(nil), raw...)
+		return nil
+	}); err != nil {
+		return fmt.Errorf("load job inputs: %w", err)
+	}
+	var ws []store.Worker
+	if err := s.st.Scan(store.Workers, func(key string, raw []byte) error {
+		var w store.Worker
+		if err := json.Unmarshal(raw, &w); err == nil {
+			ws = append(ws, w)
+		}
+		return nil
+	}); err != nil {
+		return fmt.Errorf("load workers: %w", err)
+	}
+	var hooks []*store.OutboxEntry
+	if err := s.st.Scan(store.Outbox, func(key string, raw []byte) error {
+		var e store.OutboxEntry
+		if err := json.Unmarshal(raw, &e); err == nil {
+			hooks = append(hooks, &e)
+		}
+		return nil
+	}); err != nil {
+		return fmt.Errorf("load webhook outbox: %w", err)
+	}
+
+	s.mu.Lock()
+	for _, w := range ws {
+		s.addWorkerLocked(w, now)
+	}
+	// Queued jobs go back in their original order.
+	sortJobs(loaded)
+	for _, j := range loaded {
+		j.input = inputs[j.rec.ID]
+		if j.rec.Seq > s.seq {
+			s.seq = j.rec.Seq
+		}
+		s.jobs[j.rec.ID] = j
+		ep := s.endpointLocked(j.rec.EndpointID)
+		switch j.rec.Status {
+		case store.InQueue:
+			s.pushLocked(ep, j, false)
+		case store.InProgress:
+			// The worker may still be running it: keep it with its worker,
+			// whose loss timer (or next ping) requeues it if not.
+			ep.inProgress++
+			w := s.workers[j.rec.WorkerID]
+			if w == nil {
+				w = s.addWorkerLocked(store.Worker{ID: j.rec.WorkerID, EndpointID: j.rec.EndpointID}, now)
+			}
+			w.inflight[j.rec.ID] = j
+			s.armExecLocked(j)
+		default:
+			s.countTerminalLocked(ep, j.rec.Status, +1)
+			s.armRetentionLocked(j)
+		}
+		s.armTTLLocked(j)
+	}
+	s.started = true
+	s.mu.Unlock()
+
+	for i := 0; i < s.cfg.WebhookWorkers; i++ {
+		s.wg.Add(1)
+		go s.webhookLoop()
+	}
+	for _, h := range hooks {
+		s.scheduleHook(h)
+	}
+	s.log().Info("queue loaded", "jobs", len(loaded), "workers", len(ws), "webhooks", len(hooks))
+	return nil
+}
+
+// Stop ends timers and deliveries and wakes every long poll.
+func (s *Service) Stop() {
+	s.mu.Lock()
+	if s.stopped {
+		s.mu.Unlock()
+		return
+	}
+	s.stopped = true
+	for _, j := range s.jobs {
+		j.stopTimers()
+	}
+	for _, w := range s.workers {
+		if w.lostT != nil {
+			w.lostT.Stop()
+		}
+		wakeStop(w)
+	}
+	for _, ep := range s.endpoints {
+		for e := ep.waiters.Front(); e != nil; e = e.Next() {
+			wake(e.Value.(*takeWaiter).ch)
+		}
+	}
+	close(s.stopCh)
+	s.mu.Unlock()
+	s.wg.Wait()
+}
+
+func sortJobs(js []*job) {
+	// insertion order = Seq; a simple sort keeps the FIFO after a restart
+	slices.SortFunc(js, func(a, b *job) int { return cmp.Compare(a.rec.Seq, b.rec.Seq) })
+}
+
+func (j *job) stopTimers() {
+	for _, t := range j.timers {
+		t.Stop()
+	}
+	if j.execT != nil {
+		j.execT.Stop()
+	}
+	if j.retT != nil {
+		j.retT.Stop()
+	}
+}
+
+func (s *Service) endpointLocked(id string) *endpointQ {
+	ep := s.endpoints[id]
+	if ep == nil {
+		ep = &endpointQ{id: id, fifo: list.New(), waiters: list.New()}
+		s.endpoints[id] = ep
+	}
+	return ep
+}
+
+func wake(ch chan struct{}) {
+	select {
+	case ch <- struct{}{}:
+	default:
+	}
+}
+
+// changedLocked wakes everyone waiting on the job (status-sync, runsync,
+// stream).
+func (j *job) changedLocked() {
+	close(j.changed)
+	j.changed = make(chan struct{})
+}
+
+// pushLocked queues j; front puts it ahead of the others (a requeue after a
+// lost worker keeps its place).
+func (s *Service) pushLocked(ep *endpointQ, j *job, front bool) {
+	if front {
+		j.elem = ep.fifo.PushFront(j)
+	} else {
+		j.elem = ep.fifo.PushBack(j)
+	}
+	if j.rec.LowPriority {
+		ep.low++
+	}
+	if e := ep.waiters.Front(); e != nil {
+		wake(e.Value.(*takeWaiter).ch)
+	}
+	if s.cfg.OnQueueChange != nil && s.started {
+		s.cfg.OnQueueChange(ep.id)
+	}
+}
+
+func (s *Service) unqueueLocked(ep *endpointQ, j *job) {
+	if j.elem == nil {
+		return
+	}
+	ep.fifo.Remove(j.elem)
+	j.elem = nil
+	if j.rec.LowPriority {
+		ep.low--
+	}
+}
+
+func (s *Service) countTerminalLocked(ep *endpointQ, st store.JobStatus, d int) {
+	switch st {
+	case store.Completed:
+		ep.completed += d
+	case store.Failed, store.TimedOut:
+		ep.failed += d
+	}
+}
+
+func newJobID(sync bool) string {
+	id := uuid.NewString()
+	if sync {
+		return "sync-" + id
+	}
+	return id
+}
+
+func jobOps(j *job) store.Op { return store.Put(store.Jobs, j.rec.ID, j.rec) }
+
+// Submit stores a job and queues it. It returns only after the record is
+// on disk.
+func (s *Service) Submit(req SubmitRequest) (StatusResponse, error) {
+	now := s.clock.Now()
+	if req.TTL <= 0 {
+		req.TTL = DefaultTTL
+	}
+	if req.ExecutionTimeout <= 0 {
+		req.ExecutionTimeout = DefaultExecTimeout
+	}
+	j := &job{
+		rec: store.Job{
+			ID: newJobID(req.Sync), EndpointID: req.EndpointID, Status: store.InQueue, Sync: req.Sync,
+			Webhook: req.Webhook, S3Config: req.S3Config, Policy: req.Policy,
+			ExecutionTimeoutMs: req.ExecutionTimeout.Milliseconds(), LowPriority: req.LowPriority,
+			CreatedAt: now, QueuedAt: now, ExpiresAt: now.Add(req.TTL),
+		},
+		input:   req.Input,
+		changed: make(chan struct{}),
+	}
+	s.mu.Lock()
+	if s.stopped {
+		s.mu.Unlock()
+		return StatusResponse{}, ErrStopped
+	}
+	s.seq++
+	j.rec.Seq = s.seq
+	done := s.st.Enqueue(store.PutRaw(store.JobInputs, j.rec.ID, j.input), jobOps(j))
+	s.mu.Unlock()
+	if err := <-done; err != nil {
+		return StatusResponse{}, fmt.Errorf("store job: %w", err)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.stopped {
+		// On disk: it is queued again at the next start.
+		return s.viewLocked(j), nil
+	}
+	s.jobs[j.rec.ID] = j
+	s.pushLocked(s.endpointLocked(req.EndpointID), j, false)
+	s.armTTLLocked(j)
+	return s.viewLocked(j), nil
+}
+
+func ms(d time.Duration) *int64 {
+	v := d.Milliseconds()
+	if v < 0 {
+		v = 0
+	}
+	return &v
+}
+
+func (s *Service) viewLocked(j *job) StatusResponse {
+	r := StatusResponse{ID: j.rec.ID, Status: j.rec.Status, WorkerID: j.rec.WorkerID, Retries: j.rec.Retries, Output: j.rec.Output}
+	if !j.rec.StartedAt.IsZero() {
+		r.DelayTime = ms(j.rec.StartedAt.Sub(j.rec.QueuedAt))
+		end := j.rec.CompletedAt
+		if end.IsZero() {
+			end = s.clock.Now()
+		}
+		r.ExecutionTime = ms(end.Sub(j.rec.StartedAt))
+	} else if j.rec.Status.Terminal() {
+		r.DelayTime = ms(j.rec.CompletedAt.Sub(j.rec.QueuedAt))
+	}
+	if !j.rec.Status.Terminal() {
+		r.Input = j.input
+	}
+	if j.rec.Error != "" {
+		e := j.rec.Error
+		r.Error = &e
+	}
+	return r
+}
+
+func (s *Service) lookupLocked(endpointID, id string) (*job, error) {
+	j := s.jobs[id]
+	if j == nil || j.rec.EndpointID != endpointID {
+		return nil, ErrNotFound
+	}
+	return j, nil
+}
+
+// Status returns a job's status body. A ttl > 0 resets the job's expiry to
+// now + ttl (and keeps a finished job's result at least that long).
+func (s *Service) Status(endpointID, id string, ttl time.Duration) (StatusResponse, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	j, err := s.lookupLocked(endpointID, id)
+	if err != nil {
+		return StatusResponse{}, err
+	}
+	if ttl > 0 {
+		s.setTTLLocked(j, ttl)
+	}
+	return s.viewLocked(j), nil
+}
+
+// Wait blocks until the job is terminal, removed, or wait elapses, and
+// returns its status then (for /runsync and /status-sync).
+func (s *Service) Wait(ctx context.Context, endpointID, id string, wait time.Duration) (StatusResponse, error) {
+	timer := s.clock.NewTimer(wait)
+	defer timer.Stop()
+	for {
+		s.mu.Lock()
+		j, err := s.lookupLocked(endpointID, id)
+		if err != nil {
+			s.mu.Unlock()
+			return StatusResponse{}, err
+		}
+		v := s.viewLocked(j)
+		ch := j.changed
+		s.mu.Unlock()
+		if v.Status.Terminal() {
+			return v, nil
+		}
+		select {
+		case <-ch:
+		case <-timer.Chan():
+			return v, nil
+		case <-ctx.Done():
+			return v, nil
+		case <-s.stopCh:
+			return v, nil
+		}
+	}
+}
+
+// Stream drains the chunks buffered so far, waiting up to wait while there
+// are none and the job is not finished.
+func (s *Service) Stream(ctx context.Context, endpointID, id string, wait time.Duration) (StreamResponse, error) {
+	timer := s.clock.NewTimer(wait)
+	defer timer.Stop()
+	for {
+		s.mu.Lock()
+		j, err := s.lookupLocked(endpointID, id)
+		if err != nil {
+			s.mu.Unlock()
+			return StreamResponse{}, err
+		}
+		if len(j.chunks) > 0 || j.rec.Status.Terminal() {
+			r := StreamResponse{ID: id, Status: j.rec.Status, Stream: j.chunks}
+			if r.Stream == nil {
+				r.Stream = []json.RawMessage{}
+			}
+			if j.rec.Error != "" {
+				e := j.rec.Error
+				r.Error = &e
+			}
+			j.chunks = nil
+			s.mu.Unlock()
+			return r, nil
+		}
+		st := j.rec.Status
+		ch := j.changed
+		s.mu.Unlock()
+		select {
+		case <-ch:
+			continue
+		case <-timer.Chan():
+		case <-ctx.Done():
+		case <-s.stopCh:
+		}
+		return StreamResponse{ID: id, Status: st, Stream: []json.RawMessage{}}, nil
+	}
+}
+
+// Cancel cancels a queued or running job. A finished job is left as is and
+// its status returned.
+func (s *Service) Cancel(endpointID, id string) (StatusResponse, error) {
+	s.mu.Lock()
+	j, err := s.lookupLocked(endpointID, id)
+	if err != nil {
+		s.mu.Unlock()
+		return StatusResponse{}, err
+	}
+	if j.rec.Status.Terminal() {
+		v := s.viewLocked(j)
+		s.mu.Unlock()
+		return v, nil
+	}
+	done := s.finishLocked(j, store.Cancelled, nil, "", true)
+	v := s.viewLocked(j)
+	s.mu.Unlock()
+	if err := <-done; err != nil {
+		return StatusResponse{}, fmt.Errorf("store cancel: %w", err)
+	}
+	return StatusResponse{ID: v.ID, Status: v.Status}, nil
+}
+
+// Retry requeues a FAILED or TIMED_OUT job under the same id with its
+// original input; its previous output and error are removed.
+func (s *Service) Retry(endpointID, id string) (StatusResponse, error) {
+	s.mu.Lock()
+	j, err := s.lookupLocked(endpointID, id)
+	if err != nil {
+		s.mu.Unlock()
+		return StatusResponse{}, err
+	}
+	if j.rec.Status != store.Failed && j.rec.Status != store.TimedOut {
+		v := s.viewLocked(j)
+		s.mu.Unlock()
+		return v, ErrNotRetryable
+	}
+	ep := s.endpointLocked(endpointID)
+	s.countTerminalLocked(ep, j.rec.Status, -1)
+	if j.retT != nil {
+		j.retT.Stop()
+		j.retT = nil
+	}
+	now := s.clock.Now()
+	j.rec.Status = store.InQueue
+	j.rec.Output, j.rec.Error, j.rec.WorkerID = nil, "", ""
+	j.rec.StartedAt, j.rec.CompletedAt, j.rec.RetainUntil = time.Time{}, time.Time{}, time.Time{}
+	j.rec.QueuedAt = now
+	j.rec.Attempts = 0
+	j.rec.Retries++
+	j.chunks = nil
+	ep.retried++
+	done := s.st.Enqueue(jobOps(j))
+	s.pushLocked(ep, j, false)
+	j.changedLocked()
+	s.mu.Unlock()
+	if err := <-done; err != nil {
+		return StatusResponse{}, fmt.Errorf("store retry: %w", err)
+	}
+	return StatusResponse{ID: id, Status: store.InQueue}, nil
+}
+
+// Purge removes every queued job of the endpoint; running jobs continue.
+func (s *Service) Purge(endpointID string) (int, error) {
+	s.mu.Lock()
+	ep := s.endpointLocked(endpointID)
+	var ops []store.Op
+	n := 0
+	for e := ep.fifo.Front(); e != nil; {
+		next := e.Next()
+		j := e.Value.(*job)
+		ops = append(ops, s.removeLocked(j)...)
+		n++
+		e = next
+	}
+	done := s.st.Enqueue(ops...)
+	s.mu.Unlock()
+	if err := <-done; err != nil {
+		return 0, fmt.Errorf("store purge: %w", err)
+	}
+	return n, nil
+}
+
+// Health returns the endpoint's job counts and the queue's view of its
+// workers (idle / running); the runtime adds container states.
+func (s *Service) Health(endpointID string) Health {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var h Health
+	if ep := s.endpoints[endpointID]; ep != nil {
+		h.Jobs = JobCounts{Completed: ep.completed, Failed: ep.failed, InProgress: ep.inProgress, InQueue: ep.fifo.Len(), Retried: ep.retried}
+	}
+	for _, w := range s.workers {
+		if w.rec.EndpointID != endpointID || w.lost || w.lastSeen.IsZero() {
+			continue
+		}
+		if len(w.inflight) > 0 {
+			h.Workers.Running++
+		} else {
+			h.Workers.Idle++
+		}
+	}
+	return h
+}
+
+// QueueStats is what the autoscaler reads.
+type QueueStats struct {
+	InQueue     int
+	LowPriority int // of InQueue
+	InProgress  int
+	// OldestWait is how long the oldest normal-priority queued job has
+	// waited (QUEUE_DELAY scaling).
+	OldestWait time.Duration
+}
+
+// Stats returns the autoscaler's view of an endpoint's queue.
+func (s *Service) Stats(endpointID string) QueueStats {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	ep := s.endpoints[endpointID]
+	if ep == nil {
+		return QueueStats{}
+	}
+	st := QueueStats{InQueue: ep.fifo.Len(), LowPriority: ep.low, InProgress: ep.inProgress}
+	now := s.clock.Now()
+	for e := ep.fifo.Front(); e != nil; e = e.Next() {
+		if j := e.Value.(*job); !j.rec.LowPriority {
+			st.OldestWait = now.Sub(j.rec.QueuedAt)
+			break
+		}
+	}
+	return st
+}
+
+// finishLocked moves j to a terminal state, records it, queues its webhook
+// in the same write, and tells its worker to stop if it was running.
+func (s *Service) finishLocked(j *job, st store.JobStatus, output json.RawMessage, errMsg string, stop bool) <-chan error {
+	ep := s.endpointLocked(j.rec.EndpointID)
+	now := s.clock.Now()
+	switch j.rec.Status {
+	case store.InQueue:
+		s.unqueueLocked(ep, j)
+	case store.InProgress:
+		ep.inProgress--
+		if w := s.workers[j.rec.WorkerID]; w != nil {
+			delete(w.inflight, j.rec.ID)
+			if stop {
+				w.toStop = append(w.toStop, j.rec.ID)
+				wakeStop(w)
+			}
+		}
+	}
+	if j.execT != nil {
+		j.execT.Stop()
+		j.execT = nil
+	}
+	j.rec.Status = st
+	j.rec.CompletedAt = now
+	if output != nil {
+		j.rec.Output = output
+	}
+	j.rec.Error = errMsg
+	ret := s.cfg.RunRetention
+	if j.rec.Sync {
+		ret = s.cfg.SyncRetention
+	}
+	j.rec.RetainUntil = now.Add(ret)
+	s.countTerminalLocked(ep, st, +1)
+	s.armRetentionLocked(j)
+	ops := []store.Op{jobOps(j)}
+	if j.rec.Webhook != "" {
+		body, _ := json.Marshal(s.viewLocked(j))
+		h := &store.OutboxEntry{ID: uuid.NewString(), JobID: j.rec.ID, URL: j.rec.Webhook, Body: body, NextAt: now}
+		ops = append(ops, store.Put(store.Outbox, h.ID, h))
+		defer s.scheduleHook(h)
+	}
+	j.changedLocked()
+	return s.st.Enqueue(ops...)
+}
+
+// removeLocked deletes j from memory and returns the ops deleting it on disk.
+func (s *Service) removeLocked(j *job) []store.Op {
+	ep := s.endpointLocked(j.rec.EndpointID)
+	switch j.rec.Status {
+	case store.InQueue:
+		s.unqueueLocked(ep, j)
+	case store.InProgress:
+		ep.inProgress--
+		if w := s.workers[j.rec.WorkerID]; w != nil {
+			delete(w.inflight, j.rec.ID)
+			w.toStop = append(w.toStop, j.rec.ID)
+			wakeStop(w)
+		}
+	default:
+		s.countTerminalLocked(ep, j.rec.Status, -1)
+	}
+	j.stopTimers()
+	j.gone = true
+	delete(s.jobs, j.rec.ID)
+	j.changedLocked()
+	return []store.Op{store.Delete(store.Jobs, j.rec.ID), store.Delete(store.JobInputs, j.rec.ID)}
+}
+
+// ---- timers ----
+
+func (s *Service) after(at time.Time, fn func()) clockwork.Timer {
+	return s.clock.AfterFunc(at.Sub(s.clock.Now()), fn)
+}
+
+func (s *Service) armTTLLocked(j *job) {
+	for _, t := range j.timers {
+		t.Stop()
+	}
+	at := j.rec.ExpiresAt
+	j.timers = []clockwork.Timer{s.after(at, func() { s.expire(j, at) })}
+}
+
+func (s *Service) setTTLLocked(j *job, ttl time.Duration) {
+	now := s.clock.Now()
+	j.rec.ExpiresAt = now.Add(ttl)
+	if j.rec.Status.Terminal() && j.rec.RetainUntil.Before(j.rec.ExpiresAt) {
+		j.rec.RetainUntil = j.rec.ExpiresAt
+		s.armRetentionLocked(j)
+	}
+	s.armTTLLocked(j)
+	s.st.WriteAsync(jobOps(j))
+}
+
+// expire is the hard ttl: the job goes in any state.
+func (s *Service) expire(j *job, at time.Time) {
+	s.mu.Lock()
+	if j.gone || !j.rec.ExpiresAt.Equal(at) || s.stopped {
+		s.mu.Unlock()
+		return
+	}
+	s.log().Info("job expired (ttl)", "job", j.rec.ID, "status", j.rec.Status)
+	s.st.WriteAsync(s.removeLocked(j)...)
+	s.mu.Unlock()
+}
+
+func (s *Service) armRetentionLocked(j *job) {
+	if j.retT != nil {
+		j.retT.Stop()
+	}
+	at := j.rec.RetainUntil
+	j.retT = s.after(at, func() {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		if j.gone || s.stopped || !j.rec.Status.Terminal() || !j.rec.RetainUntil.Equal(at) {
+			return
+		}
+		s.st.WriteAsync(s.removeLocked(j)...)
+	})
+}
+
+func (s *Service) armExecLocked(j *job) {
+	if j.execT != nil {
+		j.execT.Stop()
+	}
+	at := j.rec.StartedAt.Add(time.Duration(j.rec.ExecutionTimeoutMs) * time.Millisecond)
+	attempt := j.rec.Attempts
+	j.execT = s.after(at, func() {
+		s.mu.Lock()
+		if j.gone || s.stopped || j.rec.Status != store.InProgress || j.rec.Attempts != attempt {
+			s.mu.Unlock()
+			return
+		}
+		msg := fmt.Sprintf("execution timeout: the job ran longer than %dms", j.rec.ExecutionTimeoutMs)
+		done := s.finishLocked(j, store.TimedOut, nil, msg, true)
+		s.mu.Unlock()
+		if err := <-done; err != nil {
+			s.log().Error("store timed-out job", "job", j.rec.ID, "err", err)
+		}
+	})
+}
+
+// ---- helpers ----
+
+func hashKey(key string) string {
+	sum := sha256.Sum256([]byte(key))
+	return hex.EncodeToString(sum[:])
+}
+
+const idAlphabet = "abcdefghijklmnopqrstuvwxyz0123456789"
+
+// NewID returns n random lowercase alphanumerics, RunPod's id shape.
+func NewID(n int) string {
+	b := make([]byte, n)
+	if _, err := rand.Read(b); err != nil {
+		panic(err)
+	}
+	for i := range b {
+		b[i] = idAlphabet[int(b[i])%len(idAlphabet)]
+	}
+	return string(b)
+}
+
+func randomKey() string {
+	b := make([]byte, 24)
+	if _, err := rand.Read(b); err != nil {
+		panic(err)
+	}
+	return "bw_" + strings.ToLower(hex.EncodeToString(b))
+}
+
+// Watch returns a channel closed at the job's next change (state, output,
+// stream chunk or removal).
+func (s *Service) Watch(endpointID, id string) (<-chan struct{}, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	j, err := s.lookupLocked(endpointID, id)
+	if err != nil {
+		return nil, err
+	}
+	return j.changed, nil
+}

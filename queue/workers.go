@@ -1,0 +1,507 @@
+package queue
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"berth/store"
+)
+
+// Registration is a new worker's identity.
+type Registration struct {
+	WorkerID   string
+	EndpointID string
+	Key        string // shown once; only its hash is stored
+}
+
+// RegisterWorker creates a worker identity with its own key, stored before
+// it is returned.
+func (s *Service) RegisterWorker(endpointID string, external bool) (Registration, error) {
+	key := randomKey()
+	rec := store.Worker{ID: NewID(14), EndpointID: endpointID, KeyHash: hashKey(key), External: external, CreatedAt: s.clock.Now()}
+	if err := <-s.st.Enqueue(store.Put(store.Workers, rec.ID, rec)); err != nil {
+		return Registration{}, fmt.Errorf("store worker: %w", err)
+	}
+	s.mu.Lock()
+	w := s.addWorkerLocked(rec, time.Time{})
+	w.lastSeen = time.Time{} // not seen until its first request
+	s.mu.Unlock()
+	return Registration{WorkerID: rec.ID, EndpointID: endpointID, Key: key}, nil
+}
+
+// ForgetWorker removes a worker identity (its container is gone for good);
+// its jobs are requeued.
+func (s *Service) ForgetWorker(workerID string) {
+	s.mu.Lock()
+	w := s.workers[workerID]
+	if w == nil {
+		s.mu.Unlock()
+		return
+	}
+	done := s.loseWorkerLocked(w, "the worker was removed")
+	if w.lostT != nil {
+		w.lostT.Stop()
+	}
+	delete(s.keys, w.rec.KeyHash)
+	delete(s.workers, workerID)
+	s.mu.Unlock()
+	<-done
+	s.st.WriteAsync(store.Delete(store.Workers, workerID))
+}
+
+// WorkerGone is called by the runtime when a worker's container exited: its
+// jobs go back to the queue (or fail once their attempts are used up).
+func (s *Service) WorkerGone(workerID, reason string) {
+	s.mu.Lock()
+	w := s.workers[workerID]
+	if w == nil {
+		s.mu.Unlock()
+		return
+	}
+	done := s.loseWorkerLocked(w, reason)
+	s.mu.Unlock()
+	<-done
+}
+
+func (s *Service) addWorkerLocked(rec store.Worker, now time.Time) *worker {
+	w := &worker{rec: rec, lastSeen: now, inflight: map[string]*job{}, stopWake: make(chan struct{}, 1)}
+	s.workers[rec.ID] = w
+	if rec.KeyHash != "" {
+		s.keys[rec.KeyHash] = rec.ID
+	}
+	if !now.IsZero() {
+		s.armLostLocked(w)
+	}
+	return w
+}
+
+// AuthWorker returns the worker id and endpoint a worker key belongs to.
+func (s *Service) AuthWorker(key string) (workerID, endpointID string, ok bool) {
+	h := hashKey(key)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	id, ok := s.keys[h]
+	if !ok {
+		return "", "", false
+	}
+	return id, s.workers[id].rec.EndpointID, true
+}
+
+// seenLocked notes a request from a worker (any worker route counts as a
+// sign of life). Unknown ids reaching here were authorised by the operator's
+// key, so they are registered on the fly.
+func (s *Service) seenLocked(endpointID, workerID string) *worker {
+	now := s.clock.Now()
+	w := s.workers[workerID]
+	if w == nil {
+		w = s.addWorkerLocked(store.Worker{ID: workerID, EndpointID: endpointID, CreatedAt: now}, now)
+	}
+	first := w.lastSeen.IsZero()
+	w.lastSeen = now
+	if w.lost || first {
+		w.lost = false
+		s.armLostLocked(w)
+	}
+	return w
+}
+
+func (s *Service) armLostLocked(w *worker) {
+	if w.lostT != nil {
+		w.lostT.Stop()
+	}
+	w.lostT = s.clock.AfterFunc(s.cfg.WorkerTimeout, func() { s.checkLost(w) })
+}
+
+func (s *Service) checkLost(w *worker) {
+	s.mu.Lock()
+	if s.stopped || s.workers[w.rec.ID] != w || w.lost {
+		s.mu.Unlock()
+		return
+	}
+	idle := s.clock.Since(w.lastSeen)
+	if idle < s.cfg.WorkerTimeout {
+		w.lostT = s.clock.AfterFunc(s.cfg.WorkerTimeout-idle, func() { s.checkLost(w) })
+		s.mu.Unlock()
+		return
+	}
+	s.log().Warn("worker lost: no request within the worker timeout", "worker", w.rec.ID, "endpoint", w.rec.EndpointID, "timeout", s.cfg.WorkerTimeout)
+	done := s.loseWorkerLocked(w, fmt.Sprintf("worker %s lost (no heartbeat for %s)", w.rec.ID, s.cfg.WorkerTimeout))
+	s.mu.Unlock()
+	<-done
+}
+
+// loseWorkerLocked requeues the worker's jobs, failing those out of attempts.
+func (s *Service) loseWorkerLocked(w *worker, reason string) <-chan error {
+	w.lost = true
+	var ops []store.Op
+	var waits []<-chan error
+	for _, j := range w.inflight {
+		if ch := s.requeueLocked(j, reason); ch != nil {
+			waits = append(waits, ch)
+		} else {
+			ops = append(ops, jobOps(j))
+		}
+	}
+	w.toStop = nil
+	waits = append(waits, s.st.Enqueue(ops...))
+	out := make(chan error, 1)
+	go func() {
+		var first error
+		for _, ch := range waits {
+			if err := <-ch; err != nil && first == nil {
+				first = err
+			}
+		}
+		out <- first
+	}()
+	return out
+}
+
+// requeueLocked puts a running job back at the head of its queue, or fails
+// it when its attempts are used up (returning that write's channel).
+func (s *Service) requeueLocked(j *job, reason string) <-chan error {
+	ep := s.endpointLocked(j.rec.EndpointID)
+	if j.rec.Attempts >= s.cfg.MaxAttempts {
+		msg := fmt.Sprintf("%s; gave up after %d attempts", reason, j.rec.Attempts)
+		return s.finishLocked(j, store.Failed, nil, msg, false)
+	}
+	if w := s.workers[j.rec.WorkerID]; w != nil {
+		delete(w.inflight, j.rec.ID)
+	}
+	if j.execT != nil {
+		j.execT.Stop()
+		j.execT = nil
+	}
+	ep.inProgress--
+	ep.retried++
+	j.rec.Status = store.InQueue
+	j.rec.StartedAt = time.Time{}
+	j.rec.Output = nil
+	j.chunks = nil
+	s.pushLocked(ep, j, true)
+	j.changedLocked()
+	s.log().Info("job requeued", "job", j.rec.ID, "reason", reason, "attempts", j.rec.Attempts)
+	return nil
+}
+
+// Take hands up to n queued jobs to a worker, holding the request until one
+// is queued or the hold elapses (then it returns none).
+func (s *Service) Take(ctx context.Context, endpointID, workerID string, n int) ([]TakenJob, error) {
+	if n < 1 {
+		n = 1
+	}
+	timer := s.clock.NewTimer(s.cfg.TakeHold)
+	defer timer.Stop()
+	var tw *takeWaiter
+	for {
+		s.mu.Lock()
+		if s.stopped {
+			s.mu.Unlock()
+			return nil, nil
+		}
+		w := s.seenLocked(endpointID, workerID)
+		if tw != nil {
+			// pass a wake-up we may not use on to the next waiter
+			s.removeWaiterLocked(endpointID, tw)
+		}
+		ep := s.endpointLocked(endpointID)
+		if ep.fifo.Len() > 0 {
+			out := s.assignLocked(ep, w, n)
+			s.mu.Unlock()
+			return out, nil
+		}
+		tw = &takeWaiter{ch: make(chan struct{}, 1)}
+		ep.waiters.PushBack(tw)
+		s.mu.Unlock()
+
+		select {
+		case <-tw.ch:
+			continue
+		case <-ctx.Done():
+		case <-timer.Chan():
+		}
+		s.mu.Lock()
+		s.removeWaiterLocked(endpointID, tw)
+		s.mu.Unlock()
+		return nil, nil
+	}
+}
+
+func (s *Service) removeWaiterLocked(endpointID string, tw *takeWaiter) {
+	ep := s.endpointLocked(endpointID)
+	for e := ep.waiters.Front(); e != nil; e = e.Next() {
+		if e.Value.(*takeWaiter) == tw {
+			ep.waiters.Remove(e)
+			break
+		}
+	}
+	select {
+	case <-tw.ch:
+		// it was woken but is not taking: wake the next one instead
+		if ep.fifo.Len() > 0 {
+			if e := ep.waiters.Front(); e != nil {
+				wake(e.Value.(*takeWaiter).ch)
+			}
+		}
+	default:
+	}
+}
+
+func (s *Service) assignLocked(ep *endpointQ, w *worker, n int) []TakenJob {
+	now := s.clock.Now()
+	var out []TakenJob
+	var ops []store.Op
+	for len(out) < n && ep.fifo.Len() > 0 {
+		j := ep.fifo.Front().Value.(*job)
+		s.unqueueLocked(ep, j)
+		j.rec.Status = store.InProgress
+		j.rec.WorkerID = w.rec.ID
+		j.rec.StartedAt = now
+		j.rec.Attempts++
+		ep.inProgress++
+		w.inflight[j.rec.ID] = j
+		s.armExecLocked(j)
+		j.changedLocked()
+		ops = append(ops, jobOps(j))
+		t := TakenJob{ID: j.rec.ID, Input: j.input, S3Config: j.rec.S3Config, Policy: j.rec.Policy}
+		if j.rec.Webhook != "" {
+			wh := j.rec.Webhook
+			t.Webhook = &wh
+		}
+		out = append(out, t)
+	}
+	// Losing this write in a crash only leaves the job queued.
+	s.st.WriteAsync(ops...)
+	return out
+}
+
+// Untake returns jobs handed out on a request whose client went away before
+// it could read them.
+func (s *Service) Untake(endpointID, workerID string, ids []string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var ops []store.Op
+	for _, id := range ids {
+		j := s.jobs[id]
+		if j == nil || j.rec.Status != store.InProgress || j.rec.WorkerID != workerID {
+			continue
+		}
+		j.rec.Attempts--
+		s.requeueLocked(j, "the worker's job-take request was closed")
+		ops = append(ops, jobOps(j))
+	}
+	s.st.WriteAsync(ops...)
+}
+
+// Done records a worker's job-done report. Reports for jobs the worker no
+// longer holds (cancelled, timed out, expired, requeued elsewhere) change
+// nothing and return false.
+func (s *Service) Done(endpointID, workerID, jobID string, r DoneReport) (bool, error) {
+	s.mu.Lock()
+	w := s.seenLocked(endpointID, workerID)
+	j := s.jobs[jobID]
+	if j == nil || j.rec.EndpointID != endpointID {
+		s.mu.Unlock()
+		return false, nil
+	}
+	switch {
+	case j.rec.Status == store.InProgress && j.rec.WorkerID == workerID:
+	case j.rec.Status == store.InQueue && j.rec.WorkerID == workerID && !r.Progress:
+		// A late result from the worker we gave up on: take it.
+		j.rec.Status = store.InProgress
+		s.endpointLocked(endpointID).inProgress++
+		s.unqueueLocked(s.endpointLocked(endpointID), j)
+		j.rec.StartedAt = j.rec.QueuedAt
+		w.inflight[j.rec.ID] = j
+	default:
+		s.mu.Unlock()
+		return false, nil
+	}
+	if r.Progress {
+		if r.Output != nil {
+			j.rec.Output = r.Output
+			j.changedLocked()
+		}
+		s.mu.Unlock()
+		return true, nil
+	}
+	st := store.Completed
+	if r.Failed {
+		st = store.Failed
+	}
+	out := r.Output
+	if out == nil {
+		// Drop a progress value: the final body decides the output.
+		j.rec.Output = nil
+	}
+	done := s.finishLocked(j, st, out, r.Error, false)
+	s.mu.Unlock()
+	if r.StopPod && s.cfg.OnStopPod != nil {
+		s.cfg.OnStopPod(endpointID, workerID)
+	}
+	if err := <-done; err != nil {
+		return false, fmt.Errorf("store result: %w", err)
+	}
+	return true, nil
+}
+
+// StreamChunk appends a streamed output to the job's buffer, split into
+// pieces of at most 1 MB.
+func (s *Service) StreamChunk(endpointID, workerID, jobID string, body []byte) (bool, error) {
+	var m struct {
+		Output json.RawMessage `json:"output"`
+	}
+	if err := json.Unmarshal(body, &m); err != nil {
+		return false, fmt.Errorf("job-stream body must be a JSON object: %w", err)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.seenLocked(endpointID, workerID)
+	j := s.jobs[jobID]
+	if j == nil || j.rec.EndpointID != endpointID || j.rec.Status != store.InProgress || j.rec.WorkerID != workerID {
+		return false, nil
+	}
+	for _, c := range splitChunk(m.Output) {
+		j.chunks = append(j.chunks, c)
+	}
+	j.changedLocked()
+	return true, nil
+}
+
+// splitChunk wraps a streamed value as {"output": v}; a value whose JSON is
+// over 1 MB is sent as consecutive string pieces of its text (a string value
+// is split as the string itself) so concatenating them restores it.
+func splitChunk(out json.RawMessage) []json.RawMessage {
+	if out == nil {
+		out = json.RawMessage("null")
+	}
+	wrap := func(v json.RawMessage) json.RawMessage {
+		b, _ := json.Marshal(map[string]json.RawMessage{"output": v})
+		return b
+	}
+	if len(out) <= MaxStreamChunk {
+		return []json.RawMessage{wrap(out)}
+	}
+	var text string
+	if json.Unmarshal(out, &text) != nil {
+		text = string(out)
+	}
+	var res []json.RawMessage
+	for len(text) > 0 {
+		n := MaxStreamChunk / 2 // leaves room for JSON escaping
+		if n > len(text) {
+			n = len(text)
+		}
+		for n < len(text) && !utf8.RuneStart(text[n]) {
+			n--
+		}
+		piece, _ := json.Marshal(text[:n])
+		res = append(res, wrap(piece))
+		text = text[n:]
+	}
+	return res
+}
+
+// StopPoll holds a worker's job-stop request until a job of its must stop
+// or the hold elapses.
+func (s *Service) StopPoll(ctx context.Context, endpointID, workerID string) []string {
+	timer := s.clock.NewTimer(s.cfg.TakeHold)
+	defer timer.Stop()
+	for {
+		s.mu.Lock()
+		if s.stopped {
+			s.mu.Unlock()
+			return nil
+		}
+		w := s.seenLocked(endpointID, workerID)
+		if len(w.toStop) > 0 {
+			ids := w.toStop
+			w.toStop = nil
+			s.mu.Unlock()
+			return ids
+		}
+		ch := w.stopWake
+		s.mu.Unlock()
+		select {
+		case <-ch:
+			continue
+		case <-ctx.Done():
+			return nil
+		case <-timer.Chan():
+			return nil
+		}
+	}
+}
+
+func wakeStop(w *worker) {
+	select {
+	case w.stopWake <- struct{}{}:
+	default:
+	}
+}
+
+// PendingStops returns (without draining) the jobs a worker has been told
+// to stop; the runtime stops containers that ignore the channel.
+func (s *Service) PendingStops(workerID string) []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if w := s.workers[workerID]; w != nil {
+		return append([]string(nil), w.toStop...)
+	}
+	return nil
+}
+
+// Ping records a heartbeat with the job ids the worker reports running.
+// A job the worker was given more than ReconcileGrace ago and no longer
+// reports is requeued: its job-take reply or its result never arrived.
+func (s *Service) Ping(endpointID, workerID string, jobIDs []string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	w := s.seenLocked(endpointID, workerID)
+	w.pinged = true
+	has := map[string]bool{}
+	for _, id := range jobIDs {
+		has[strings.TrimSpace(id)] = true
+	}
+	now := s.clock.Now()
+	var ops []store.Op
+	for id, j := range w.inflight {
+		if has[id] || now.Sub(j.rec.StartedAt) < s.cfg.ReconcileGrace {
+			continue
+		}
+		if ch := s.requeueLocked(j, fmt.Sprintf("worker %s no longer reports the job", workerID)); ch == nil {
+			ops = append(ops, jobOps(j))
+		}
+	}
+	if len(ops) > 0 {
+		s.st.WriteAsync(ops...)
+	}
+}
+
+// WorkerLoad is one worker's view for /health and the runtime.
+type WorkerLoad struct {
+	WorkerID   string
+	EndpointID string
+	Running    int
+	LastSeen   time.Time
+	Lost       bool
+	External   bool
+}
+
+// Workers lists the known workers of an endpoint ("" for all).
+func (s *Service) Workers(endpointID string) []WorkerLoad {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []WorkerLoad
+	for _, w := range s.workers {
+		if endpointID != "" && w.rec.EndpointID != endpointID {
+			continue
+		}
+		out = append(out, WorkerLoad{WorkerID: w.rec.ID, EndpointID: w.rec.EndpointID, Running: len(w.inflight), LastSeen: w.lastSeen, Lost: w.lost, External: w.rec.External})
+	}
+	return out
+}
