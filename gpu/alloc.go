@@ -1,0 +1,219 @@
+package gpu
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+)
+
+// Allocation errors. Callers test them with errors.Is; the wrapped messages
+// say what was asked and what is free.
+var (
+	// ErrNoCapacity: the requested types exist but too few are free now.
+	ErrNoCapacity = errors.New("gpu: not enough free GPUs")
+	// ErrUnknownType: none of the requested types exist on this machine, so
+	// waiting will not help.
+	ErrUnknownType = errors.New("gpu: no GPU of the requested types on this machine")
+	// ErrAlreadyHeld: the holder already has GPUs, or a GPU belongs to
+	// another holder.
+	ErrAlreadyHeld = errors.New("gpu: already held")
+	// ErrUnknownDevice: a UUID that is not one of this machine's GPUs.
+	ErrUnknownDevice = errors.New("gpu: unknown device")
+)
+
+// Status is a device with its current holder ("" when free).
+type Status struct {
+	Device
+	Holder string `json:"holder"`
+}
+
+// Allocator hands out whole GPUs exclusively to holders (workers). It is safe
+// for concurrent use.
+type Allocator struct {
+	mu     sync.Mutex
+	devs   []Device       // ordered by Index
+	holder []string       // holder[i] owns devs[i]; "" is free
+	byUUID map[string]int // UUID -> position in devs
+	types  []string       // distinct TypeIDs, by lowest index
+}
+
+// NewAllocator tracks devs, all free. The slice is copied.
+func NewAllocator(devs []Device) *Allocator {
+	a := &Allocator{
+		devs:   slices.Clone(devs),
+		byUUID: make(map[string]int, len(devs)),
+	}
+	slices.SortStableFunc(a.devs, func(x, y Device) int { return x.Index - y.Index })
+	a.holder = make([]string, len(a.devs))
+	for i, d := range a.devs {
+		a.byUUID[d.UUID] = i
+		if !slices.Contains(a.types, d.TypeID) {
+			a.types = append(a.types, d.TypeID)
+		}
+	}
+	return a
+}
+
+// Allocate gives holder count free GPUs, all of one type. typeIDs are tried
+// in order and the first type with count free GPUs wins; an empty list means
+// any type, tried in the order of Types. Within a type the lowest indexes go
+// first, so allocation is deterministic.
+func (a *Allocator) Allocate(holder string, typeIDs []string, count int) ([]Device, error) {
+	if holder == "" {
+		return nil, errors.New("gpu: allocate: empty holder")
+	}
+	if count < 1 {
+		return nil, fmt.Errorf("gpu: allocate %d GPUs for %s: count must be at least 1", count, holder)
+	}
+
+	a.mu.Lock()
+	defer a.mu.Unlock()
+
+	if slices.Contains(a.holder, holder) {
+		return nil, fmt.Errorf("%w: %s already holds GPUs; release them first", ErrAlreadyHeld, holder)
+	}
+	want := a.known(typeIDs)
+	if len(want) == 0 {
+		asked := "any type"
+		if len(typeIDs) > 0 {
+			asked = describeTypes(typeIDs)
+		}
+		return nil, fmt.Errorf("%w: %s asked for %s; this machine has %s",
+			ErrUnknownType, holder, asked, describeTypes(a.types))
+	}
+	for _, t := range want {
+		free := a.freeOf(t)
+		if len(free) < count {
+			continue
+		}
+		out := make([]Device, count)
+		for i, pos := range free[:count] {
+			a.holder[pos] = holder
+			out[i] = a.devs[pos]
+		}
+		return out, nil
+	}
+	return nil, fmt.Errorf("%w: %s wants %d × %s; free: %s",
+		ErrNoCapacity, holder, count, describeTypes(want), a.describeFree(want))
+}
+
+// Release frees every GPU of holder. Releasing twice, or a holder that has
+// nothing, is a no-op.
+func (a *Allocator) Release(holder string) {
+	if holder == "" {
+		return
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for i, h := range a.holder {
+		if h == holder {
+			a.holder[i] = ""
+		}
+	}
+}
+
+// Restore marks GPUs as held by holder, e.g. after a restart, from the
+// labels of containers that are still running. It changes nothing unless
+// every UUID is known and free or already held by holder.
+func (a *Allocator) Restore(holder string, uuids []string) error {
+	if holder == "" {
+		return errors.New("gpu: restore: empty holder")
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	pos := make([]int, 0, len(uuids))
+	for _, u := range uuids {
+		i, ok := a.byUUID[u]
+		if !ok {
+			return fmt.Errorf("gpu: restore %s: %w %q", holder, ErrUnknownDevice, u)
+		}
+		if h := a.holder[i]; h != "" && h != holder {
+			return fmt.Errorf("gpu: restore %s: %w: %s (index %d) belongs to %s",
+				holder, ErrAlreadyHeld, u, a.devs[i].Index, h)
+		}
+		pos = append(pos, i)
+	}
+	for _, i := range pos {
+		a.holder[i] = holder
+	}
+	return nil
+}
+
+// Snapshot lists every device with its holder, ordered by index.
+func (a *Allocator) Snapshot() []Status {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	out := make([]Status, len(a.devs))
+	for i, d := range a.devs {
+		out[i] = Status{Device: d, Holder: a.holder[i]}
+	}
+	return out
+}
+
+// Free counts the free devices of a type.
+func (a *Allocator) Free(typeID string) int {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return len(a.freeOf(TypeID(typeID)))
+}
+
+// Types lists the distinct gpuTypeIds on this machine, in the order of their
+// lowest device index.
+func (a *Allocator) Types() []string {
+	return slices.Clone(a.types) // immutable after NewAllocator
+}
+
+// known returns the requested types that exist here, normalised, in order and
+// without duplicates; all types when none are requested.
+func (a *Allocator) known(typeIDs []string) []string {
+	if len(typeIDs) == 0 {
+		return a.types
+	}
+	var out []string
+	for _, t := range typeIDs {
+		t = TypeID(t)
+		if slices.Contains(a.types, t) && !slices.Contains(out, t) {
+			out = append(out, t)
+		}
+	}
+	return out
+}
+
+// freeOf returns positions of free devices of type t, lowest index first.
+// The caller holds a.mu.
+func (a *Allocator) freeOf(t string) []int {
+	var out []int
+	for i, d := range a.devs {
+		if d.TypeID == t && a.holder[i] == "" {
+			out = append(out, i)
+		}
+	}
+	return out
+}
+
+func (a *Allocator) describeFree(types []string) string {
+	parts := make([]string, len(types))
+	for i, t := range types {
+		total := 0
+		for _, d := range a.devs {
+			if d.TypeID == t {
+				total++
+			}
+		}
+		parts[i] = fmt.Sprintf("%q %d of %d", t, len(a.freeOf(t)), total)
+	}
+	return strings.Join(parts, ", ")
+}
+
+func describeTypes(types []string) string {
+	if len(types) == 0 {
+		return "no GPUs"
+	}
+	q := make([]string, len(types))
+	for i, t := range types {
+		q[i] = fmt.Sprintf("%q", t)
+	}
+	return strings.Join(q, " or ")
+}

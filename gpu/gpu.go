@@ -1,0 +1,56 @@
+package gpu
+
+import (
+	"errors"
+	"strings"
+)
+
+// Device is one physical GPU as seen by NVML.
+type Device struct {
+	Index     int    `json:"index"`
+	UUID      string `json:"uuid"`
+	Name      string `json:"name"`
+	TypeID    string `json:"gpuTypeId"`
+	MemoryMiB uint64 `json:"memoryInMiB"`
+	PCIBusID  string `json:"pciBusId"`
+}
+
+// ErrUnavailable means GPU discovery is impossible here: no cgo build, or no
+// NVIDIA driver library. Callers fall back to CPU-only work.
+var ErrUnavailable = errors.New("gpu: NVML unavailable")
+
+// typeAliases maps normalised NVML names that differ from RunPod's gpuTypeId.
+// Older drivers reported some boards under other names.
+var typeAliases = map[string]string{
+	"A100-SXM-80GB":        "NVIDIA A100-SXM4-80GB",
+	"NVIDIA A100-SXM-80GB": "NVIDIA A100-SXM4-80GB",
+}
+
+// brands are leading words that RunPod keeps as they are; any other name gets
+// the "NVIDIA " prefix that older drivers left out ("GeForce RTX 3090").
+var brands = []string{"NVIDIA ", "Tesla ", "Quadro ", "AMD "}
+
+// TypeID maps an NVML product name to RunPod's gpuTypeId. RunPod's ids are
+// mostly the NVML name itself, so this only normalises whitespace, drops the
+// "Mock " prefix of the go-nvml mocks, restores a missing "NVIDIA " prefix and
+// applies a few aliases.
+func TypeID(nvmlName string) string {
+	name := strings.Join(strings.Fields(nvmlName), " ")
+	name = strings.TrimPrefix(name, "Mock ")
+	if name == "" {
+		return ""
+	}
+	if alias, ok := typeAliases[name]; ok {
+		return alias
+	}
+	for _, b := range brands {
+		if strings.HasPrefix(name, b) {
+			return name
+		}
+	}
+	name = "NVIDIA " + name
+	if alias, ok := typeAliases[name]; ok {
+		return alias
+	}
+	return name
+}

@@ -1,0 +1,378 @@
+// Package httpapi serves Berth's HTTP routes: /v1 management, the
+// /v2/{endpointId} job API and worker protocol, the OpenAPI document and
+// /metrics. Handlers are built by constructors that take their dependencies.
+package httpapi
+
+import (
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"log/slog"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/gorilla/mux"
+	"github.com/jonboulle/clockwork"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"berth/queue"
+	"berth/store"
+)
+
+// Config holds a Server's dependencies.
+type Config struct {
+	Store      *store.DB
+	Queue      *queue.Service
+	Logger     *slog.Logger
+	Clock      clockwork.Clock
+	APIKeyHash string // sha256 hex of the operator's API key
+
+	RateLimits        bool          // the spec's per-endpoint limits
+	RequestsPerWorker int           // dynamic limit per running worker per 10 s [100]
+	StreamHold        time.Duration // /stream hold while empty [10s]
+	PingInterval      time.Duration // RUNPOD_PING_INTERVAL given to workers [10s]
+	Version           string
+
+	// Workers adds the runtime's container states to /health. Optional.
+	Workers func(endpointID string) queue.WorkerCounts
+	// EndpointChanged tells the runtime an endpoint was created or changed.
+	EndpointChanged func(endpointID string)
+}
+
+// Server is Berth's HTTP API.
+type Server struct {
+	cfg     Config
+	router  *mux.Router
+	limits  *limiter
+	metrics *metrics
+
+	epMu    sync.RWMutex
+	epCache map[string]*store.Endpoint
+}
+
+// HashKey returns the stored form of an API key.
+func HashKey(key string) string {
+	sum := sha256.Sum256([]byte(key))
+	return hex.EncodeToString(sum[:])
+}
+
+// New builds the Server and its routes.
+func New(cfg Config) *Server {
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.Clock == nil {
+		cfg.Clock = clockwork.NewRealClock()
+	}
+	if cfg.RequestsPerWorker <= 0 {
+		cfg.RequestsPerWorker = 100
+	}
+	if cfg.StreamHold <= 0 {
+		cfg.StreamHold = 10 * time.Second
+	}
+	if cfg.PingInterval <= 0 {
+		cfg.PingInterval = 10 * time.Second
+	}
+	s := &Server{cfg: cfg, epCache: map[string]*store.Endpoint{}}
+	s.limits = newLimiter(cfg.RateLimits, cfg.RequestsPerWorker, s.workerCount)
+	s.metrics = newMetrics(s)
+	s.routes()
+	return s
+}
+
+// Handler returns the root handler.
+func (s *Server) Handler() http.Handler { return s.router }
+
+type principal struct {
+	admin    bool
+	workerID string
+	endpoint string
+}
+
+type ctxKey struct{}
+
+func (s *Server) routes() {
+	r := mux.NewRouter()
+	r.NotFoundHandler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		writeErr(w, r, http.StatusNotFound, "no such route: "+r.Method+" "+r.URL.Path)
+	})
+	r.MethodNotAllowedHandler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		writeErr(w, r, http.StatusMethodNotAllowed, "method "+r.Method+" not allowed on "+r.URL.Path)
+	})
+	r.Use(s.recoverer)
+
+	admin := func(name string, h http.HandlerFunc) http.Handler { return s.instrument(name, s.adminOnly(h)) }
+
+	// Management (/v1).
+	v1 := r.PathPrefix("/v1").Subrouter()
+	v1.Handle("/templates", admin("templates.create", s.createTemplate)).Methods(http.MethodPost)
+	v1.Handle("/endpoints", admin("endpoints.create", s.createEndpoint)).Methods(http.MethodPost)
+	v1.Handle("/endpoints/{endpointId}", admin("endpoints.get", s.getEndpoint)).Methods(http.MethodGet)
+	v1.Handle("/endpoints/{endpointId}/worker-env", admin("endpoints.workerEnv", s.workerEnv)).Methods(http.MethodGet)
+	r.Handle("/metrics", s.adminOnly(promhttp.HandlerFor(s.metrics.reg, promhttp.HandlerOpts{}).ServeHTTP)).Methods(http.MethodGet)
+
+	// Job API (/v2/{endpointId}).
+	job := func(op string, h http.HandlerFunc) http.Handler {
+		return s.instrument(op, s.adminOnly(s.withEndpoint(s.limits.wrap(op, h))))
+	}
+	v2 := r.PathPrefix("/v2/{endpointId}").Subrouter()
+	v2.Handle("/run", job("run", s.run)).Methods(http.MethodPost)
+	v2.Handle("/runsync", job("runsync", s.runsync)).Methods(http.MethodPost)
+	v2.Handle("/status/{jobId}", job("status", s.status)).Methods(http.MethodGet, http.MethodPost)
+	v2.Handle("/status-sync/{jobId}", job("status-sync", s.statusSync)).Methods(http.MethodGet, http.MethodPost)
+	v2.Handle("/stream/{jobId}", job("stream", s.stream)).Methods(http.MethodGet, http.MethodPost)
+	v2.Handle("/cancel/{jobId}", job("cancel", s.cancel)).Methods(http.MethodPost)
+	v2.Handle("/retry/{jobId}", job("retry", s.retry)).Methods(http.MethodPost)
+	v2.Handle("/purge-queue", job("purge-queue", s.purge)).Methods(http.MethodPost)
+	v2.Handle("/health", job("health", s.healthRoute)).Methods(http.MethodGet)
+
+	// Worker protocol.
+	wk := func(op string, h http.HandlerFunc) http.Handler {
+		return s.instrument(op, s.workerAuth(s.withEndpoint(h)))
+	}
+	v2.Handle("/job-take/{workerId}", wk("job-take", s.jobTake(false))).Methods(http.MethodGet)
+	v2.Handle("/job-take-batch/{workerId}", wk("job-take-batch", s.jobTake(true))).Methods(http.MethodGet)
+	v2.Handle("/job-done/{workerId}/{jobId}", wk("job-done", s.jobDone)).Methods(http.MethodPost)
+	v2.Handle("/job-stream/{workerId}/{jobId}", wk("job-stream", s.jobStream)).Methods(http.MethodPost)
+	v2.Handle("/job-stop/{workerId}", wk("job-stop", s.jobStop)).Methods(http.MethodGet)
+	v2.Handle("/ping/{workerId}", wk("ping", s.ping)).Methods(http.MethodGet)
+	s.router = r
+}
+
+// ---- auth ----
+
+// apiKey accepts "Bearer KEY" and the bare "KEY" (RunPod's docs use both).
+func apiKey(r *http.Request) string {
+	h := strings.TrimSpace(r.Header.Get("Authorization"))
+	if len(h) > 7 && strings.EqualFold(h[:7], "bearer ") {
+		return strings.TrimSpace(h[7:])
+	}
+	return h
+}
+
+func (s *Server) isAdmin(key string) bool {
+	if key == "" || s.cfg.APIKeyHash == "" {
+		return false
+	}
+	return subtle.ConstantTimeCompare([]byte(HashKey(key)), []byte(s.cfg.APIKeyHash)) == 1
+}
+
+func (s *Server) adminOnly(h http.HandlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		if !s.isAdmin(apiKey(r)) {
+			writeErr(w, r, http.StatusUnauthorized, "missing or invalid API key")
+			return
+		}
+		h(w, r)
+	}
+}
+
+// workerAuth lets the operator's key or the worker's own key through; a
+// worker key opens only its own endpoint's worker routes, under its own id.
+func (s *Server) workerAuth(h http.HandlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		key := apiKey(r)
+		if s.isAdmin(key) {
+			h(w, r)
+			return
+		}
+		wid, ep, ok := s.cfg.Queue.AuthWorker(key)
+		vars := mux.Vars(r)
+		if ok && (vars["workerId"] == "$RUNPOD_POD_ID" || vars["workerId"] == "$ID") {
+			// A template the SDK left unsubstituted: the key says who it is.
+			vars["workerId"] = wid
+		}
+		if !ok || ep != vars["endpointId"] || wid != vars["workerId"] {
+			writeErr(w, r, http.StatusUnauthorized, "missing or invalid worker key")
+			return
+		}
+		h(w, r)
+	}
+}
+
+func (s *Server) recoverer(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		defer func() {
+			if v := recover(); v != nil {
+				if v == http.ErrAbortHandler {
+					panic(v)
+				}
+				s.cfg.Logger.Error("handler panic", "path", r.URL.Path, "panic", v)
+				writeErr(w, r, http.StatusInternalServerError, "internal error")
+			}
+		}()
+		next.ServeHTTP(w, r)
+	})
+}
+
+// ---- endpoints cache ----
+
+func (s *Server) endpoint(id string) (*store.Endpoint, error) {
+	s.epMu.RLock()
+	e, ok := s.epCache[id]
+	s.epMu.RUnlock()
+	if ok {
+		return e, nil
+	}
+	var rec store.Endpoint
+	err := s.cfg.Store.View(func(tx *store.Tx) error { return tx.Get(store.Endpoints, id, &rec) })
+	if err != nil {
+		return nil, err
+	}
+	s.epMu.Lock()
+	s.epCache[id] = &rec
+	s.epMu.Unlock()
+	return &rec, nil
+}
+
+func (s *Server) forgetEndpoint(id string) {
+	s.epMu.Lock()
+	delete(s.epCache, id)
+	s.epMu.Unlock()
+}
+
+type epCtxKey struct{}
+
+func (s *Server) withEndpoint(h http.HandlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		id := mux.Vars(r)["endpointId"]
+		e, err := s.endpoint(id)
+		if errors.Is(err, store.ErrNotFound) {
+			writeErr(w, r, http.StatusNotFound, "endpoint "+id+" not found")
+			return
+		}
+		if err != nil {
+			s.internal(w, r, err)
+			return
+		}
+		h(w, withValue(r, epCtxKey{}, e))
+	}
+}
+
+func endpointOf(r *http.Request) *store.Endpoint {
+	return r.Context().Value(epCtxKey{}).(*store.Endpoint)
+}
+
+// ---- responses ----
+
+func writeJSON(w http.ResponseWriter, code int, v any) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		code, b = http.StatusInternalServerError, []byte(`{"error":"encode response"}`)
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(code)
+	w.Write(b)
+}
+
+// writeErr answers with RunPod's error shapes: management (/v1) errors are
+// {"message": …}; job API and worker errors are {"error": …}.
+func writeErr(w http.ResponseWriter, r *http.Request, code int, msg string) {
+	if strings.HasPrefix(r.URL.Path, "/v1/") {
+		writeJSON(w, code, map[string]string{"message": msg})
+		return
+	}
+	writeJSON(w, code, map[string]string{"error": msg})
+}
+
+func (s *Server) internal(w http.ResponseWriter, r *http.Request, err error) {
+	s.cfg.Logger.Error("request failed", "path", r.URL.Path, "err", err)
+	writeErr(w, r, http.StatusInternalServerError, "internal error: "+err.Error())
+}
+
+func (s *Server) workerCount(endpointID string) int {
+	h := s.cfg.Queue.Health(endpointID)
+	return h.Workers.Running + h.Workers.Idle
+}
+
+// ---- metrics ----
+
+type metrics struct {
+	reg      *prometheus.Registry
+	requests *prometheus.CounterVec
+	duration *prometheus.HistogramVec
+}
+
+func newMetrics(s *Server) *metrics {
+	m := &metrics{reg: prometheus.NewRegistry()}
+	m.requests = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "berth_http_requests_total", Help: "HTTP requests by route and status code.",
+	}, []string{"route", "code"})
+	m.duration = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name: "berth_http_request_duration_seconds", Help: "HTTP request latency by route (long polls included).",
+		Buckets: []float64{.0005, .001, .0025, .005, .01, .05, .25, 1, 5, 30, 90},
+	}, []string{"route"})
+	m.reg.MustRegister(m.requests, m.duration, &queueCollector{s: s},
+		prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}))
+	return m
+}
+
+type statusRecorder struct {
+	http.ResponseWriter
+	code int
+}
+
+func (r *statusRecorder) WriteHeader(code int) {
+	r.code = code
+	r.ResponseWriter.WriteHeader(code)
+}
+
+func (r *statusRecorder) Flush() {
+	if f, ok := r.ResponseWriter.(http.Flusher); ok {
+		f.Flush()
+	}
+}
+
+var codeText sync.Map
+
+func codeLabel(c int) string {
+	if v, ok := codeText.Load(c); ok {
+		return v.(string)
+	}
+	b, _ := json.Marshal(c)
+	codeText.Store(c, string(b))
+	return string(b)
+}
+
+func (s *Server) instrument(route string, h http.Handler) http.Handler {
+	hist := s.metrics.duration.WithLabelValues(route)
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		start := time.Now()
+		rec := &statusRecorder{ResponseWriter: w, code: 200}
+		h.ServeHTTP(rec, r)
+		hist.Observe(time.Since(start).Seconds())
+		s.metrics.requests.WithLabelValues(route, codeLabel(rec.code)).Inc()
+	})
+}
+
+// queueCollector reports queue depth per endpoint at scrape time.
+type queueCollector struct{ s *Server }
+
+var (
+	queueDepthDesc = prometheus.NewDesc("berth_queue_jobs", "Jobs per endpoint and state.", []string{"endpoint", "state"}, nil)
+	workersDesc    = prometheus.NewDesc("berth_workers", "Workers per endpoint and state.", []string{"endpoint", "state"}, nil)
+)
+
+func (c *queueCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- queueDepthDesc
+	ch <- workersDesc
+}
+
+func (c *queueCollector) Collect(ch chan<- prometheus.Metric) {
+	var ids []string
+	c.s.cfg.Store.Scan(store.Endpoints, func(key string, _ []byte) error { ids = append(ids, key); return nil })
+	for _, id := range ids {
+		h := c.s.health(id)
+		for state, n := range map[string]int{"in_queue": h.Jobs.InQueue, "in_progress": h.Jobs.InProgress, "completed": h.Jobs.Completed, "failed": h.Jobs.Failed} {
+			ch <- prometheus.MustNewConstMetric(queueDepthDesc, prometheus.GaugeValue, float64(n), id, state)
+		}
+		for state, n := range map[string]int{"idle": h.Workers.Idle, "running": h.Workers.Running, "initializing": h.Workers.Initializing, "unhealthy": h.Workers.Unhealthy} {
+			ch <- prometheus.MustNewConstMetric(workersDesc, prometheus.GaugeValue, float64(n), id, state)
+		}
+	}
+}
