@@ -19,6 +19,14 @@ import (
 
 // Management routes (/v1), RunPod REST v1 shapes. Errors are {"message"}.
 
+// mgmtRoutes registers the /v1 management routes; admin wraps a handler
+// with the API-key check and metrics under the given route name.
+func (s *Server) mgmtRoutes(v1 *mux.Router, admin func(name string, h http.HandlerFunc) http.Handler) {
+	v1.Handle("/templates", admin("templates.create", s.createTemplate)).Methods(http.MethodPost)
+	v1.Handle("/endpoints", admin("endpoints.create", s.createEndpoint)).Methods(http.MethodPost)
+	v1.Handle("/endpoints/{endpointId}", admin("endpoints.get", s.getEndpoint)).Methods(http.MethodGet)
+}
+
 const maxMgmtBody = 1 << 20
 
 // decodeStrict decodes a JSON object, refusing unknown fields so a typo in

@@ -108,11 +108,9 @@ func (s *Server) routes() {
 
 	admin := func(name string, h http.HandlerFunc) http.Handler { return s.instrument(name, s.adminOnly(h)) }
 
-	// Management (/v1).
+	// Management (/v1): see mgmt.go.
 	v1 := r.PathPrefix("/v1").Subrouter()
-	v1.Handle("/templates", admin("templates.create", s.createTemplate)).Methods(http.MethodPost)
-	v1.Handle("/endpoints", admin("endpoints.create", s.createEndpoint)).Methods(http.MethodPost)
-	v1.Handle("/endpoints/{endpointId}", admin("endpoints.get", s.getEndpoint)).Methods(http.MethodGet)
+	s.mgmtRoutes(v1, admin)
 	v1.Handle("/endpoints/{endpointId}/worker-env", admin("endpoints.workerEnv", s.workerEnv)).Methods(http.MethodGet)
 	r.Handle("/metrics", s.adminOnly(promhttp.HandlerFor(s.metrics.reg, promhttp.HandlerOpts{}).ServeHTTP)).Methods(http.MethodGet)
 
