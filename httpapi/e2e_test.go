@@ -1,0 +1,786 @@
+package httpapi_test
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jonboulle/clockwork"
+
+	"berth/httpapi"
+	"berth/queue"
+	"berth/store"
+)
+
+// echoworkerBin is the test worker program, built once per test binary.
+var echoworkerBin string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "berth-e2e")
+	if err != nil {
+		panic(err)
+	}
+	echoworkerBin = filepath.Join(dir, "echoworker")
+	cmd := exec.Command("go", "build", "-o", echoworkerBin, "berth/testdata/echoworker")
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		fmt.Fprintf(os.Stderr, "build echoworker: %v\n%s", err, out)
+		os.Exit(1)
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+const adminKey = "test-admin-key"
+
+type env struct {
+	t       *testing.T
+	clock   *clockwork.FakeClock
+	db      *store.DB
+	q       *queue.Service
+	srv     *httptest.Server
+	stopPod chan string
+	qcfg    queue.Config
+	hcfg    httpapi.Config
+	path    string
+}
+
+type envOpt func(*env)
+
+func withRateLimits(perWorker int) envOpt {
+	return func(e *env) { e.hcfg.RateLimits, e.hcfg.RequestsPerWorker = true, perWorker }
+}
+
+func newEnv(t *testing.T, opts ...envOpt) *env {
+	e := &env{t: t, clock: clockwork.NewFakeClock(), stopPod: make(chan string, 10), path: filepath.Join(t.TempDir(), "berth.db")}
+	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+	e.qcfg = queue.Config{
+		Logger:        quiet,
+		WorkerTimeout: time.Minute,
+		OnStopPod:     func(ep, w string) { e.stopPod <- w },
+	}
+	e.hcfg = httpapi.Config{APIKeyHash: httpapi.HashKey(adminKey), PingInterval: time.Second, Logger: quiet}
+	for _, o := range opts {
+		o(e)
+	}
+	e.start()
+	t.Cleanup(e.stop)
+	return e
+}
+
+func (e *env) start() {
+	db, err := store.Open(e.path, store.Options{})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	e.db = db
+	qc := e.qcfg
+	qc.Clock = e.clock
+	e.q = queue.New(db, qc)
+	if err := e.q.Start(context.Background()); err != nil {
+		e.t.Fatal(err)
+	}
+	hc := e.hcfg
+	hc.Store, hc.Queue, hc.Clock = db, e.q, e.clock
+	e.srv = httptest.NewServer(httpapi.New(hc).Handler())
+}
+
+func (e *env) stop() {
+	if e.srv == nil {
+		return
+	}
+	e.q.Stop()
+	e.srv.CloseClientConnections()
+	e.srv.Close()
+	if err := e.db.Check(); err != nil {
+		e.t.Errorf("db check: %v", err)
+	}
+	e.db.Close()
+	e.srv = nil
+}
+
+type resp struct {
+	code int
+	hdr  http.Header
+	body []byte
+}
+
+func (r resp) json(t *testing.T) map[string]any {
+	t.Helper()
+	var m map[string]any
+	if err := json.Unmarshal(r.body, &m); err != nil {
+		t.Fatalf("response %d is not a JSON object: %q", r.code, r.body)
+	}
+	return m
+}
+
+func (e *env) call(method, path, auth string, body any) resp {
+	e.t.Helper()
+	var rd io.Reader
+	switch b := body.(type) {
+	case nil:
+	case string:
+		rd = strings.NewReader(b)
+	case []byte:
+		rd = bytes.NewReader(b)
+	default:
+		raw, _ := json.Marshal(b)
+		rd = bytes.NewReader(raw)
+	}
+	req, _ := http.NewRequest(method, e.srv.URL+path, rd)
+	if auth != "" {
+		req.Header.Set("Authorization", auth)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		e.t.Fatalf("%s %s: %v", method, path, err)
+	}
+	defer res.Body.Close()
+	b, _ := io.ReadAll(res.Body)
+	return resp{code: res.StatusCode, hdr: res.Header, body: b}
+}
+
+// admin calls with the operator's key and expects want.
+func (e *env) admin(method, path string, body any, want int) map[string]any {
+	e.t.Helper()
+	r := e.call(method, path, "Bearer "+adminKey, body)
+	if r.code != want {
+		e.t.Fatalf("%s %s: %d %s, want %d", method, path, r.code, r.body, want)
+	}
+	if r.code == http.StatusNoContent {
+		return nil
+	}
+	if ct := r.hdr.Get("Content-Type"); ct != "application/json" {
+		e.t.Fatalf("%s %s: content type %q", method, path, ct)
+	}
+	return r.json(e.t)
+}
+
+func (e *env) endpoint(extra map[string]any) string {
+	e.t.Helper()
+	tpl := e.admin("POST", "/v1/templates", map[string]any{"name": "t-" + queue.NewID(6), "imageName": "echo:latest", "isServerless": true}, 200)
+	body := map[string]any{"templateId": tpl["id"]}
+	for k, v := range extra {
+		body[k] = v
+	}
+	ep := e.admin("POST", "/v1/endpoints", body, 200)
+	return ep["id"].(string)
+}
+
+func (e *env) run(ep string, input string) string {
+	e.t.Helper()
+	m := e.admin("POST", "/v2/"+ep+"/run", `{"input":`+input+`}`, 200)
+	if m["status"] != "IN_QUEUE" {
+		e.t.Fatalf("run: %v", m)
+	}
+	return m["id"].(string)
+}
+
+// workerProc is a running echoworker process.
+type workerProc struct {
+	id   string
+	env  map[string]string
+	cmd  *exec.Cmd
+	logs *lockedBuffer
+}
+
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+func (e *env) workerEnv(ep string) map[string]string {
+	e.t.Helper()
+	m := e.admin("GET", "/v1/endpoints/"+ep+"/worker-env", nil, 200)
+	out := map[string]string{}
+	for k, v := range m {
+		out[k] = v.(string)
+	}
+	return out
+}
+
+func (e *env) startWorker(ep string, extraEnv ...string) *workerProc {
+	e.t.Helper()
+	wenv := e.workerEnv(ep)
+	w := &workerProc{id: wenv["RUNPOD_POD_ID"], env: wenv, logs: &lockedBuffer{}}
+	w.cmd = exec.Command(echoworkerBin)
+	for k, v := range wenv {
+		w.cmd.Env = append(w.cmd.Env, k+"="+v)
+	}
+	w.cmd.Env = append(w.cmd.Env, extraEnv...)
+	w.cmd.Stdout, w.cmd.Stderr = w.logs, w.logs
+	if err := w.cmd.Start(); err != nil {
+		e.t.Fatal(err)
+	}
+	e.t.Cleanup(func() {
+		w.cmd.Process.Kill()
+		w.cmd.Wait()
+		if e.t.Failed() {
+			e.t.Logf("worker %s output:\n%s", w.id, w.logs.String())
+		}
+	})
+	return w
+}
+
+// waitStatus waits for the job to reach want, reading /status after each
+// change the queue signals.
+func (e *env) waitStatus(ep, id, want string) map[string]any {
+	e.t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for time.Now().Before(deadline) {
+		ch, _ := e.q.Watch(ep, id)
+		m := e.admin("GET", "/v2/"+ep+"/status/"+id, nil, 200)
+		if m["status"] == want {
+			return m
+		}
+		if s, _ := m["status"].(string); s != "IN_QUEUE" && s != "IN_PROGRESS" {
+			e.t.Fatalf("job %s is %v, want %s: %v", id, s, want, m)
+		}
+		select {
+		case <-ch:
+		case <-time.After(time.Second):
+		}
+	}
+	e.t.Fatalf("job %s never reached %s", id, want)
+	return nil
+}
+
+func TestE2EEveryJobOperation(t *testing.T) {
+	e := newEnv(t)
+	ep := e.endpoint(nil)
+	e.startWorker(ep)
+
+	t.Run("run and status GET and POST", func(t *testing.T) {
+		id := e.run(ep, `{"echo":{"a":1}}`)
+		m := e.waitStatus(ep, id, "COMPLETED")
+		if fmt.Sprint(m["output"]) != "map[a:1]" || m["workerId"] == "" {
+			t.Fatalf("%v", m)
+		}
+		for _, k := range []string{"delayTime", "executionTime"} {
+			if _, ok := m[k].(float64); !ok {
+				t.Fatalf("%s missing or not a number: %v", k, m)
+			}
+		}
+		if _, ok := m["input"]; ok {
+			t.Fatalf("input echoed on a finished job: %v", m)
+		}
+		p := e.admin("POST", "/v2/"+ep+"/status/"+id, nil, 200)
+		if p["status"] != "COMPLETED" {
+			t.Fatal(p)
+		}
+	})
+	t.Run("runsync", func(t *testing.T) {
+		m := e.admin("POST", "/v2/"+ep+"/runsync", `{"input":{"echo":"hi"}}`, 200)
+		if m["status"] != "COMPLETED" || m["output"] != "hi" || !strings.HasPrefix(m["id"].(string), "sync-") {
+			t.Fatal(m)
+		}
+	})
+	t.Run("failed job carries a string error and can be retried", func(t *testing.T) {
+		id := e.run(ep, `{"fail":"boom"}`)
+		m := e.waitStatus(ep, id, "FAILED")
+		errStr, ok := m["error"].(string)
+		if !ok || !strings.Contains(errStr, "boom") {
+			t.Fatalf("error not a string holding the message: %v", m)
+		}
+		r := e.admin("POST", "/v2/"+ep+"/retry/"+id, nil, 200)
+		if r["id"] != id || r["status"] != "IN_QUEUE" {
+			t.Fatal(r)
+		}
+		// The same input runs again and fails again.
+		e.waitStatus(ep, id, "FAILED")
+		done := e.run(ep, `{"echo":1}`)
+		e.waitStatus(ep, done, "COMPLETED")
+		bad := e.call("POST", "/v2/"+ep+"/retry/"+done, adminKey, nil)
+		if bad.code != 400 || !strings.Contains(string(bad.body), "only FAILED or TIMED_OUT") {
+			t.Fatalf("retry of a completed job: %d %s", bad.code, bad.body)
+		}
+	})
+	t.Run("error key in the result", func(t *testing.T) {
+		id := e.run(ep, `{"error_key":"custom failure"}`)
+		m := e.waitStatus(ep, id, "FAILED")
+		if m["error"] != "custom failure" || fmt.Sprint(m["output"]) != "map[detail:1]" {
+			t.Fatal(m)
+		}
+	})
+	t.Run("stream drains chunks and always has stream", func(t *testing.T) {
+		id := e.run(ep, `{"stream":["a","b","c"]}`)
+		var got []string
+		for i := 0; i < 50; i++ {
+			m := e.admin("GET", "/v2/"+ep+"/stream/"+id+"?wait=0", nil, 200)
+			s, ok := m["stream"].([]any)
+			if !ok {
+				t.Fatalf("no stream array: %v", m)
+			}
+			for _, c := range s {
+				got = append(got, c.(map[string]any)["output"].(string))
+			}
+			if m["status"] == "COMPLETED" && len(s) == 0 {
+				break
+			}
+			e.waitChange(ep, id)
+		}
+		if strings.Join(got, "") != "abc" {
+			t.Fatalf("chunks %v", got)
+		}
+		m := e.admin("GET", "/v2/"+ep+"/status/"+id, nil, 200)
+		if fmt.Sprint(m["output"]) != "[a b c]" {
+			t.Fatalf("aggregate output %v", m["output"])
+		}
+	})
+	t.Run("progress updates show while running", func(t *testing.T) {
+		id := e.run(ep, `{"progress":["1/2"],"sleep_ms":60000}`)
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			m := e.admin("GET", "/v2/"+ep+"/status/"+id, nil, 200)
+			if m["status"] == "IN_PROGRESS" && m["output"] == "1/2" {
+				if fmt.Sprint(m["input"]) != "map[progress:[1/2] sleep_ms:60000]" {
+					t.Fatalf("input not echoed while running: %v", m)
+				}
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("no progress: %v", m)
+			}
+			e.waitChange(ep, id)
+		}
+		c := e.admin("POST", "/v2/"+ep+"/cancel/"+id, nil, 200)
+		if c["status"] != "CANCELLED" {
+			t.Fatal(c)
+		}
+	})
+	t.Run("health", func(t *testing.T) {
+		h := e.admin("GET", "/v2/"+ep+"/health", nil, 200)
+		jobs := h["jobs"].(map[string]any)
+		workers := h["workers"].(map[string]any)
+		if jobs["completed"].(float64) < 3 || jobs["failed"].(float64) < 2 || jobs["retried"].(float64) < 1 {
+			t.Fatalf("%v", h)
+		}
+		if workers["idle"].(float64)+workers["running"].(float64) != 1 {
+			t.Fatalf("workers %v", workers)
+		}
+	})
+}
+
+// waitChange blocks until the job changes (or a short real timeout).
+func (e *env) waitChange(ep, id string) {
+	ch, err := e.q.Watch(ep, id)
+	if err != nil {
+		return
+	}
+	select {
+	case <-ch:
+	case <-time.After(5 * time.Second):
+	}
+}
+
+func TestE2ECancelRunningStopsTheHandler(t *testing.T) {
+	e := newEnv(t)
+	ep := e.endpoint(nil)
+	w := e.startWorker(ep)
+	id := e.run(ep, `{"sleep_ms":600000}`)
+	e.waitStatus(ep, id, "IN_PROGRESS")
+	c := e.admin("POST", "/v2/"+ep+"/cancel/"+id, nil, 200)
+	if c["id"] != id || c["status"] != "CANCELLED" {
+		t.Fatal(c)
+	}
+	// The worker gets the id on job-stop, cancels the handler and is free
+	// for the next job straight away.
+	next := e.run(ep, `{"echo":"next"}`)
+	e.waitStatus(ep, next, "COMPLETED")
+	if m := e.admin("GET", "/v2/"+ep+"/status/"+id, nil, 200); m["status"] != "CANCELLED" {
+		t.Fatalf("cancelled job changed: %v (worker logs %s)", m, w.logs.String())
+	}
+}
+
+func TestE2ECancelQueuedAndPurge(t *testing.T) {
+	e := newEnv(t)
+	ep := e.endpoint(nil)
+	a, b, c := e.run(ep, `{}`), e.run(ep, `{}`), e.run(ep, `{}`)
+	if m := e.admin("POST", "/v2/"+ep+"/cancel/"+a, nil, 200); m["status"] != "CANCELLED" {
+		t.Fatal(m)
+	}
+	m := e.admin("POST", "/v2/"+ep+"/purge-queue", nil, 200)
+	if m["removed"] != float64(2) || m["status"] != "completed" {
+		t.Fatal(m)
+	}
+	for _, id := range []string{b, c} {
+		if r := e.call("GET", "/v2/"+ep+"/status/"+id, adminKey, nil); r.code != 404 {
+			t.Fatalf("purged job: %d %s", r.code, r.body)
+		}
+	}
+	if m := e.admin("GET", "/v2/"+ep+"/status/"+a, nil, 200); m["status"] != "CANCELLED" {
+		t.Fatal(m)
+	}
+}
+
+func TestE2ERunsyncWaitElapses(t *testing.T) {
+	e := newEnv(t)
+	ep := e.endpoint(nil)
+	got := make(chan map[string]any)
+	go func() {
+		r := e.call("POST", "/v2/"+ep+"/runsync?wait=1000", adminKey, `{"input":{}}`)
+		var m map[string]any
+		json.Unmarshal(r.body, &m)
+		got <- m
+	}()
+	// runsync holds on the fake clock until it moves past the wait.
+	e.clock.BlockUntilContext(context.Background(), 2) // the job's ttl + the wait
+	e.clock.Advance(time.Second)
+	m := <-got
+	if m["status"] != "IN_QUEUE" || m["id"] == nil || len(m) != 2 {
+		t.Fatalf("%v", m)
+	}
+	// status-sync picks it up once a worker arrives.
+	e.startWorker(ep)
+	e.waitStatus(ep, m["id"].(string), "COMPLETED")
+}
+
+func TestE2EExecutionTimeoutAndTTL(t *testing.T) {
+	e := newEnv(t)
+	ep := e.endpoint(map[string]any{"executionTimeoutMs": 5000})
+	e.startWorker(ep)
+	id := e.run(ep, `{"sleep_ms":600000}`)
+	e.waitStatus(ep, id, "IN_PROGRESS")
+	ch, _ := e.q.Watch(ep, id)
+	e.clock.Advance(5 * time.Second) // the endpoint's default
+	<-ch
+	m := e.admin("GET", "/v2/"+ep+"/status/"+id, nil, 200)
+	if m["status"] != "TIMED_OUT" || !strings.Contains(fmt.Sprint(m["error"]), "timeout") {
+		t.Fatal(m)
+	}
+	// The worker was told to stop and takes the next job.
+	next := e.run(ep, `{"echo":2}`)
+	e.waitStatus(ep, next, "COMPLETED")
+	// TIMED_OUT can be retried.
+	e.admin("POST", "/v2/"+ep+"/retry/"+id, nil, 200)
+	e.waitStatus(ep, id, "IN_PROGRESS")
+
+	// ttl removes a running job: status then answers 404.
+	short := e.admin("POST", "/v2/"+ep+"/run", `{"input":{"sleep_ms":600000},"policy":{"ttl":10000,"executionTimeout":600000}}`, 200)["id"].(string)
+	e.admin("POST", "/v2/"+ep+"/cancel/"+id, nil, 200)
+	e.waitStatus(ep, short, "IN_PROGRESS")
+	ch, _ = e.q.Watch(ep, short)
+	e.clock.Advance(10 * time.Second)
+	<-ch
+	if r := e.call("GET", "/v2/"+ep+"/status/"+short, adminKey, nil); r.code != 404 || r.json(t)["error"] == nil {
+		t.Fatalf("expired job: %d %s", r.code, r.body)
+	}
+}
+
+func TestE2EStopPodAndBatchWorker(t *testing.T) {
+	e := newEnv(t)
+	ep := e.endpoint(nil)
+	w := e.startWorker(ep, "ECHOWORKER_CONCURRENCY=3")
+	var ids []string
+	for i := 0; i < 6; i++ {
+		ids = append(ids, e.run(ep, fmt.Sprintf(`{"echo":%d,"sleep_ms":50}`, i)))
+	}
+	for i, id := range ids {
+		m := e.waitStatus(ep, id, "COMPLETED")
+		if m["output"] != float64(i) {
+			t.Fatal(m)
+		}
+	}
+	id := e.run(ep, `{"stop_pod":true,"echo":{"x":1}}`)
+	e.waitStatus(ep, id, "COMPLETED")
+	select {
+	case got := <-e.stopPod:
+		if got != w.id {
+			t.Fatalf("stopPod for %s, want %s", got, w.id)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("stopPod not reported")
+	}
+}
+
+func TestE2ELostWorkerJobIsRequeued(t *testing.T) {
+	e := newEnv(t)
+	ep := e.endpoint(nil)
+	w := e.startWorker(ep)
+	id := e.run(ep, `{"sleep_ms":600000}`)
+	e.waitStatus(ep, id, "IN_PROGRESS")
+	w.cmd.Process.Kill()
+	w.cmd.Wait()
+	ch, _ := e.q.Watch(ep, id)
+	e.clock.Advance(time.Minute)
+	<-ch
+	m := e.admin("GET", "/v2/"+ep+"/status/"+id, nil, 200)
+	if m["status"] != "IN_QUEUE" {
+		t.Fatal(m)
+	}
+	e.startWorker(ep)
+	e.waitStatus(ep, id, "IN_PROGRESS")
+}
+
+func TestE2EWebhook(t *testing.T) {
+	got := make(chan map[string]any, 2)
+	recv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var m map[string]any
+		json.NewDecoder(r.Body).Decode(&m)
+		got <- m
+	}))
+	defer recv.Close()
+	e := newEnv(t)
+	ep := e.endpoint(nil)
+	e.startWorker(ep)
+	id := e.admin("POST", "/v2/"+ep+"/run", map[string]any{"input": map[string]any{"echo": "w"}, "webhook": recv.URL}, 200)["id"]
+	select {
+	case m := <-got:
+		if m["id"] != id || m["status"] != "COMPLETED" || m["output"] != "w" {
+			t.Fatal(m)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("no webhook")
+	}
+}
+
+func TestE2ERestartKeepsQueuedJobs(t *testing.T) {
+	e := newEnv(t)
+	ep := e.endpoint(nil)
+	ids := []string{e.run(ep, `{"echo":1}`), e.run(ep, `{"echo":2}`)}
+	e.stop()
+	e.start()
+	e.startWorker(ep)
+	for i, id := range ids {
+		if m := e.waitStatus(ep, id, "COMPLETED"); m["output"] != float64(i+1) {
+			t.Fatal(m)
+		}
+	}
+}
+
+func TestE2EAuth(t *testing.T) {
+	e := newEnv(t)
+	ep := e.endpoint(nil)
+	other := e.endpoint(nil)
+	wenv := e.workerEnv(ep)
+	wkey, wid := wenv["RUNPOD_AI_API_KEY"], wenv["RUNPOD_POD_ID"]
+	tests := []struct {
+		name, method, path, auth string
+		want                     int
+	}{
+		{"bearer", "GET", "/v2/" + ep + "/health", "Bearer " + adminKey, 200},
+		{"lowercase bearer", "GET", "/v2/" + ep + "/health", "bearer " + adminKey, 200},
+		{"bare key", "GET", "/v2/" + ep + "/health", adminKey, 200},
+		{"no key", "GET", "/v2/" + ep + "/health", "", 401},
+		{"wrong key", "GET", "/v2/" + ep + "/health", "Bearer nope", 401},
+		{"basic scheme", "GET", "/v2/" + ep + "/health", "Basic " + adminKey, 401},
+		{"management without key", "GET", "/v1/endpoints/" + ep, "", 401},
+		{"metrics without key", "GET", "/metrics", "", 401},
+		{"worker key on job API", "GET", "/v2/" + ep + "/health", wkey, 401},
+		{"worker key on management", "GET", "/v1/endpoints/" + ep, wkey, 401},
+		{"worker key on its route", "GET", "/v2/" + ep + "/ping/" + wid, wkey, 200},
+		{"worker key as bearer", "GET", "/v2/" + ep + "/ping/" + wid, "Bearer " + wkey, 200},
+		{"worker key, unsubstituted id", "GET", "/v2/" + ep + "/ping/$RUNPOD_POD_ID", wkey, 200},
+		{"worker key, other worker id", "GET", "/v2/" + ep + "/ping/someoneelse", wkey, 401},
+		{"worker key, other endpoint", "GET", "/v2/" + other + "/ping/" + wid, wkey, 401},
+		{"admin key on worker route", "GET", "/v2/" + ep + "/ping/" + wid, adminKey, 200},
+		{"no key on worker route", "GET", "/v2/" + ep + "/ping/" + wid, "", 401},
+	}
+	for _, tt := range tests {
+		r := e.call(tt.method, tt.path, tt.auth, nil)
+		if r.code != tt.want {
+			t.Errorf("%s: %d %s, want %d", tt.name, r.code, r.body, tt.want)
+			continue
+		}
+		if r.code == 401 {
+			m := r.json(t)
+			if m["error"] == nil && m["message"] == nil {
+				t.Errorf("%s: 401 without a message: %s", tt.name, r.body)
+			}
+		}
+	}
+}
+
+func TestE2EBadInputChangesNothing(t *testing.T) {
+	e := newEnv(t)
+	ep := e.endpoint(nil)
+	tests := []struct {
+		name, path, body, field string
+		want                    int
+	}{
+		{"not JSON", "/run", `{`, "JSON", 400},
+		{"array body", "/run", `[]`, "JSON object", 400},
+		{"no input", "/run", `{}`, "input", 400},
+		{"null input", "/run", `{"input":null}`, "input", 400},
+		{"input not object", "/run", `{"input":"x"}`, "input", 400},
+		{"ttl too small", "/run", `{"input":{},"policy":{"ttl":9999}}`, "policy.ttl", 400},
+		{"ttl too big", "/run", `{"input":{},"policy":{"ttl":604800001}}`, "policy.ttl", 400},
+		{"ttl not integer", "/run", `{"input":{},"policy":{"ttl":1.5}}`, "policy.ttl", 400},
+		{"exec timeout too small", "/run", `{"input":{},"policy":{"executionTimeout":4999}}`, "policy.executionTimeout", 400},
+		{"exec timeout too big", "/runsync", `{"input":{},"policy":{"executionTimeout":604800001}}`, "policy.executionTimeout", 400},
+		{"lowPriority not bool", "/run", `{"input":{},"policy":{"lowPriority":"yes"}}`, "policy.lowPriority", 400},
+		{"policy not object", "/run", `{"input":{},"policy":5}`, "policy", 400},
+		{"webhook not URL", "/run", `{"input":{},"webhook":"ftp://x"}`, "webhook", 400},
+		{"webhook not string", "/run", `{"input":{},"webhook":5}`, "webhook", 400},
+		{"s3Config field not string", "/run", `{"input":{},"s3Config":{"accessId":5}}`, "s3Config.accessId", 400},
+		{"runsync wait too small", "/runsync?wait=999", `{"input":{}}`, "wait", 400},
+		{"runsync wait too big", "/runsync?wait=300001", `{"input":{}}`, "wait", 400},
+		{"runsync wait malformed", "/runsync?wait=soon", `{"input":{}}`, "wait", 400},
+	}
+	for _, tt := range tests {
+		r := e.call("POST", "/v2/"+ep+tt.path, adminKey, tt.body)
+		if r.code != tt.want {
+			t.Errorf("%s: %d %s", tt.name, r.code, r.body)
+			continue
+		}
+		if msg, _ := r.json(t)["error"].(string); !strings.Contains(msg, tt.field) {
+			t.Errorf("%s: message %q does not name %s", tt.name, msg, tt.field)
+		}
+	}
+	for _, p := range []string{"/status/x?ttl=5", "/status/x?ttl=abc", "/stream/x?wait=-1", "/status-sync/x?wait=0"} {
+		if r := e.call("GET", "/v2/"+ep+p, adminKey, nil); r.code != 400 {
+			t.Errorf("%s: %d %s", p, r.code, r.body)
+		}
+	}
+	if h := e.q.Health(ep); h.Jobs != (queue.JobCounts{}) {
+		t.Fatalf("bad requests stored jobs: %+v", h.Jobs)
+	}
+	// Valid optional fields are accepted and handed to the worker.
+	e.admin("POST", "/v2/"+ep+"/run", `{"input":{},"policy":{"ttl":10000,"executionTimeout":5000,"lowPriority":true},"s3Config":{"accessId":"a","accessSecret":"b","bucketName":"c","endpointUrl":"http://s3"}}`, 200)
+	if st := e.q.Stats(ep); st.InQueue != 1 || st.LowPriority != 1 {
+		t.Fatalf("lowPriority not exposed to the scaler: %+v", st)
+	}
+	wenv := e.workerEnv(ep)
+	take := e.call("GET", "/v2/"+ep+"/job-take/"+wenv["RUNPOD_POD_ID"]+"?gpu=&job_in_progress=0", wenv["RUNPOD_AI_API_KEY"], nil)
+	job := take.json(t)
+	if take.hdr.Get("Content-Type") != "application/json" || job["s3Config"] == nil || job["policy"] == nil || job["input"] == nil {
+		t.Fatalf("taken job %d %v", take.code, job)
+	}
+}
+
+func TestE2ENotFound(t *testing.T) {
+	e := newEnv(t)
+	ep := e.endpoint(nil)
+	for _, p := range []string{"/v2/nosuchendpoint/run", "/v2/nosuchendpoint/health"} {
+		method := "GET"
+		if strings.HasSuffix(p, "run") {
+			method = "POST"
+		}
+		if r := e.call(method, p, adminKey, `{"input":{}}`); r.code != 404 || !strings.Contains(string(r.body), "endpoint") {
+			t.Errorf("%s: %d %s", p, r.code, r.body)
+		}
+	}
+	for _, op := range []string{"status", "status-sync", "stream", "cancel", "retry"} {
+		method := "POST"
+		if r := e.call(method, "/v2/"+ep+"/"+op+"/nosuchjob", adminKey, nil); r.code != 404 || r.json(t)["error"] == nil {
+			t.Errorf("%s: %d %s", op, r.code, r.body)
+		}
+	}
+	if r := e.call("GET", "/v1/endpoints/nosuch", adminKey, nil); r.code != 404 || r.json(t)["message"] == nil {
+		t.Errorf("management 404: %d %s", r.code, r.body)
+	}
+}
+
+func TestE2EPayloadLimits(t *testing.T) {
+	e := newEnv(t)
+	ep := e.endpoint(nil)
+	big := func(n int) string { return `{"input":{"b":"` + strings.Repeat("x", n) + `"}}` }
+	if r := e.call("POST", "/v2/"+ep+"/run", adminKey, big(10<<20)); r.code != 413 || r.json(t)["error"] == nil {
+		t.Fatalf("11 MB /run: %d", r.code)
+	}
+	e.admin("POST", "/v2/"+ep+"/run", big(9<<20), 200)
+	if r := e.call("POST", "/v2/"+ep+"/runsync?wait=1000", adminKey, big(20<<20)); r.code != 413 {
+		t.Fatalf("21 MB /runsync: %d", r.code)
+	}
+}
+
+func TestE2ERateLimits(t *testing.T) {
+	e := newEnv(t, withRateLimits(3))
+	ep := e.endpoint(nil)
+	purge := func() resp { return e.call("POST", "/v2/"+ep+"/purge-queue", adminKey, nil) }
+	for i := 0; i < 2; i++ {
+		if r := purge(); r.code != 200 {
+			t.Fatalf("purge %d: %d", i, r.code)
+		}
+	}
+	r := purge()
+	if r.code != 429 || r.hdr.Get("Retry-After") == "" || r.json(t)["error"] == nil {
+		t.Fatalf("third purge: %d %v", r.code, r.hdr)
+	}
+	// Dynamic limit: 2 live workers × 3 per worker = 6 > base 2.
+	other := e.endpoint(nil)
+	for i := 0; i < 2; i++ {
+		wenv := e.workerEnv(other)
+		e.call("GET", "/v2/"+other+"/ping/"+wenv["RUNPOD_POD_ID"], wenv["RUNPOD_AI_API_KEY"], nil)
+	}
+	n := 0
+	for i := 0; i < 10; i++ {
+		if e.call("POST", "/v2/"+other+"/purge-queue", adminKey, nil).code == 200 {
+			n++
+		}
+	}
+	if n != 6 {
+		t.Fatalf("%d purges allowed with 2 workers, want 6", n)
+	}
+	// Limits are per endpoint and operation: health is not limited.
+	if r := e.call("GET", "/v2/"+ep+"/health", adminKey, nil); r.code != 200 {
+		t.Fatal(r.code)
+	}
+}
+
+func TestE2EWorkerEnvTemplates(t *testing.T) {
+	e := newEnv(t)
+	ep := e.endpoint(nil)
+	wenv := e.workerEnv(ep)
+	for _, k := range []string{"RUNPOD_WEBHOOK_GET_JOB", "RUNPOD_WEBHOOK_POST_OUTPUT", "RUNPOD_WEBHOOK_POST_STREAM"} {
+		if !strings.Contains(wenv[k], "?") {
+			t.Errorf("%s has no '?': %s", k, wenv[k])
+		}
+	}
+	if !strings.Contains(wenv["RUNPOD_WEBHOOK_GET_JOB"], "/job-take/"+wenv["RUNPOD_POD_ID"]+"?") ||
+		!strings.Contains(wenv["RUNPOD_WEBHOOK_POST_OUTPUT"], "/$ID?") ||
+		wenv["RUNPOD_SKIP_AUTO_SYSTEM_CHECKS"] != "true" || wenv["RUNPOD_ENDPOINT_ID"] != ep || wenv["RUNPOD_PING_INTERVAL"] == "" {
+		t.Fatalf("%v", wenv)
+	}
+	// Each call registers a new worker with its own key.
+	if again := e.workerEnv(ep); again["RUNPOD_POD_ID"] == wenv["RUNPOD_POD_ID"] || again["RUNPOD_AI_API_KEY"] == wenv["RUNPOD_AI_API_KEY"] {
+		t.Fatal("worker-env reused an identity")
+	}
+	if r := e.call("GET", "/v1/endpoints/nosuch/worker-env", adminKey, nil); r.code != 404 {
+		t.Fatal(r.code)
+	}
+}
+
+func TestE2EMetrics(t *testing.T) {
+	e := newEnv(t)
+	ep := e.endpoint(nil)
+	e.run(ep, `{}`)
+	r := e.call("GET", "/metrics", adminKey, nil)
+	sc := bufio.NewScanner(bytes.NewReader(r.body))
+	found := false
+	for sc.Scan() {
+		if strings.HasPrefix(sc.Text(), `berth_queue_jobs{endpoint="`+ep+`",state="in_queue"} 1`) {
+			found = true
+		}
+	}
+	if r.code != 200 || !found {
+		t.Fatalf("%d, queue depth not in metrics:\n%s", r.code, r.body)
+	}
+}
