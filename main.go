@@ -82,6 +82,8 @@ func serve(args []string) error {
 	data := fs.String("data", envOr("BERTH_DATA", "./berth-data"), "data directory")
 	limits := fs.String("rate-limits", envOr("BERTH_RATE_LIMITS", "on"), "the spec's rate limits: on or off")
 	workerTimeout := fs.Duration("worker-timeout", 60*time.Second, "a worker silent this long is lost and its jobs requeued")
+	reconcile := fs.Duration("reconcile-grace", 30*time.Second, "a job a worker's pings stop reporting this long after it took it is requeued")
+	maxAttempts := fs.Int("max-attempts", 3, "times a job is handed to workers that are lost before it fails")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -100,7 +102,7 @@ func serve(args []string) error {
 		return err
 	}
 
-	q := queue.New(db, queue.Config{Logger: log, WorkerTimeout: *workerTimeout})
+	q := queue.New(db, queue.Config{Logger: log, WorkerTimeout: *workerTimeout, ReconcileGrace: *reconcile, MaxAttempts: *maxAttempts})
 	if err := q.Start(context.Background()); err != nil {
 		return err
 	}

@@ -1,0 +1,190 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// TestCrashLosesNoAcceptedJob kills Berth with SIGKILL while clients submit
+// and workers run jobs, restarts it on the same data, and accounts for every
+// id it had returned: each must complete with its own output.
+func TestCrashLosesNoAcceptedJob(t *testing.T) {
+	if testing.Short() {
+		t.Skip("crash test builds and runs binaries")
+	}
+	dir := t.TempDir()
+	berthBin, workerBin := filepath.Join(dir, "berth"), filepath.Join(dir, "echoworker")
+	for bin, pkg := range map[string]string{berthBin: ".", workerBin: "./testdata/echoworker"} {
+		if out, err := exec.Command("go", "build", "-o", bin, pkg).CombinedOutput(); err != nil {
+			t.Fatalf("build %s: %v\n%s", pkg, err, out)
+		}
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	const key = "crash-test-key"
+	base := "http://" + addr
+	data := filepath.Join(dir, "data")
+
+	var logs bytes.Buffer
+	var logMu sync.Mutex
+	start := func() *exec.Cmd {
+		cmd := exec.Command(berthBin, "serve", "--addr", addr, "--data", data, "--rate-limits=off",
+			"--worker-timeout=5s", "--reconcile-grace=3s")
+		cmd.Env = append(os.Environ(), "BERTH_API_KEY="+key)
+		w := writerFunc(func(p []byte) (int, error) { logMu.Lock(); defer logMu.Unlock(); return logs.Write(p) })
+		cmd.Stdout, cmd.Stderr = w, w
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		// Wait until it answers (an external process: poll its port).
+		deadline := time.Now().Add(20 * time.Second)
+		for {
+			if c, err := net.Dial("tcp", addr); err == nil {
+				c.Close()
+				return cmd
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("berth did not start:\n%s", logs.String())
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	berth := start()
+	defer func() {
+		berth.Process.Kill()
+		berth.Wait()
+		if t.Failed() {
+			logMu.Lock()
+			t.Logf("berth log:\n%s", logs.String())
+			logMu.Unlock()
+		}
+	}()
+
+	client := &http.Client{Timeout: 30 * time.Second}
+	call := func(method, path string, body any, out any) (int, error) {
+		var rd io.Reader
+		if body != nil {
+			b, _ := json.Marshal(body)
+			rd = bytes.NewReader(b)
+		}
+		req, _ := http.NewRequest(method, base+path, rd)
+		req.Header.Set("Authorization", "Bearer "+key)
+		res, err := client.Do(req)
+		if err != nil {
+			return 0, err
+		}
+		defer res.Body.Close()
+		if out != nil {
+			if err := json.NewDecoder(res.Body).Decode(out); err != nil {
+				return res.StatusCode, err
+			}
+		}
+		return res.StatusCode, nil
+	}
+	var tpl, ep map[string]any
+	if code, err := call("POST", "/v1/templates", map[string]any{"name": "crash", "imageName": "x"}, &tpl); code != 200 {
+		t.Fatal(code, err)
+	}
+	if code, err := call("POST", "/v1/endpoints", map[string]any{"templateId": tpl["id"]}, &ep); code != 200 {
+		t.Fatal(code, err)
+	}
+	epID := ep["id"].(string)
+	for i := 0; i < 2; i++ {
+		var wenv map[string]string
+		if code, err := call("GET", "/v1/endpoints/"+epID+"/worker-env", nil, &wenv); code != 200 {
+			t.Fatal(code, err)
+		}
+		w := exec.Command(workerBin)
+		for k, v := range wenv {
+			w.Env = append(w.Env, k+"="+v)
+		}
+		w.Env = append(w.Env, "RUNPOD_PING_INTERVAL=1000", "ECHOWORKER_CONCURRENCY=2")
+		if err := w.Start(); err != nil {
+			t.Fatal(err)
+		}
+		defer func() { w.Process.Kill(); w.Wait() }()
+	}
+
+	// Submit from 4 clients; kill Berth once 300 ids were returned.
+	var mu sync.Mutex
+	accepted := map[string]int{}
+	var wg sync.WaitGroup
+	stop := make(chan struct{})
+	killAt := make(chan struct{})
+	var once sync.Once
+	for c := 0; c < 4; c++ {
+		wg.Add(1)
+		go func(c int) {
+			defer wg.Done()
+			for i := 0; ; i++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				n := c*1_000_000 + i
+				var r map[string]any
+				code, err := call("POST", "/v2/"+epID+"/run", map[string]any{"input": map[string]any{"echo": n, "sleep_ms": 5}}, &r)
+				if err != nil || code != 200 {
+					continue // not accepted
+				}
+				mu.Lock()
+				accepted[r["id"].(string)] = n
+				if len(accepted) >= 300 {
+					once.Do(func() { close(killAt) })
+				}
+				mu.Unlock()
+			}
+		}(c)
+	}
+	<-killAt
+	if err := berth.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	berth.Wait()
+	close(stop)
+	wg.Wait()
+	t.Logf("killed Berth after %d accepted jobs", len(accepted))
+
+	berth = start()
+	deadline := time.Now().Add(90 * time.Second)
+	for id, n := range accepted {
+		for {
+			var st map[string]any
+			code, err := call("POST", "/v2/"+epID+"/status-sync/"+id+"?wait=10000", nil, &st)
+			if err == nil && code == 404 {
+				t.Fatalf("accepted job %s lost after the crash", id)
+			}
+			if err == nil && st["status"] == "COMPLETED" {
+				if st["output"] != float64(n) {
+					t.Fatalf("job %s output %v, want %d", id, st["output"], n)
+				}
+				break
+			}
+			if err == nil && st["status"] != "IN_QUEUE" && st["status"] != "IN_PROGRESS" {
+				t.Fatalf("job %s ended %v", id, st)
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("job %s not completed after restart: %v %v", id, st, err)
+			}
+		}
+	}
+}
+
+type writerFunc func([]byte) (int, error)
+
+func (f writerFunc) Write(p []byte) (int, error) { return f(p) }
