@@ -98,6 +98,8 @@ type Job struct {
 	Retries            int             `json:"retries"`
 	Output             json.RawMessage `json:"output,omitempty"`
 	Error              string          `json:"error,omitempty"`
+	// Input holds inputs up to 4 KiB; larger ones live in JobInputs.
+	Input json.RawMessage `json:"input,omitempty"`
 }
 
 // Worker is a registered worker identity with its own key.
