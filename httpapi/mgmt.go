@@ -22,9 +22,51 @@ import (
 // mgmtRoutes registers the /v1 management routes; admin wraps a handler
 // with the API-key check and metrics under the given route name.
 func (s *Server) mgmtRoutes(v1 *mux.Router, admin func(name string, h http.HandlerFunc) http.Handler) {
-	v1.Handle("/templates", admin("templates.create", s.createTemplate)).Methods(http.MethodPost)
-	v1.Handle("/endpoints", admin("endpoints.create", s.createEndpoint)).Methods(http.MethodPost)
-	v1.Handle("/endpoints/{endpointId}", admin("endpoints.get", s.getEndpoint)).Methods(http.MethodGet)
+	const get, post, patch, del = http.MethodGet, http.MethodPost, http.MethodPatch, http.MethodDelete
+	route := func(method, path, name string, h http.HandlerFunc) {
+		v1.Handle(path, admin(name, h)).Methods(method)
+	}
+	route(get, "/openapi.json", "openapi", s.openapiDoc)
+
+	route(post, "/templates", "templates.create", s.createTemplate)
+	route(get, "/templates", "templates.list", s.listTemplates)
+	route(get, "/templates/{templateId}", "templates.get", s.getTemplate)
+	route(patch, "/templates/{templateId}", "templates.update", s.updateTemplate)
+	route(post, "/templates/{templateId}/update", "templates.update", s.updateTemplate)
+	route(del, "/templates/{templateId}", "templates.delete", s.deleteTemplate)
+
+	route(post, "/endpoints", "endpoints.create", s.createEndpoint)
+	route(get, "/endpoints", "endpoints.list", s.listEndpoints)
+	route(get, "/endpoints/{endpointId}", "endpoints.get", s.getEndpoint)
+	route(patch, "/endpoints/{endpointId}", "endpoints.update", s.updateEndpoint)
+	route(post, "/endpoints/{endpointId}/update", "endpoints.update", s.updateEndpoint)
+	route(del, "/endpoints/{endpointId}", "endpoints.delete", s.deleteEndpoint)
+
+	route(post, "/pods", "pods.create", s.createPod)
+	route(get, "/pods", "pods.list", s.listPods)
+	route(get, "/pods/{podId}", "pods.get", s.getPod)
+	route(patch, "/pods/{podId}", "pods.update", s.updatePod)
+	route(post, "/pods/{podId}/update", "pods.update", s.updatePod)
+	route(del, "/pods/{podId}", "pods.delete", s.deletePod)
+	for _, a := range []string{"start", "stop", "reset", "restart"} {
+		route(post, "/pods/{podId}/"+a, "pods."+a, s.podAction(a))
+	}
+
+	route(post, "/networkvolumes", "networkvolumes.create", s.createVolume)
+	route(get, "/networkvolumes", "networkvolumes.list", s.listVolumes)
+	route(get, "/networkvolumes/{networkVolumeId}", "networkvolumes.get", s.getVolume)
+	route(patch, "/networkvolumes/{networkVolumeId}", "networkvolumes.update", s.updateVolume)
+	route(post, "/networkvolumes/{networkVolumeId}/update", "networkvolumes.update", s.updateVolume)
+	route(del, "/networkvolumes/{networkVolumeId}", "networkvolumes.delete", s.deleteVolume)
+
+	route(post, "/containerregistryauth", "registryauth.create", s.createRegistryAuth)
+	route(get, "/containerregistryauth", "registryauth.list", s.listRegistryAuths)
+	route(get, "/containerregistryauth/{containerRegistryAuthId}", "registryauth.get", s.getRegistryAuth)
+	route(del, "/containerregistryauth/{containerRegistryAuthId}", "registryauth.delete", s.deleteRegistryAuth)
+
+	route(get, "/billing/pods", "billing.pods", s.billing(billPods))
+	route(get, "/billing/endpoints", "billing.endpoints", s.billing(billEndpoints))
+	route(get, "/billing/networkvolumes", "billing.networkvolumes", s.billing(billVolumes))
 }
 
 const maxMgmtBody = 1 << 20
@@ -164,10 +206,8 @@ func applyTemplate(t *store.Template, in TemplateInput, create bool) error {
 		t.DockerStartCmd = in.DockerStartCmd
 	}
 	if in.Env != nil {
-		for k := range in.Env {
-			if k == "" || strings.ContainsAny(k, "=\x00") {
-				return bad("env name %q is not a valid variable name", k)
-			}
+		if err := validateEnv(in.Env); err != nil {
+			return err
 		}
 		t.Env = in.Env
 	}
@@ -175,7 +215,7 @@ func applyTemplate(t *store.Template, in TemplateInput, create bool) error {
 		if err := validatePorts(*in.Ports); err != nil {
 			return err
 		}
-		t.Ports = *in.Ports
+		t.Ports = append([]string{}, *in.Ports...)
 	}
 	if in.Readme != nil {
 		t.Readme = *in.Readme
@@ -244,17 +284,32 @@ func (e conflictErr) Error() string { return e.msg }
 
 func conflict(format string, a ...any) error { return conflictErr{fmt.Sprintf(format, a...)} }
 
+type notFoundErr struct{ msg string }
+
+func (e notFoundErr) Error() string { return e.msg }
+
+func notFound(format string, a ...any) error { return notFoundErr{fmt.Sprintf(format, a...)} }
+
+// mgmtErr answers err with its status: 400 for bad input, 404, 409, the
+// runtime's statuses for pod actions, 500 for anything else.
 func (s *Server) mgmtErr(w http.ResponseWriter, r *http.Request, err error) {
 	var b badRequest
 	var c conflictErr
+	var nf notFoundErr
 	switch {
 	case errors.As(err, &b):
 		writeErr(w, r, http.StatusBadRequest, b.msg)
 	case errors.As(err, &c):
 		writeErr(w, r, http.StatusConflict, c.msg)
+	case errors.As(err, &nf):
+		writeErr(w, r, http.StatusNotFound, nf.msg)
 	case errors.Is(err, store.ErrNotFound):
 		writeErr(w, r, http.StatusNotFound, err.Error())
 	default:
+		if code, ok := runtimeStatus(err); ok {
+			writeErr(w, r, code, err.Error())
+			return
+		}
 		s.internal(w, r, err)
 	}
 }
@@ -405,6 +460,9 @@ func applyEndpoint(e *store.Endpoint, in EndpointInput, create bool) error {
 		e.ExecutionTimeoutMs = *in.ExecutionTimeoutMs
 	}
 	if in.Env != nil {
+		if err := validateEnv(in.Env); err != nil {
+			return err
+		}
 		e.Env = in.Env
 	}
 	return nil
@@ -433,8 +491,8 @@ func (s *Server) createEndpoint(w http.ResponseWriter, r *http.Request) {
 		e.Name = e.ID
 	}
 	err := s.cfg.Store.Update(func(tx *store.Tx) error {
-		if tx.GetRaw(store.Templates, e.TemplateID) == nil {
-			return bad("templateId %q does not exist", e.TemplateID)
+		if err := checkEndpointRefs(tx, &e); err != nil {
+			return err
 		}
 		return tx.Apply(store.Put(store.Endpoints, e.ID, e))
 	})
@@ -459,37 +517,4 @@ func (s *Server) mustEndpoint(w http.ResponseWriter, r *http.Request, id string)
 		return nil, false
 	}
 	return e, true
-}
-
-func (s *Server) getEndpoint(w http.ResponseWriter, r *http.Request) {
-	e, ok := s.mustEndpoint(w, r, mux.Vars(r)["endpointId"])
-	if !ok {
-		return
-	}
-	out := map[string]any{}
-	b, _ := json.Marshal(e)
-	json.Unmarshal(b, &out)
-	if r.URL.Query().Get("includeTemplate") == "true" {
-		var t store.Template
-		if err := s.cfg.Store.View(func(tx *store.Tx) error { return tx.Get(store.Templates, e.TemplateID, &t) }); err == nil {
-			out["template"] = t
-		}
-	}
-	if r.URL.Query().Get("includeWorkers") == "true" {
-		var ws []map[string]any
-		for _, wl := range s.cfg.Queue.Workers(e.ID) {
-			state := "idle"
-			if wl.Lost {
-				state = "lost"
-			} else if wl.Running > 0 {
-				state = "running"
-			}
-			ws = append(ws, map[string]any{"id": wl.WorkerID, "endpointId": e.ID, "desiredStatus": "RUNNING", "state": state, "jobsInProgress": wl.Running})
-		}
-		if ws == nil {
-			ws = []map[string]any{}
-		}
-		out["workers"] = ws
-	}
-	writeJSON(w, http.StatusOK, out)
 }

@@ -42,6 +42,20 @@ type Config struct {
 	Workers func(endpointID string) queue.WorkerCounts
 	// EndpointChanged tells the runtime an endpoint was created or changed.
 	EndpointChanged func(endpointID string)
+
+	// DataDir holds network volumes (volumes/<id>) and the price table
+	// (prices.json). Optional: defaults to the database file's directory.
+	DataDir string
+	// Pods runs pod containers. Optional: without it pods cannot be
+	// created or started (503) and the records say why.
+	Pods PodRuntime
+	// WorkerInfo adds the runtime's worker containers to includeWorkers.
+	// Optional.
+	WorkerInfo func(endpointID string) []WorkerInfo
+	// EndpointDeleted tells the runtime an endpoint was deleted (its jobs
+	// are already cancelled): stop its workers and forget their ids.
+	// Optional.
+	EndpointDeleted func(endpointID string)
 }
 
 // Server is Berth's HTTP API.
@@ -113,6 +127,7 @@ func (s *Server) routes() {
 	s.mgmtRoutes(v1, admin)
 	v1.Handle("/endpoints/{endpointId}/worker-env", admin("endpoints.workerEnv", s.workerEnv)).Methods(http.MethodGet)
 	r.Handle("/metrics", s.adminOnly(promhttp.HandlerFor(s.metrics.reg, promhttp.HandlerOpts{}).ServeHTTP)).Methods(http.MethodGet)
+	r.Handle("/v2/openapi.json", admin("openapi", s.openapiDoc)).Methods(http.MethodGet)
 
 	// Job API (/v2/{endpointId}).
 	job := func(op string, h http.HandlerFunc) http.Handler {

@@ -1,0 +1,223 @@
+package httpapi_test
+
+import (
+	"reflect"
+	"sync"
+	"testing"
+
+	"berth/httpapi"
+	"berth/store"
+)
+
+type endpointJSON struct {
+	store.Endpoint
+	Template *store.Template `json:"template"`
+	Workers  *[]struct {
+		ID             string `json:"id"`
+		EndpointID     string `json:"endpointId"`
+		State          string `json:"state"`
+		SlsVersion     int    `json:"slsVersion"`
+		JobsInProgress int    `json:"jobsInProgress"`
+		External       bool   `json:"external"`
+		ImageName      string `json:"imageName"`
+		StatusMessage  string `json:"statusMessage"`
+	} `json:"workers"`
+}
+
+func TestEndpointCreateValidation(t *testing.T) {
+	e := newValidatingServer(t)
+	tpl := e.newTemplate("t", "alpine:3", nil)
+	ok := func(extra J) J {
+		b := J{"templateId": tpl.ID}
+		for k, v := range extra {
+			b[k] = v
+		}
+		return b
+	}
+	cases := []struct {
+		name  string
+		body  any
+		words []string
+	}{
+		{"no template", J{"name": "x"}, []string{"templateId"}},
+		{"missing template", J{"templateId": "zzzzzzzzzz"}, []string{"templateId", "does not exist"}},
+		{"computeType", ok(J{"computeType": "TPU"}), []string{"computeType"}},
+		{"idleTimeout low", ok(J{"idleTimeout": 0}), []string{"idleTimeout"}},
+		{"idleTimeout high", ok(J{"idleTimeout": 3601}), []string{"idleTimeout"}},
+		{"scalerValue", ok(J{"scalerValue": 0}), []string{"scalerValue"}},
+		{"scalerType", ok(J{"scalerType": "CPU"}), []string{"scalerType"}},
+		{"workers", ok(J{"workersMin": 4, "workersMax": 2}), []string{"workersMin", "workersMax"}},
+		{"workersMax", ok(J{"workersMax": -1}), []string{"workersMax"}},
+		{"gpuCount", ok(J{"gpuCount": 0}), []string{"gpuCount"}},
+		{"vcpuCount", ok(J{"vcpuCount": 0}), []string{"vcpuCount"}},
+		{"executionTimeoutMs", ok(J{"executionTimeoutMs": 1000}), []string{"executionTimeoutMs"}},
+		{"dataCenterIds", ok(J{"dataCenterIds": []string{"US-TX-3"}}), []string{"dataCenterIds"}},
+		{"volume", ok(J{"networkVolumeId": "nope"}), []string{"networkVolumeId"}},
+		{"env", ok(J{"env": J{"A=": "x"}}), []string{"env"}},
+		{"unknown", ok(J{"workersMaximum": 2}), []string{"workersMaximum"}},
+		{"type", ok(J{"workersMax": "3"}), []string{"workersMax"}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) { e.mustErr(400, "POST", "/v1/endpoints", c.body, c.words...) })
+	}
+	if n := e.count("/v1/endpoints"); n != 0 {
+		t.Errorf("%d endpoints after refused creates", n)
+	}
+}
+
+func TestEndpointListGetIncludes(t *testing.T) {
+	e := newValidatingServer(t, func(c *httpapi.Config) {
+		c.WorkerInfo = func(ep string) []httpapi.WorkerInfo {
+			return []httpapi.WorkerInfo{{ID: "aaaaworker0001", State: "unhealthy", ImageName: "alpine:3", Version: 1, Message: "exit 1"}}
+		}
+	})
+	tpl := e.newTemplate("t", "alpine:3", nil)
+	a := e.newEndpoint(tpl.ID, J{"name": "first", "gpuTypeIds": []string{"NVIDIA A40"}, "workersMax": 5})
+	b := e.newEndpoint(tpl.ID, nil)
+	if len(a.ID) != 14 || a.Version != 1 || a.Name != "first" || b.Name != b.ID {
+		t.Errorf("created %+v / %+v", a, b)
+	}
+	var list []endpointJSON
+	e.must(200, "GET", "/v1/endpoints", nil, &list)
+	if len(list) != 2 || list[0].ID != a.ID || list[1].ID != b.ID || list[0].Template != nil || list[0].Workers != nil {
+		t.Fatalf("plain list %+v", list)
+	}
+	if !reflect.DeepEqual(list[0].Endpoint, a) {
+		t.Errorf("listed %+v\ncreated %+v", list[0].Endpoint, a)
+	}
+	var env map[string]string
+	e.must(200, "GET", "/v1/endpoints/"+a.ID+"/worker-env", nil, &env)
+	e.must(200, "GET", "/v1/endpoints?includeTemplate=true&includeWorkers=true", nil, &list)
+	if list[0].Template == nil || list[0].Template.ID != tpl.ID || list[0].Workers == nil {
+		t.Fatalf("includes: %+v", list[0])
+	}
+	ws := *list[0].Workers
+	if len(ws) != 2 || ws[0].ID > ws[1].ID {
+		t.Fatalf("workers (by id) %+v", ws)
+	}
+	if ws[0].ID != "aaaaworker0001" {
+		ws[0], ws[1] = ws[1], ws[0]
+	}
+	if ws[0].ID != "aaaaworker0001" || ws[0].State != "unhealthy" || ws[0].StatusMessage != "exit 1" ||
+		ws[1].ID != env["RUNPOD_POD_ID"] || !ws[1].External || ws[1].State != "idle" || ws[1].EndpointID != a.ID {
+		t.Errorf("workers %+v", ws)
+	}
+	var one endpointJSON
+	e.must(200, "GET", "/v1/endpoints/"+b.ID+"?includeWorkers=true", nil, &one)
+	if one.Workers == nil || len(*one.Workers) != 1 || one.Template != nil {
+		t.Errorf("get with includeWorkers: %+v", one)
+	}
+	e.mustErr(400, "GET", "/v1/endpoints?includeTemplate=sure", nil, "includeTemplate")
+	e.mustErr(400, "GET", "/v1/endpoints/"+a.ID+"?includeWorkers=2", nil, "includeWorkers")
+	e.mustErr(404, "GET", "/v1/endpoints/nosuchendpoint", nil, "not found")
+	e.mustErr(404, "GET", "/v1/endpoints/nosuchendpoint/worker-env", nil, "not found")
+}
+
+func TestEndpointUpdate(t *testing.T) {
+	var mu sync.Mutex
+	var changed []string
+	e := newValidatingServer(t, func(c *httpapi.Config) {
+		c.EndpointChanged = func(id string) { mu.Lock(); changed = append(changed, id); mu.Unlock() }
+	})
+	t1 := e.newTemplate("t1", "alpine:3", nil)
+	t2 := e.newTemplate("t2", "alpine:4", nil)
+	ep := e.newEndpoint(t1.ID, J{"env": J{"A": "1"}})
+	path := "/v1/endpoints/" + ep.ID
+
+	steps := []struct {
+		method, path string
+		body         J
+		version      int
+	}{
+		{"PATCH", path, J{"workersMax": 6, "idleTimeout": 60, "name": "n"}, 1}, // scaling: no new version
+		{"PATCH", path, J{"templateId": t2.ID}, 2},
+		{"POST", path + "/update", J{"env": J{"A": "2"}}, 3},
+		{"PATCH", path, J{"env": J{"A": "2"}}, 3}, // same env
+		{"PATCH", path, J{"gpuCount": 2}, 4},
+	}
+	var got store.Endpoint
+	for _, s := range steps {
+		e.must(200, s.method, s.path, s.body, &got)
+		if got.Version != s.version {
+			t.Errorf("%s %v: version %d, want %d", s.method, s.body, got.Version, s.version)
+		}
+	}
+	if got.TemplateID != t2.ID || got.WorkersMax != 6 || got.IdleTimeout != 60 || got.Env["A"] != "2" || got.GPUCount != 2 || got.Name != "n" {
+		t.Errorf("after updates: %+v", got)
+	}
+	mu.Lock()
+	if len(changed) != 1+len(steps) { // create + each update
+		t.Errorf("EndpointChanged called %d times, want %d", len(changed), 1+len(steps))
+	}
+	mu.Unlock()
+
+	before := e.must(200, "GET", path, nil, nil)
+	for _, c := range []struct {
+		body J
+		word string
+	}{
+		{J{"computeType": "CPU"}, "computeType"},
+		{J{"templateId": "zzzzzzzzzz"}, "templateId"},
+		{J{"workersMin": 7}, "workersMin"},
+		{J{"idleTimeout": 0}, "idleTimeout"},
+		{J{"scalerValue": 0}, "scalerValue"},
+		{J{"gpuCount": 0}, "gpuCount"},
+		{J{"templateId": ""}, "templateId"},
+		{J{"networkVolumeIds": []string{"nope"}}, "networkVolumeIds"},
+		{J{"nope": 1}, "nope"},
+	} {
+		e.mustErr(400, "PATCH", path, c.body, c.word)
+	}
+	if after := e.must(200, "GET", path, nil, nil); string(after) != string(before) {
+		t.Errorf("refused updates changed the endpoint:\n%s\n%s", before, after)
+	}
+	e.mustErr(404, "PATCH", "/v1/endpoints/nosuchendpoint", J{"name": "x"}, "not found")
+	e.mustErr(404, "POST", "/v1/endpoints/nosuchendpoint/update", J{"name": "x"}, "not found")
+	// The job API sees the change at once.
+	var h map[string]any
+	e.must(200, "GET", "/v2/"+ep.ID+"/health", nil, &h)
+}
+
+func TestEndpointDelete(t *testing.T) {
+	var deleted []string
+	e := newValidatingServer(t, func(c *httpapi.Config) { c.EndpointDeleted = func(id string) { deleted = append(deleted, id) } })
+	tpl := e.newTemplate("t", "alpine:3", nil)
+	ep := e.newEndpoint(tpl.ID, nil)
+	other := e.newEndpoint(tpl.ID, nil)
+	v2 := "/v2/" + ep.ID
+
+	// One job running on a worker, one queued, one on another endpoint.
+	var running, queued, kept map[string]any
+	e.must(200, "POST", v2+"/run", J{"input": J{"n": 1}}, &running)
+	var env map[string]string
+	e.must(200, "GET", "/v1/endpoints/"+ep.ID+"/worker-env", nil, &env)
+	wk := map[string]string{"Authorization": env["RUNPOD_AI_API_KEY"]}
+	if code, out := e.callWith("GET", v2+"/job-take/"+env["RUNPOD_POD_ID"], nil, wk); code != 200 {
+		t.Fatalf("job-take: %d %s", code, out)
+	}
+	e.must(200, "POST", v2+"/run", J{"input": J{"n": 2}}, &queued)
+	e.must(200, "POST", "/v2/"+other.ID+"/run", J{"input": J{"n": 3}}, &kept)
+
+	e.must(204, "DELETE", "/v1/endpoints/"+ep.ID, nil, nil)
+	if !reflect.DeepEqual(deleted, []string{ep.ID}) {
+		t.Errorf("EndpointDeleted calls %v", deleted)
+	}
+	e.mustErr(404, "GET", "/v1/endpoints/"+ep.ID, nil, "not found")
+	e.mustErr(404, "POST", v2+"/run", J{"input": J{}}, "not found")
+	e.mustErr(404, "GET", v2+"/health", nil, "not found")
+	e.mustErr(404, "DELETE", "/v1/endpoints/"+ep.ID, nil, "not found")
+	for _, id := range []any{running["id"], queued["id"]} {
+		st, err := e.q.Status(ep.ID, id.(string), 0)
+		if err != nil || st.Status != store.Cancelled {
+			t.Errorf("job %v of the deleted endpoint: %v %v, want CANCELLED", id, st.Status, err)
+		}
+	}
+	var st map[string]any
+	e.must(200, "GET", "/v2/"+other.ID+"/status/"+kept["id"].(string), nil, &st)
+	if st["status"] != "IN_QUEUE" {
+		t.Errorf("another endpoint's job: %v", st["status"])
+	}
+	// The template is free again.
+	e.must(204, "DELETE", "/v1/endpoints/"+other.ID, nil, nil)
+	e.must(204, "DELETE", "/v1/templates/"+tpl.ID, nil, nil)
+}

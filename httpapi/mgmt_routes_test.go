@@ -1,0 +1,333 @@
+package httpapi_test
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"reflect"
+	"regexp"
+	"slices"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	"berth/httpapi"
+	"berth/store"
+)
+
+var pathParamRe = regexp.MustCompile(`\{[^}]+\}`)
+
+// TestEveryRouteNeedsTheKey sends every documented operation without a
+// key and with a wrong one: 401 in the route family's error shape.
+func TestEveryRouteNeedsTheKey(t *testing.T) {
+	e := newValidatingServer(t)
+	served := servedRoutes(t, e.api.Handler())
+	for route, id := range docOps(e.doc) {
+		if !slices.Contains(served, route) {
+			continue // a pending extension, not registered yet
+		}
+		method, path, _ := strings.Cut(route, " ")
+		path = pathParamRe.ReplaceAllStringFunc(path, func(p string) string {
+			if p == "{templateId}" {
+				return "abcdefghij"
+			}
+			return "x"
+		})
+		var body any
+		if method == "POST" || method == "PATCH" {
+			body = "{}"
+		}
+		for _, hdr := range []map[string]string{nil, {"Authorization": "Bearer wrong"}, {"Authorization": "wrong"}} {
+			code, out := e.callWith(method, path, body, hdr)
+			if code != http.StatusUnauthorized {
+				t.Errorf("%s (%s) with %v: %d, want 401: %s", route, id, hdr, code, out)
+				continue
+			}
+			var m map[string]string
+			json.Unmarshal(out, &m)
+			if m["message"] == "" && m["error"] == "" {
+				t.Errorf("%s: 401 body without message: %s", route, out)
+			}
+		}
+	}
+}
+
+// testWorker is an in-test worker speaking the worker protocol with its own key.
+type testWorker struct {
+	e      *testEnv
+	ep, id string
+	key    string
+}
+
+func (e *testEnv) newWorker(endpointID string) *testWorker {
+	e.t.Helper()
+	var env map[string]string
+	e.must(200, "GET", "/v1/endpoints/"+endpointID+"/worker-env", nil, &env)
+	return &testWorker{e: e, ep: endpointID, id: env["RUNPOD_POD_ID"], key: env["RUNPOD_AI_API_KEY"]}
+}
+
+// req sends a worker request the way runpod-python does: bare key, and
+// result bodies as JSON under the form content type.
+func (w *testWorker) req(method, path, body string) (int, []byte, error) {
+	var rd io.Reader
+	if body != "" {
+		rd = strings.NewReader(body)
+	}
+	r, err := http.NewRequest(method, w.e.srv.URL+"/v2/"+w.ep+path, rd)
+	if err != nil {
+		return 0, nil, err
+	}
+	r.Header.Set("Authorization", w.key)
+	if body != "" {
+		r.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	} else {
+		r.Header.Set("Content-Type", "application/json")
+	}
+	res, err := http.DefaultClient.Do(r)
+	if err != nil {
+		return 0, nil, err
+	}
+	defer res.Body.Close()
+	out, err := io.ReadAll(res.Body)
+	return res.StatusCode, out, err
+}
+
+func (w *testWorker) must(want int, method, path, body string) []byte {
+	w.e.t.Helper()
+	code, out, err := w.req(method, path, body)
+	if err != nil || code != want {
+		w.e.t.Fatalf("worker %s %s: %d %v, want %d: %s", method, path, code, err, want, out)
+	}
+	return out
+}
+
+// take takes one job, which must be there.
+func (w *testWorker) take() string {
+	w.e.t.Helper()
+	var j struct{ ID string }
+	json.Unmarshal(w.must(200, "GET", "/job-take/"+w.id+"?gpu=TEST&job_in_progress=0", ""), &j)
+	return j.ID
+}
+
+// TestEveryRoute drives every documented operation through the validating
+// server, successes and errors, with a worker using the worker protocol,
+// and checks none was left out: the document cannot drift from the code.
+func TestEveryRoute(t *testing.T) {
+	f := newFakePods()
+	e := newValidatingServer(t, withFakePods(f), func(c *httpapi.Config) {
+		c.WorkerInfo = func(string) []httpapi.WorkerInfo {
+			return []httpapi.WorkerInfo{{ID: "zzzzcontainer1", State: "running", ImageName: "alpine:3", Version: 1, GPUTypeID: "NVIDIA A40", GPUCount: 1, LastStartedAt: fakeStart}}
+		}
+	})
+	// Docs and metrics.
+	e.must(200, "GET", "/v1/openapi.json", nil, nil)
+	e.must(200, "GET", "/v2/openapi.json", nil, nil)
+
+	// Management: every resource through its life.
+	auth := e.newRegistryAuth("hub", "me", "pw")
+	e.must(200, "GET", "/v1/containerregistryauth", nil, nil)
+	e.must(200, "GET", "/v1/containerregistryauth/"+auth.ID, nil, nil)
+	vol := e.newVolume("data", 10)
+	e.must(200, "GET", "/v1/networkvolumes", nil, nil)
+	e.must(200, "GET", "/v1/networkvolumes/"+vol.ID, nil, nil)
+	e.must(200, "PATCH", "/v1/networkvolumes/"+vol.ID, J{"name": "data2"}, nil)
+	e.must(200, "POST", "/v1/networkvolumes/"+vol.ID+"/update", J{"size": 11}, nil)
+	tpl := e.newTemplate("t", "alpine:3", J{"containerRegistryAuthId": auth.ID})
+	e.must(200, "GET", "/v1/templates?includeEndpointBoundTemplates=true", nil, nil)
+	e.must(200, "GET", "/v1/templates/"+tpl.ID, nil, nil)
+	e.must(200, "PATCH", "/v1/templates/"+tpl.ID, J{"readme": "r"}, nil)
+	e.must(200, "POST", "/v1/templates/"+tpl.ID+"/update", J{"isPublic": true}, nil)
+	ep := e.newEndpoint(tpl.ID, J{"networkVolumeId": vol.ID})
+	e.must(200, "GET", "/v1/endpoints?includeTemplate=true&includeWorkers=true", nil, nil)
+	e.must(200, "GET", "/v1/endpoints/"+ep.ID+"?includeWorkers=true", nil, nil)
+	e.must(200, "PATCH", "/v1/endpoints/"+ep.ID, J{"workersMax": 2}, nil)
+	e.must(200, "POST", "/v1/endpoints/"+ep.ID+"/update", J{"idleTimeout": 9}, nil)
+	pod := e.newPod(J{"templateId": tpl.ID, "networkVolumeId": vol.ID})
+	e.must(200, "GET", "/v1/pods?includeWorkers=true&includeMachine=true", nil, nil)
+	e.must(200, "GET", "/v1/pods/"+pod.ID+"?includeMachine=true&includeNetworkVolume=true&includeTemplate=true&includeSavingsPlans=true", nil, nil)
+	e.must(200, "PATCH", "/v1/pods/"+pod.ID, J{"name": "p"}, nil)
+	e.must(200, "POST", "/v1/pods/"+pod.ID+"/update", J{"env": J{"X": "1"}}, nil)
+	for _, a := range []string{"stop", "start", "restart", "reset"} {
+		e.must(200, "POST", "/v1/pods/"+pod.ID+"/"+a, nil, nil)
+	}
+	for _, p := range []string{"/v1/billing/pods?grouping=podId", "/v1/billing/endpoints?bucketSize=hour", "/v1/billing/networkvolumes"} {
+		e.must(200, "GET", p, nil, nil)
+	}
+
+	// The job API and the worker protocol.
+	w := e.newWorker(ep.ID)
+	v2 := "/v2/" + ep.ID
+	var ref struct{ ID, Status string }
+	e.must(200, "POST", v2+"/run", J{"input": J{"prompt": "hi"}, "policy": J{"ttl": 60000}, "webhook": "http://127.0.0.1:9/hook"}, &ref)
+	var st map[string]any
+	e.must(200, "GET", v2+"/status/"+ref.ID, nil, &st)
+	e.must(200, "POST", v2+"/status/"+ref.ID+"?ttl=120000", nil, &st)
+	e.must(200, "GET", v2+"/health", nil, nil)
+	e.must(200, "GET", v2+"/stream/"+ref.ID+"?wait=0", nil, nil)
+	if id := w.take(); id != ref.ID {
+		t.Fatalf("took %s, want %s", id, ref.ID)
+	}
+	w.must(200, "POST", "/job-stream/"+w.id+"/"+ref.ID+"?gpu=TEST&isStream=false", `{"output": "tok"}`)
+	var sr struct{ Stream []json.RawMessage }
+	e.must(200, "POST", v2+"/stream/"+ref.ID, nil, &sr)
+	if len(sr.Stream) != 1 {
+		t.Errorf("stream %+v", sr)
+	}
+	w.must(200, "GET", "/ping/"+w.id+"?job_id="+ref.ID+"&runpod_version=1.7.0", "")
+	w.must(200, "POST", "/job-done/"+w.id+"/"+ref.ID+"?gpu=TEST&isStream=true", `{"output": ["tok"]}`)
+	e.must(200, "GET", v2+"/status-sync/"+ref.ID+"?wait=1000", nil, &st)
+	e.must(200, "POST", v2+"/status-sync/"+ref.ID, nil, &st)
+	if st["status"] != "COMPLETED" {
+		t.Errorf("status after job-done: %v", st)
+	}
+
+	// runsync: the worker takes it in a batch while the client waits.
+	done := make(chan error, 1)
+	go func() {
+		for {
+			code, out, err := w.req("GET", "/job-take-batch/"+w.id+"?batch_size=2&job_in_progress=0", "")
+			if err != nil || (code != 200 && code != 204) {
+				done <- fmt.Errorf("job-take-batch: %d %v %s", code, err, out)
+				return
+			}
+			if code == 204 {
+				continue
+			}
+			var jobs []struct{ ID string }
+			json.Unmarshal(out, &jobs)
+			code, out, err = w.req("POST", "/job-done/"+w.id+"/"+jobs[0].ID+"?isStream=false", `{"output": {"sum": 3}}`)
+			if err == nil && code != 200 {
+				err = fmt.Errorf("job-done: %d %s", code, out)
+			}
+			done <- err
+			return
+		}
+	}()
+	e.must(200, "POST", v2+"/runsync?wait=10000", J{"input": J{"a": 1, "b": 2}}, &st)
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if st["status"] != "COMPLETED" || !reflect.DeepEqual(st["output"], map[string]any{"sum": 3.0}) {
+		t.Errorf("runsync: %v", st)
+	}
+
+	// A failed job, retried, then cancelled; a retry of a queued job is refused.
+	e.must(200, "POST", v2+"/run", J{"input": J{}}, &ref)
+	w.take()
+	w.must(200, "POST", "/job-done/"+w.id+"/"+ref.ID+"?isStream=false", `{"error": "boom"}`)
+	e.must(200, "POST", v2+"/retry/"+ref.ID, nil, nil)
+	var refused map[string]any
+	e.must(400, "POST", v2+"/retry/"+ref.ID, nil, &refused)
+	if refused["status"] != "IN_QUEUE" || refused["error"] == nil {
+		t.Errorf("retry of a queued job: %v", refused)
+	}
+	e.must(200, "POST", v2+"/cancel/"+ref.ID, nil, nil)
+
+	// Cancelling a running job reaches the worker through job-stop.
+	e.must(200, "POST", v2+"/run", J{"input": J{}}, &ref)
+	w.take()
+	e.must(200, "POST", v2+"/cancel/"+ref.ID, nil, nil)
+	var stop struct{ JobsToStop []string }
+	json.Unmarshal(w.must(200, "GET", "/job-stop/"+w.id+"?gpu=TEST", ""), &stop)
+	if !reflect.DeepEqual(stop.JobsToStop, []string{ref.ID}) {
+		t.Errorf("job-stop: %+v", stop)
+	}
+	w.must(204, "GET", "/job-stop/"+w.id, "")
+	w.must(204, "GET", "/job-take/"+w.id, "")
+	w.must(204, "GET", "/job-take-batch/"+w.id+"?batch_size=3", "")
+
+	e.must(200, "POST", v2+"/run", J{"input": J{}}, nil)
+	e.must(200, "POST", v2+"/run", J{"input": J{}}, nil)
+	var purged struct{ Removed int }
+	e.must(200, "POST", v2+"/purge-queue", nil, &purged)
+	if purged.Removed != 2 {
+		t.Errorf("purge removed %d, want 2", purged.Removed)
+	}
+
+	// Job API and worker errors.
+	e.mustErr(404, "GET", v2+"/status/no-such-job", nil, "not found")
+	e.mustErr(404, "GET", "/v2/nosuchendpoint/health", nil, "not found")
+	e.mustErr(400, "POST", v2+"/run", J{"input": "text"}, "input")
+	e.mustErr(400, "POST", v2+"/runsync?wait=5", J{"input": J{}}, "wait")
+	e.mustErr(400, "GET", v2+"/status/x?ttl=1", nil, "ttl")
+	code, _, _ := w.req("GET", "/job-take-batch/"+w.id+"?batch_size=0", "")
+	if code != 400 {
+		t.Errorf("batch_size=0: %d", code)
+	}
+	code, _, _ = w.req("POST", "/job-done/"+w.id+"/x", `not json`)
+	if code != 400 {
+		t.Errorf("job-done with a non-JSON body: %d", code)
+	}
+
+	code, metrics := e.call("GET", "/metrics", nil)
+	if code != 200 || !strings.Contains(string(metrics), "berth_queue_jobs") {
+		t.Errorf("/metrics: %d", code)
+	}
+
+	// Deletes, in dependency order.
+	e.must(204, "DELETE", "/v1/pods/"+pod.ID, nil, nil)
+	e.must(204, "DELETE", "/v1/endpoints/"+ep.ID, nil, nil)
+	e.must(204, "DELETE", "/v1/templates/"+tpl.ID, nil, nil)
+	e.must(204, "DELETE", "/v1/networkvolumes/"+vol.ID, nil, nil)
+	e.must(204, "DELETE", "/v1/containerregistryauth/"+auth.ID, nil, nil)
+
+	// Every operation Berth serves was exercised.
+	served := servedRoutes(t, e.api.Handler())
+	var missing []string
+	e.mu.Lock()
+	for route, id := range docOps(e.doc) {
+		if e.seen[id] == 0 && (slices.Contains(served, route) || !pendingOps[id]) {
+			missing = append(missing, id+" ("+route+")")
+		}
+	}
+	e.mu.Unlock()
+	sort.Strings(missing)
+	if len(missing) > 0 {
+		t.Errorf("operations not exercised: %s", strings.Join(missing, ", "))
+	}
+}
+
+// TestRestartKeepsResources: close and reopen the store and server; every
+// resource reads back exactly.
+func TestRestartKeepsResources(t *testing.T) {
+	f := newFakePods()
+	e := newValidatingServer(t, withFakePods(f))
+	auth := e.newRegistryAuth("hub", "me", "pw")
+	vol := e.newVolume("data", 10)
+	tpl := e.newTemplate("t", "alpine:3", J{"containerRegistryAuthId": auth.ID, "env": J{"K": "V"}, "readme": "# r"})
+	ep := e.newEndpoint(tpl.ID, J{"networkVolumeIds": []string{vol.ID}, "gpuTypeIds": []string{"NVIDIA A40", "NVIDIA L4"}, "env": J{"E": "1"},
+		"workersMin": 1, "scalerType": "REQUEST_COUNT", "flashboot": true, "minCudaVersion": "12.4"})
+	pod := e.newPod(J{"templateId": tpl.ID, "networkVolumeId": vol.ID, "locked": true, "countryCodes": []string{"NL"}})
+	stopped := e.newPod(J{"imageName": "alpine:3", "computeType": "CPU"})
+	e.must(200, "POST", "/v1/pods/"+stopped.ID+"/stop", nil, nil)
+	if err := store.PutUsageInterval(e.db, store.UsageInterval{Kind: store.UsagePod, ID: pod.ID, GPUTypeID: "NVIDIA A40", GPUCount: 1,
+		Start: time.Now().Add(-2 * time.Hour), End: time.Now().Add(-time.Hour)}); err != nil {
+		t.Fatal(err)
+	}
+
+	paths := []string{
+		"/v1/containerregistryauth", "/v1/containerregistryauth/" + auth.ID,
+		"/v1/networkvolumes", "/v1/networkvolumes/" + vol.ID,
+		"/v1/templates?includeEndpointBoundTemplates=true", "/v1/templates/" + tpl.ID,
+		"/v1/endpoints?includeTemplate=true", "/v1/endpoints/" + ep.ID,
+		"/v1/pods", "/v1/pods/" + pod.ID + "?includeTemplate=true&includeNetworkVolume=true", "/v1/pods/" + stopped.ID,
+		"/v1/billing/pods?grouping=podId&bucketSize=hour",
+	}
+	before := map[string]string{}
+	for _, p := range paths {
+		before[p] = string(e.must(200, "GET", p, nil, nil))
+	}
+	e.restart()
+	for _, p := range paths {
+		if after := string(e.must(200, "GET", p, nil, nil)); after != before[p] {
+			t.Errorf("GET %s changed across a restart:\nbefore %s\nafter  %s", p, before[p], after)
+		}
+	}
+	if user, pass, err := store.RegistryCredentials(e.db, auth.ID); err != nil || user != "me" || pass != "pw" {
+		t.Errorf("credentials after restart: %q %q %v", user, pass, err)
+	}
+	// The job API still knows the endpoint.
+	e.must(200, "GET", "/v2/"+ep.ID+"/health", nil, nil)
+}
