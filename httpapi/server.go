@@ -67,6 +67,7 @@ type Server struct {
 
 	epMu    sync.RWMutex
 	epCache map[string]*store.Endpoint
+	epGen   uint64 // bumped by forgetEndpoint so a stale read is not cached
 }
 
 // HashKey returns the stored form of an API key.
@@ -228,6 +229,7 @@ func (s *Server) recoverer(next http.Handler) http.Handler {
 func (s *Server) endpoint(id string) (*store.Endpoint, error) {
 	s.epMu.RLock()
 	e, ok := s.epCache[id]
+	gen := s.epGen
 	s.epMu.RUnlock()
 	if ok {
 		return e, nil
@@ -238,7 +240,9 @@ func (s *Server) endpoint(id string) (*store.Endpoint, error) {
 		return nil, err
 	}
 	s.epMu.Lock()
-	s.epCache[id] = &rec
+	if s.epGen == gen {
+		s.epCache[id] = &rec
+	}
 	s.epMu.Unlock()
 	return &rec, nil
 }
@@ -246,6 +250,7 @@ func (s *Server) endpoint(id string) (*store.Endpoint, error) {
 func (s *Server) forgetEndpoint(id string) {
 	s.epMu.Lock()
 	delete(s.epCache, id)
+	s.epGen++
 	s.epMu.Unlock()
 }
 
