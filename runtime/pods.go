@@ -1,0 +1,774 @@
+package runtime
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"maps"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"berth/store"
+)
+
+// Pod errors; test them with errors.Is. GPU shortages wrap gpu.ErrNoCapacity,
+// gpu.ErrUnknownType or gpu.ErrAlreadyHeld; a daemon without GPU support
+// gives an error for which IsNoGPURuntime is true.
+var (
+	ErrUnknownPod = errors.New("no container for this pod")
+	ErrPodExists  = errors.New("the pod already has a container")
+	// ErrImage: the pod's image is missing locally and cannot be pulled
+	// (or no image was given).
+	ErrImage = errors.New("pod image unavailable")
+)
+
+// Values of PodState.DesiredStatus (RunPod's pod states).
+const (
+	PodRunning    = "RUNNING"
+	PodExited     = "EXITED"
+	PodTerminated = "TERMINATED"
+)
+
+// PodSpec describes a pod's container. Fields left empty are taken from the
+// template when TemplateID is set.
+type PodSpec struct {
+	ID string // required: the pod record's id
+	// Version labels the container (LabelVersion); EnsurePod recreates a
+	// container made for another version.
+	Version    int
+	Name       string
+	Image      string // required unless the template has one
+	TemplateID string
+	Entrypoint []string
+	Cmd        []string
+	Env        map[string]string // over the template's env
+	// Ports such as "8888/http" or "22/tcp"; each is published on a free
+	// host port, reported in PodState.PortMappings.
+	Ports []string
+	// ComputeType "GPU" (the default) or "CPU". A GPU pod on a machine with
+	// no GPUs at all runs without one (PodState.Warning says so).
+	ComputeType     string
+	GPUTypeIDs      []string // in order of preference; empty: any
+	GPUCount        int      // [1]
+	ContainerDiskGB int      // enforced where the storage driver can
+	// VolumeGB > 0 gives the pod a persistent directory
+	// (DataDir/pods/<id>/volume) mounted at VolumeMountPath [/workspace].
+	// The size is not enforced.
+	VolumeGB        int
+	VolumeMountPath string
+	NetworkVolumeID string // mounted at /runpod-volume
+	RegistryAuthID  string
+}
+
+// PodState is a pod's container as the daemon reports it.
+type PodState struct {
+	ID          string `json:"id"`
+	ContainerID string `json:"containerId,omitempty"`
+	// DesiredStatus is RUNNING, EXITED (container stopped) or TERMINATED
+	// (no container).
+	DesiredStatus string         `json:"desiredStatus"`
+	State         string         `json:"state,omitempty"` // Docker's state
+	ExitCode      int            `json:"exitCode"`
+	OOMKilled     bool           `json:"oomKilled,omitempty"`
+	Error         string         `json:"error,omitempty"`
+	Image         string         `json:"image,omitempty"`
+	Version       int            `json:"version"`      // PodSpec.Version the container was made for
+	PortMappings  map[string]int `json:"portMappings"` // "8888" -> host port, while running
+	PublicIP      string         `json:"publicIp"`
+	GPUs          []string       `json:"gpus,omitempty"`
+	GPUTypeID     string         `json:"gpuTypeId,omitempty"`
+	GPUCount      int            `json:"gpuCount"`
+	StartedAt     time.Time      `json:"startedAt,omitzero"`
+	FinishedAt    time.Time      `json:"finishedAt,omitzero"`
+	VolumeDir     string         `json:"volumeDir,omitempty"` // host dir of volumeInGb
+	Warning       string         `json:"warning,omitempty"`
+}
+
+// PodRuntime runs pods as long-lived containers. *Supervisor implements it.
+// Operations on one pod are serialised; all block until Docker is done.
+type PodRuntime interface {
+	// EnsurePod makes the pod run: it starts the pod's stopped container,
+	// creates a missing one, and replaces one made for another
+	// spec.Version (like ResetPod).
+	EnsurePod(ctx context.Context, spec PodSpec) (PodState, error)
+	// CreatePod pulls the image if needed, gives the pod its GPUs, and
+	// creates and starts its container. It fails with gpu.ErrNoCapacity
+	// when the GPUs are held, gpu.ErrUnknownType when none of the types
+	// exist here, ErrPodExists when the pod already has a container.
+	CreatePod(ctx context.Context, spec PodSpec) (PodState, error)
+	// StartPod starts a stopped pod on the GPUs it had (error wrapping
+	// gpu.ErrAlreadyHeld when they are now taken: reset it instead).
+	StartPod(ctx context.Context, podID string) (PodState, error)
+	// StopPod stops the container (SIGTERM, then SIGKILL after
+	// Config.PodStopGrace) and frees its GPUs; the container and its disk stay.
+	StopPod(ctx context.Context, podID string) (PodState, error)
+	// RestartPod stops and starts the container, keeping its GPUs.
+	RestartPod(ctx context.Context, podID string) (PodState, error)
+	// ResetPod recreates the container from spec (fresh container disk,
+	// new GPU allocation); the pod volume is kept.
+	ResetPod(ctx context.Context, spec PodSpec) (PodState, error)
+	// RemovePod removes the container, frees its GPUs and deletes the pod
+	// volume. Removing an unknown pod is not an error.
+	RemovePod(ctx context.Context, podID string) error
+	// PodState inspects the pod's container (ErrUnknownPod without one).
+	PodState(ctx context.Context, podID string) (PodState, error)
+	// ListPods reports every pod container of this instance.
+	ListPods(ctx context.Context) ([]PodState, error)
+	// PodLogs returns the container's output; see WorkerLogs.
+	PodLogs(ctx context.Context, podID string, follow bool, tail int) (io.ReadCloser, error)
+}
+
+var _ PodRuntime = (*Supervisor)(nil)
+
+// podState is what the Supervisor tracks of a pod's container.
+type podState struct {
+	id          string
+	version     int
+	containerID string
+	gpus        []string
+	gpuType     string
+	running     bool // OnRun start reported, GPUs held
+	startedAt   time.Time
+	warning     string
+}
+
+// podLock serialises operations on one pod (and keeps reconcile out).
+func (s *Supervisor) podLock(id string) *sync.Mutex {
+	m, _ := s.podOps.LoadOrStore(id, &sync.Mutex{})
+	return m.(*sync.Mutex)
+}
+
+// podDir is the pod's directory under DataDir.
+func (s *Supervisor) podDir(id string) string {
+	return filepath.Join(s.cfg.DataDir, "pods", id)
+}
+
+// findPod returns the pod's tracked container, or looks for it by label.
+func (s *Supervisor) findPod(ctx context.Context, id string) (*podState, error) {
+	s.mu.Lock()
+	p := s.pods[id]
+	s.mu.Unlock()
+	if p != nil {
+		return p, nil
+	}
+	infos, err := s.d.List(ctx, s.cfg.Instance)
+	if err != nil {
+		return nil, err
+	}
+	for _, in := range infos {
+		if in.Labels[LabelKind] == KindPod && in.Labels[LabelPod] == id {
+			p = &podState{id: id, containerID: in.ID, gpus: containerGPUs(in)}
+			p.version, _ = strconv.Atoi(in.Labels[LabelVersion])
+			p.gpuType = s.gpuTypeOf(p.gpus)
+			s.mu.Lock()
+			if q := s.pods[id]; q != nil {
+				p = q
+			} else {
+				s.pods[id] = p
+				s.podByCID[in.ID] = p
+			}
+			s.mu.Unlock()
+			return p, nil
+		}
+	}
+	return nil, fmt.Errorf("pod %s: %w", id, ErrUnknownPod)
+}
+
+// CreatePod implements PodRuntime.
+func (s *Supervisor) CreatePod(ctx context.Context, spec PodSpec) (PodState, error) {
+	if spec.ID == "" {
+		return PodState{}, errors.New("create pod: id is required")
+	}
+	l := s.podLock(spec.ID)
+	l.Lock()
+	defer l.Unlock()
+	if _, err := s.findPod(ctx, spec.ID); err == nil {
+		return PodState{}, fmt.Errorf("create pod %s: %w", spec.ID, ErrPodExists)
+	} else if !errors.Is(err, ErrUnknownPod) {
+		return PodState{}, err
+	}
+	return s.createPodLocked(ctx, spec)
+}
+
+func (s *Supervisor) createPodLocked(ctx context.Context, spec PodSpec) (PodState, error) {
+	spec, err := s.resolvePodSpec(spec)
+	if err != nil {
+		return PodState{}, err
+	}
+	var auth *RegistryAuth
+	if spec.RegistryAuthID != "" && s.cfg.Credentials != nil {
+		if auth, err = s.cfg.Credentials(spec.RegistryAuthID); err != nil {
+			return PodState{}, fmt.Errorf("registry credentials %q: %w", spec.RegistryAuthID, err)
+		}
+	}
+	if err := s.d.EnsureImage(ctx, spec.Image, auth, func(msg string) {
+		s.log.Info("pod image pull", "pod", spec.ID, "image", spec.Image, "progress", msg)
+	}); err != nil {
+		if ctx.Err() != nil {
+			return PodState{}, err
+		}
+		return PodState{}, fmt.Errorf("%w: %w", ErrImage, err)
+	}
+
+	p := &podState{id: spec.ID, version: spec.Version}
+	if !strings.EqualFold(spec.ComputeType, "CPU") {
+		if s.cfg.GPUs == nil || len(s.cfg.GPUs.Types()) == 0 {
+			p.warning = "no GPUs on this machine: the pod runs without a GPU"
+		} else {
+			s.mu.Lock()
+			devs, err := s.cfg.GPUs.Allocate(spec.ID, spec.GPUTypeIDs, max(spec.GPUCount, 1))
+			s.mu.Unlock()
+			if err != nil {
+				return PodState{}, err
+			}
+			for _, d := range devs {
+				p.gpus = append(p.gpus, d.UUID)
+			}
+			p.gpuType = devs[0].TypeID
+		}
+	}
+	release := func() {
+		if len(p.gpus) > 0 {
+			s.mu.Lock()
+			s.cfg.GPUs.Release(spec.ID)
+			s.mu.Unlock()
+		}
+	}
+
+	env := map[string]string{}
+	maps.Copy(env, spec.Env)
+	env["RUNPOD_POD_ID"] = spec.ID
+	env["RUNPOD_POD_HOSTNAME"] = spec.ID
+	env["RUNPOD_PUBLIC_IP"] = s.cfg.PublicIP
+	env["RUNPOD_GPU_COUNT"] = strconv.Itoa(len(p.gpus))
+	if spec.NetworkVolumeID != "" {
+		env["RUNPOD_VOLUME_ID"] = spec.NetworkVolumeID
+	}
+	cs := ContainerSpec{
+		Name:  "berth-pod-" + spec.ID,
+		Image: spec.Image,
+		Env:   envList(env),
+		Labels: map[string]string{LabelKind: KindPod, LabelPod: spec.ID, LabelGPUs: strings.Join(p.gpus, ","),
+			LabelVersion: strconv.Itoa(spec.Version)},
+		Ports:           spec.Ports,
+		PublishPorts:    len(spec.Ports) > 0,
+		ContainerDiskGB: spec.ContainerDiskGB,
+		GPUUUIDs:        p.gpus,
+		UseCDI:          len(p.gpus) > 0 && s.d.CDIEnabled(),
+		ExtraHosts:      s.cfg.ExtraHosts,
+		NetworkMode:     s.cfg.NetworkMode,
+		StopTimeout:     s.cfg.PodStopGrace,
+		Init:            true,
+		Instance:        s.cfg.Instance,
+	}
+	if len(spec.Entrypoint) > 0 {
+		cs.Entrypoint = spec.Entrypoint
+	}
+	if len(spec.Cmd) > 0 {
+		cs.Cmd = spec.Cmd
+	}
+	if spec.VolumeGB > 0 {
+		if s.cfg.DataDir == "" {
+			release()
+			return PodState{}, errors.New("create pod: volumeInGb needs a data directory (Config.DataDir)")
+		}
+		dir := filepath.Join(s.podDir(spec.ID), "volume")
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			release()
+			return PodState{}, fmt.Errorf("create pod volume: %w", err)
+		}
+		mp := spec.VolumeMountPath
+		if mp == "" {
+			mp = "/workspace"
+		}
+		cs.VolumeMounts = append(cs.VolumeMounts, VolumeMount{Source: dir, Target: mp})
+	}
+	if spec.NetworkVolumeID != "" {
+		if s.cfg.VolumePath == nil {
+			p.warning = joinNote(p.warning, "network volume "+spec.NetworkVolumeID+" is not mounted: Berth has no volume directory configured")
+		} else {
+			dir, err := s.cfg.VolumePath(spec.NetworkVolumeID)
+			if err != nil {
+				release()
+				return PodState{}, fmt.Errorf("network volume %q: %w", spec.NetworkVolumeID, err)
+			}
+			cs.VolumeMounts = append(cs.VolumeMounts, VolumeMount{Source: dir, Target: "/runpod-volume"})
+		}
+	}
+	res, err := s.d.CreateAndStart(ctx, cs)
+	if err != nil {
+		release()
+		return PodState{}, err
+	}
+	if !res.DiskLimitApplied && spec.ContainerDiskGB > 0 {
+		p.warning = joinNote(p.warning, fmt.Sprintf("containerDiskInGb (%d) is not enforced: the %q storage driver cannot limit a container's size", spec.ContainerDiskGB, s.d.Info().StorageDriver))
+	}
+	now := s.clock.Now()
+	p.containerID, p.running, p.startedAt = res.ID, true, now
+	s.mu.Lock()
+	s.pods[p.id] = p
+	s.podByCID[res.ID] = p
+	s.mu.Unlock()
+	s.log.Info("pod started", "pod", p.id, "container", shortID(res.ID), "image", spec.Image, "gpus", p.gpus)
+	if s.cfg.OnRun != nil {
+		s.cfg.OnRun(KindPod, p.id, "", p.gpuType, len(p.gpus), now, time.Time{})
+	}
+	return s.podStateOf(ctx, p)
+}
+
+// EnsurePod implements PodRuntime.
+func (s *Supervisor) EnsurePod(ctx context.Context, spec PodSpec) (PodState, error) {
+	if spec.ID == "" {
+		return PodState{}, errors.New("ensure pod: id is required")
+	}
+	l := s.podLock(spec.ID)
+	l.Lock()
+	defer l.Unlock()
+	p, err := s.findPod(ctx, spec.ID)
+	switch {
+	case errors.Is(err, ErrUnknownPod):
+		return s.createPodLocked(ctx, spec)
+	case err != nil:
+		return PodState{}, err
+	}
+	s.mu.Lock()
+	same := p.version == spec.Version
+	s.mu.Unlock()
+	if !same {
+		if err := s.removePodContainer(ctx, p); err != nil {
+			return PodState{}, err
+		}
+		return s.createPodLocked(ctx, spec)
+	}
+	return s.startPodLocked(ctx, spec.ID)
+}
+
+// PodSpecFromRecord is the container a pod record asks for.
+func PodSpecFromRecord(p store.Pod) PodSpec {
+	return PodSpec{
+		ID: p.ID, Version: p.Version, Name: p.Name, Image: p.ImageName, TemplateID: p.TemplateID,
+		Entrypoint: p.DockerEntrypoint, Cmd: p.DockerStartCmd, Env: p.Env, Ports: p.Ports,
+		ComputeType: p.ComputeType, GPUTypeIDs: p.GPUTypeIDs, GPUCount: p.GPUCount,
+		ContainerDiskGB: p.ContainerDiskInGb, VolumeGB: p.VolumeInGb, VolumeMountPath: p.VolumeMountPath,
+		NetworkVolumeID: p.NetworkVolumeID, RegistryAuthID: p.ContainerRegistryAuthID,
+	}
+}
+
+// resolvePodSpec fills empty fields from the pod's template.
+func (s *Supervisor) resolvePodSpec(spec PodSpec) (PodSpec, error) {
+	if spec.TemplateID != "" {
+		if s.cfg.Template == nil {
+			return spec, errors.New("create pod: templates are not available")
+		}
+		t, err := s.cfg.Template(spec.TemplateID)
+		if err != nil {
+			return spec, fmt.Errorf("pod template %q: %w", spec.TemplateID, err)
+		}
+		if spec.Image == "" {
+			spec.Image = t.ImageName
+		}
+		if len(spec.Entrypoint) == 0 {
+			spec.Entrypoint = t.DockerEntrypoint
+		}
+		if len(spec.Cmd) == 0 {
+			spec.Cmd = t.DockerStartCmd
+		}
+		if len(spec.Ports) == 0 {
+			spec.Ports = t.Ports
+		}
+		if spec.ContainerDiskGB == 0 {
+			spec.ContainerDiskGB = t.ContainerDiskInGb
+		}
+		if spec.VolumeGB == 0 {
+			spec.VolumeGB = t.VolumeInGb
+		}
+		if spec.VolumeMountPath == "" {
+			spec.VolumeMountPath = t.VolumeMountPath
+		}
+		if spec.RegistryAuthID == "" {
+			spec.RegistryAuthID = t.ContainerRegistryAuthID
+		}
+		env := map[string]string{}
+		maps.Copy(env, t.Env)
+		maps.Copy(env, spec.Env)
+		spec.Env = env
+	}
+	if spec.Image == "" {
+		return spec, fmt.Errorf("create pod: %w: an image (imageName or a template with one) is required", ErrImage)
+	}
+	var ports []string
+	for _, p := range spec.Ports {
+		// RunPod also accepts "8888/http,22/tcp" in one string.
+		for _, q := range strings.Split(p, ",") {
+			if q = strings.TrimSpace(q); q != "" {
+				ports = append(ports, q)
+			}
+		}
+	}
+	spec.Ports = ports
+	return spec, nil
+}
+
+// StartPod implements PodRuntime.
+func (s *Supervisor) StartPod(ctx context.Context, id string) (PodState, error) {
+	l := s.podLock(id)
+	l.Lock()
+	defer l.Unlock()
+	return s.startPodLocked(ctx, id)
+}
+
+func (s *Supervisor) startPodLocked(ctx context.Context, id string) (PodState, error) {
+	p, err := s.findPod(ctx, id)
+	if err != nil {
+		return PodState{}, err
+	}
+	info, err := s.d.Inspect(ctx, p.containerID)
+	if err != nil {
+		return PodState{}, err
+	}
+	if info.Running {
+		return s.podStateOf(ctx, p)
+	}
+	if len(p.gpus) > 0 && s.cfg.GPUs != nil {
+		s.mu.Lock()
+		err := s.cfg.GPUs.Restore(id, p.gpus)
+		s.mu.Unlock()
+		if err != nil {
+			return PodState{}, fmt.Errorf("start pod %s: its GPUs are in use (reset the pod to get others): %w", id, err)
+		}
+	}
+	if err := s.d.Start(ctx, p.containerID); err != nil {
+		s.releasePodGPUs(p)
+		return PodState{}, err
+	}
+	now := s.clock.Now()
+	s.mu.Lock()
+	p.running, p.startedAt = true, now
+	s.mu.Unlock()
+	if s.cfg.OnRun != nil {
+		s.cfg.OnRun(KindPod, p.id, "", p.gpuType, len(p.gpus), now, time.Time{})
+	}
+	return s.podStateOf(ctx, p)
+}
+
+// StopPod implements PodRuntime.
+func (s *Supervisor) StopPod(ctx context.Context, id string) (PodState, error) {
+	l := s.podLock(id)
+	l.Lock()
+	defer l.Unlock()
+	p, err := s.findPod(ctx, id)
+	if err != nil {
+		return PodState{}, err
+	}
+	if err := s.d.Stop(ctx, p.containerID, s.cfg.PodStopGrace); err != nil {
+		return PodState{}, err
+	}
+	s.podExitedLocked(p, false)
+	return s.podStateOf(ctx, p)
+}
+
+// RestartPod implements PodRuntime.
+func (s *Supervisor) RestartPod(ctx context.Context, id string) (PodState, error) {
+	l := s.podLock(id)
+	l.Lock()
+	defer l.Unlock()
+	p, err := s.findPod(ctx, id)
+	if err != nil {
+		return PodState{}, err
+	}
+	s.mu.Lock()
+	running := p.running
+	s.mu.Unlock()
+	if !running {
+		return s.startPodLocked(ctx, id)
+	}
+	if err := s.d.Stop(ctx, p.containerID, s.cfg.PodStopGrace); err != nil {
+		return PodState{}, err
+	}
+	if err := s.d.Start(ctx, p.containerID); err != nil {
+		s.podExitedLocked(p, false)
+		return PodState{}, err
+	}
+	return s.podStateOf(ctx, p)
+}
+
+// ResetPod implements PodRuntime.
+func (s *Supervisor) ResetPod(ctx context.Context, spec PodSpec) (PodState, error) {
+	l := s.podLock(spec.ID)
+	l.Lock()
+	defer l.Unlock()
+	if p, err := s.findPod(ctx, spec.ID); err == nil {
+		if err := s.removePodContainer(ctx, p); err != nil {
+			return PodState{}, err
+		}
+	} else if !errors.Is(err, ErrUnknownPod) {
+		return PodState{}, err
+	}
+	return s.createPodLocked(ctx, spec)
+}
+
+// RemovePod implements PodRuntime.
+func (s *Supervisor) RemovePod(ctx context.Context, id string) error {
+	l := s.podLock(id)
+	l.Lock()
+	defer l.Unlock()
+	p, err := s.findPod(ctx, id)
+	switch {
+	case err == nil:
+		if err := s.removePodContainer(ctx, p); err != nil {
+			return err
+		}
+	case !errors.Is(err, ErrUnknownPod):
+		return err
+	}
+	if s.cfg.DataDir != "" {
+		if err := os.RemoveAll(s.podDir(id)); err != nil {
+			return fmt.Errorf("remove pod volume: %w", err)
+		}
+	}
+	s.podOps.Delete(id)
+	return nil
+}
+
+// removePodContainer force-removes the container and forgets it.
+func (s *Supervisor) removePodContainer(ctx context.Context, p *podState) error {
+	if err := s.d.Remove(ctx, p.containerID, true); err != nil {
+		return err
+	}
+	s.podExitedLocked(p, true)
+	s.mu.Lock()
+	delete(s.pods, p.id)
+	delete(s.podByCID, p.containerID)
+	s.mu.Unlock()
+	return nil
+}
+
+// podExitedLocked records that the pod's container is not running (the
+// caller holds the pod's lock): GPUs freed, usage closed, owner told. With
+// gone the container no longer exists.
+func (s *Supervisor) podExitedLocked(p *podState, gone bool) {
+	end := s.clock.Now()
+	if !gone {
+		info, err := s.d.Inspect(s.ctx, p.containerID)
+		if err == nil && info.Running {
+			return // a stale event: it was started again
+		}
+		if err == nil && !info.FinishedAt.IsZero() {
+			end = info.FinishedAt
+		}
+	}
+	s.mu.Lock()
+	was := p.running
+	p.running = false
+	start := p.startedAt
+	s.mu.Unlock()
+	s.releasePodGPUs(p)
+	if !was {
+		return
+	}
+	s.log.Info("pod stopped", "pod", p.id, "container", shortID(p.containerID))
+	if s.cfg.OnRun != nil {
+		s.cfg.OnRun(KindPod, p.id, "", p.gpuType, len(p.gpus), start, end)
+	}
+	if s.cfg.OnPodExit != nil {
+		s.cfg.OnPodExit(p.id)
+	}
+}
+
+func (s *Supervisor) releasePodGPUs(p *podState) {
+	if len(p.gpus) > 0 && s.cfg.GPUs != nil {
+		s.mu.Lock()
+		s.cfg.GPUs.Release(p.id)
+		s.mu.Unlock()
+	}
+}
+
+// podExited handles a die event of a pod's container.
+func (s *Supervisor) podExited(p *podState, containerID string) {
+	l := s.podLock(p.id)
+	l.Lock()
+	defer l.Unlock()
+	s.mu.Lock()
+	current := s.pods[p.id] == p && p.containerID == containerID
+	s.mu.Unlock()
+	if current {
+		s.podExitedLocked(p, false)
+	}
+}
+
+// podVanished handles a tracked pod container that is no longer listed.
+func (s *Supervisor) podVanished(p *podState) {
+	l := s.podLock(p.id)
+	if !l.TryLock() {
+		return // an operation is under way; it knows
+	}
+	defer l.Unlock()
+	s.mu.Lock()
+	current := s.pods[p.id] == p
+	if current {
+		delete(s.pods, p.id)
+		delete(s.podByCID, p.containerID)
+	}
+	s.mu.Unlock()
+	if current {
+		s.podExitedLocked(p, true)
+	}
+}
+
+// resyncPod adopts a pod container after a restart, notices a missed exit,
+// and removes the containers of pods that no longer exist.
+func (s *Supervisor) resyncPod(ctx context.Context, info ContainerInfo) {
+	id := info.Labels[LabelPod]
+	l := s.podLock(id)
+	if !l.TryLock() {
+		return // an operation is under way
+	}
+	defer l.Unlock()
+	if s.cfg.PodExists != nil {
+		ok, err := s.cfg.PodExists(id)
+		if err == nil && !ok {
+			s.log.Info("removing the container of a deleted pod", "pod", id, "container", shortID(info.ID))
+			p := &podState{id: id, containerID: info.ID, gpus: containerGPUs(info), running: info.Running, startedAt: info.StartedAt}
+			s.mu.Lock()
+			if q := s.pods[id]; q != nil {
+				p = q
+			}
+			s.mu.Unlock()
+			if err := s.removePodContainer(ctx, p); err != nil {
+				s.log.Warn("remove pod container", "pod", id, "err", err)
+			}
+			if s.cfg.DataDir != "" {
+				_ = os.RemoveAll(s.podDir(id))
+			}
+			return
+		}
+	}
+	s.mu.Lock()
+	p := s.pods[id]
+	if p != nil && p.containerID != info.ID {
+		s.mu.Unlock()
+		s.log.Warn("removing a stray container of a pod", "pod", id, "container", shortID(info.ID))
+		_ = s.d.Remove(ctx, info.ID, true)
+		return
+	}
+	if p == nil {
+		p = &podState{id: id, containerID: info.ID, gpus: containerGPUs(info)}
+		p.version, _ = strconv.Atoi(info.Labels[LabelVersion])
+		s.pods[id] = p
+		s.podByCID[info.ID] = p
+	}
+	adopt := info.Running && !p.running
+	missed := !info.Running && p.running
+	var restoreErr error
+	if adopt {
+		p.running, p.startedAt = true, info.StartedAt
+		if len(p.gpus) > 0 && s.cfg.GPUs != nil {
+			restoreErr = s.cfg.GPUs.Restore(id, p.gpus)
+		}
+	}
+	s.mu.Unlock()
+	if p.gpuType == "" {
+		p.gpuType = s.gpuTypeOf(p.gpus)
+	}
+	if adopt {
+		if restoreErr != nil {
+			s.log.Warn("pod GPUs could not be restored", "pod", id, "err", restoreErr)
+		}
+		s.log.Info("adopted pod container", "pod", id, "container", shortID(info.ID), "gpus", p.gpus)
+		if s.cfg.OnRun != nil {
+			s.cfg.OnRun(KindPod, id, "", p.gpuType, len(p.gpus), info.StartedAt, time.Time{})
+		}
+	}
+	if missed {
+		s.podExitedLocked(p, false)
+	}
+}
+
+// PodState implements PodRuntime.
+func (s *Supervisor) PodState(ctx context.Context, id string) (PodState, error) {
+	p, err := s.findPod(ctx, id)
+	if err != nil {
+		return PodState{}, err
+	}
+	return s.podStateOf(ctx, p)
+}
+
+// ListPods implements PodRuntime.
+func (s *Supervisor) ListPods(ctx context.Context) ([]PodState, error) {
+	infos, err := s.d.List(ctx, s.cfg.Instance)
+	if err != nil {
+		return nil, err
+	}
+	var out []PodState
+	for _, in := range infos {
+		if in.Labels[LabelKind] != KindPod {
+			continue
+		}
+		s.mu.Lock()
+		p := s.pods[in.Labels[LabelPod]]
+		s.mu.Unlock()
+		if p == nil || p.containerID != in.ID {
+			p = &podState{id: in.Labels[LabelPod], containerID: in.ID, gpus: containerGPUs(in)}
+		}
+		out = append(out, s.podStateFrom(p, in))
+	}
+	return out, nil
+}
+
+// PodLogs implements PodRuntime.
+func (s *Supervisor) PodLogs(ctx context.Context, id string, follow bool, tail int) (io.ReadCloser, error) {
+	p, err := s.findPod(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	return s.d.Logs(ctx, p.containerID, follow, tail, time.Time{})
+}
+
+func (s *Supervisor) podStateOf(ctx context.Context, p *podState) (PodState, error) {
+	info, err := s.d.Inspect(ctx, p.containerID)
+	if IsNotFound(err) {
+		return PodState{ID: p.id, DesiredStatus: PodTerminated, PortMappings: map[string]int{}, PublicIP: s.cfg.PublicIP},
+			fmt.Errorf("pod %s: %w", p.id, ErrUnknownPod)
+	}
+	if err != nil {
+		return PodState{}, err
+	}
+	return s.podStateFrom(p, info), nil
+}
+
+func (s *Supervisor) podStateFrom(p *podState, info ContainerInfo) PodState {
+	st := PodState{
+		ID: p.id, ContainerID: info.ID, State: info.State, ExitCode: info.ExitCode, OOMKilled: info.OOMKilled,
+		Error: info.Error, Image: info.Image, PortMappings: map[string]int{}, PublicIP: s.cfg.PublicIP,
+		GPUs: containerGPUs(info), GPUCount: len(containerGPUs(info)), StartedAt: info.StartedAt, FinishedAt: info.FinishedAt,
+	}
+	s.mu.Lock()
+	st.Warning = p.warning
+	s.mu.Unlock()
+	st.GPUTypeID = s.gpuTypeOf(st.GPUs)
+	st.Version, _ = strconv.Atoi(info.Labels[LabelVersion])
+	st.DesiredStatus = PodExited
+	if info.Running {
+		st.DesiredStatus = PodRunning
+	}
+	for port, host := range info.HostPorts {
+		num, _, _ := strings.Cut(port, "/")
+		st.PortMappings[num] = host
+	}
+	if s.cfg.DataDir != "" {
+		if dir := filepath.Join(s.podDir(p.id), "volume"); dirExists(dir) {
+			st.VolumeDir = dir
+		}
+	}
+	return st
+}
+
+func dirExists(p string) bool {
+	fi, err := os.Stat(p)
+	return err == nil && fi.IsDir()
+}

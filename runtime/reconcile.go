@@ -1,0 +1,175 @@
+package runtime
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"berth/queue"
+	"berth/store"
+)
+
+// resync compares the Supervisor's state with the containers this instance
+// labelled: it adopts running workers it does not know (after a restart of
+// Berth), handles exits it missed (after a restart of the daemon), removes
+// orphans, and restores GPU allocations from the containers. Called from
+// Start and from the loop goroutine only.
+func (s *Supervisor) resync(ctx context.Context) error {
+	infos, err := s.d.List(ctx, s.cfg.Instance)
+	if err != nil {
+		return err
+	}
+	epList, err := s.cfg.Endpoints()
+	if err != nil {
+		return fmt.Errorf("list endpoints: %w", err)
+	}
+	eps := make(map[string]store.Endpoint, len(epList))
+	for _, ep := range epList {
+		eps[ep.ID] = ep
+	}
+	loads := map[string]queue.WorkerLoad{}
+	for _, l := range s.q.Workers("") {
+		loads[l.WorkerID] = l
+	}
+	present := make(map[string]bool, len(infos))
+	for _, info := range infos {
+		present[info.ID] = true
+		switch info.Labels[LabelKind] {
+		case KindWorker:
+			s.resyncWorker(ctx, info, eps, loads)
+		case KindPod:
+			s.resyncPod(ctx, info)
+		}
+	}
+
+	var gone []*workerState
+	var podsGone []*podState
+	s.mu.Lock()
+	for _, ws := range s.workers {
+		if ws.containerID != "" && !present[ws.containerID] && ws.phase != phaseStarting && !ws.exited {
+			gone = append(gone, ws)
+		}
+	}
+	for id, epID := range s.kept {
+		if !present[id] {
+			delete(s.kept, id)
+			if es := s.eps[epID]; es != nil && es.kept == id {
+				es.kept = ""
+			}
+		}
+	}
+	for _, p := range s.pods {
+		if p.containerID != "" && !present[p.containerID] {
+			podsGone = append(podsGone, p)
+		}
+	}
+	s.mu.Unlock()
+	for _, ws := range gone {
+		s.goExit(ws)
+	}
+	for _, p := range podsGone {
+		s.podVanished(p)
+	}
+	return nil
+}
+
+func (s *Supervisor) resyncWorker(ctx context.Context, info ContainerInfo, eps map[string]store.Endpoint, loads map[string]queue.WorkerLoad) {
+	wid, epID := info.Labels[LabelWorker], info.Labels[LabelEndpoint]
+	s.mu.Lock()
+	ws := s.workers[wid]
+	_, kept := s.kept[info.ID]
+	s.mu.Unlock()
+	if kept {
+		return
+	}
+	if ws != nil && ws.containerID == info.ID {
+		if !info.Running && ws.phase != phaseStarting {
+			s.goExit(ws) // an exit whose event was missed
+		}
+		return
+	}
+	if ws != nil && ws.containerID == "" {
+		return // being created right now
+	}
+	l, known := loads[wid]
+	ep, epOK := eps[epID]
+	var why string
+	switch {
+	case ws != nil:
+		why = "a second container for the same worker"
+	case !info.Running:
+		why = "not running (state " + info.State + ")"
+	case wid == "" || !known || l.External:
+		why = "its worker identity is unknown to the queue"
+	case !epOK:
+		why = "its endpoint no longer exists"
+	}
+	var gpus []string
+	if why == "" {
+		gpus = containerGPUs(info)
+		if len(gpus) > 0 && s.cfg.GPUs != nil {
+			s.mu.Lock()
+			err := s.cfg.GPUs.Restore(wid, gpus)
+			s.mu.Unlock()
+			if err != nil {
+				why = "its GPUs cannot be restored: " + err.Error()
+			}
+		}
+	}
+	if why != "" {
+		s.log.Info("removing orphan worker container", "container", shortID(info.ID), "worker", wid, "endpoint", epID, "why", why)
+		if err := s.d.Remove(ctx, info.ID, true); err != nil {
+			s.log.Warn("remove orphan container", "container", shortID(info.ID), "err", err)
+		}
+		if ws == nil && known && !l.External {
+			s.q.ForgetWorker(wid)
+		}
+		return
+	}
+	version, _ := strconv.Atoi(info.Labels[LabelVersion])
+	ws = &workerState{
+		id: wid, endpointID: epID, containerID: info.ID, version: version, specKey: info.Labels[LabelSpec],
+		gpus: gpus, gpuType: s.gpuTypeOf(gpus), phase: phaseInitializing, startedAt: info.StartedAt,
+		seen: !l.LastSeen.IsZero(), runStarted: true,
+	}
+	if ws.startedAt.IsZero() {
+		ws.startedAt = s.clock.Now()
+	}
+	s.mu.Lock()
+	s.workers[wid] = ws
+	s.byContainer[info.ID] = ws
+	es := s.endpointLocked(epID)
+	es.ep = ep
+	s.mu.Unlock()
+	s.log.Info("adopted worker container", "endpoint", epID, "worker", wid, "container", shortID(info.ID),
+		"version", version, "current", version == ep.Version, "gpus", gpus)
+	if s.cfg.OnRun != nil {
+		s.cfg.OnRun(KindWorker, wid, epID, ws.gpuType, len(gpus), info.StartedAt, time.Time{})
+	}
+}
+
+// containerGPUs are the GPUs a container was created with: its device
+// requests, or else its label.
+func containerGPUs(info ContainerInfo) []string {
+	if len(info.GPUDeviceIDs) > 0 {
+		return info.GPUDeviceIDs
+	}
+	if l := info.Labels[LabelGPUs]; l != "" {
+		return strings.Split(l, ",")
+	}
+	return nil
+}
+
+func (s *Supervisor) gpuTypeOf(uuids []string) string {
+	if len(uuids) == 0 || s.cfg.GPUs == nil {
+		return ""
+	}
+	for _, st := range s.cfg.GPUs.Snapshot() {
+		if st.UUID == uuids[0] {
+			return st.TypeID
+		}
+	}
+	return ""
+}

@@ -1,0 +1,461 @@
+package runtime
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/jonboulle/clockwork"
+
+	"berth/gpu"
+	"berth/queue"
+	"berth/store"
+)
+
+// Queue is what the Supervisor needs from the job queue; *queue.Service
+// implements it.
+type Queue interface {
+	Stats(endpointID string) queue.QueueStats
+	RegisterWorker(endpointID string, external bool) (queue.Registration, error)
+	WorkerGone(workerID, reason string)
+	ForgetWorker(workerID string)
+	Workers(endpointID string) []queue.WorkerLoad
+	PendingStops(workerID string) []string
+}
+
+// Config holds a Supervisor's dependencies and tuning. Zero durations take
+// the defaults in brackets.
+type Config struct {
+	Docker *Docker // required
+	Queue  Queue   // required
+	// Endpoints lists every endpoint; Template reads one template. Both are
+	// called from the autoscaler loop (about once per TickInterval).
+	Endpoints func() ([]store.Endpoint, error) // required
+	Template  func(id string) (store.Template, error)
+	// GPUs hands out the machine's GPUs; nil (or an allocator with no
+	// devices) runs every container without a GPU.
+	GPUs *gpu.Allocator
+	// Instance identifies this Berth among others sharing the daemon (see
+	// LabelDataDir). Required.
+	Instance string
+
+	// WorkerBaseURL is Berth's base URL as seen from inside a worker
+	// container, e.g. http://host.docker.internal:8080. Required.
+	WorkerBaseURL string
+	// WorkerEnv builds a worker's RUNPOD_* variables (main wires it to
+	// httpapi.WorkerEnv). nil uses DefaultWorkerEnv.
+	WorkerEnv func(base, endpointID, workerID, key string) map[string]string
+	// ExtraHosts of every container [host.docker.internal:host-gateway].
+	ExtraHosts []string
+	// NetworkMode of every container ["": the daemon's default bridge].
+	NetworkMode string
+
+	// Credentials returns the registry login of a template's or pod's
+	// containerRegistryAuthId. Optional: without it pulls are anonymous.
+	Credentials func(authID string) (*RegistryAuth, error)
+	// VolumePath returns the host directory of a network volume, mounted
+	// at /runpod-volume. Optional: without it network volumes are not
+	// mounted (the endpoint's status says so).
+	VolumePath func(volumeID string) (string, error)
+
+	// DataDir holds pod volumes (DataDir/pods/<podId>). Required for pods
+	// with volumeInGb > 0.
+	DataDir string
+	// PublicIP is reported as a pod's publicIp [DetectHostIP()].
+	PublicIP string
+	// PodExists tells reconcile whether a labelled pod container still has
+	// a record; containers of unknown pods are removed. Optional: without
+	// it pod containers are never removed by reconcile.
+	PodExists func(podID string) (bool, error)
+	// OnPodExit is told when a pod's container stops for any reason
+	// (stop, crash, daemon restart), so the pod record can follow. Optional;
+	// called from a goroutine of the Supervisor, it must not block long.
+	OnPodExit func(podID string)
+
+	// OnRun records usage: called when a worker or pod container starts or
+	// is adopted after a restart (end is zero; adoption passes the
+	// container's original start), and when it stops. kind is KindWorker or
+	// KindPod; endpointID is "" for pods; gpuTypeID is "" without a GPU.
+	OnRun func(kind, id, endpointID, gpuTypeID string, gpuCount int, start, end time.Time)
+
+	Clock  clockwork.Clock // [real clock]
+	Logger *slog.Logger    // [slog.Default]
+
+	TickInterval   time.Duration // autoscaler period without notifications [1s]
+	ResyncInterval time.Duration // full comparison with the daemon [30s]
+	// DrainGrace is the SIGTERM-to-SIGKILL grace when a worker is drained.
+	// Zero uses the endpoint's executionTimeout (the longest a job may
+	// still run), at most MaxDrainGrace.
+	DrainGrace    time.Duration
+	MaxDrainGrace time.Duration // [10m]
+	// IdleStopGrace caps the grace of a worker drained while it had no job
+	// (idle timeout, scale-down) [30s].
+	IdleStopGrace time.Duration
+	// StopIgnoredAfter: a job the worker was told to stop (cancel, execution
+	// timeout) that is still pending on its job-stop channel this long
+	// later gets the container stopped and replaced [10s].
+	StopIgnoredAfter time.Duration
+	// InitTimeout: a container that has not contacted Berth this long
+	// after starting is stopped and counted as a failed start [10m].
+	InitTimeout time.Duration
+	// BackoffBase and BackoffMax bound the exponential delay before the
+	// next start after a failed start or a crash [1s, 5m].
+	BackoffBase time.Duration
+	BackoffMax  time.Duration
+	// MaxStartFailures failed starts in a row mark an endpoint unhealthy
+	// (it then tries one worker at a time, after the back-off) [3].
+	MaxStartFailures int
+	// CrashReset: the crash count of an endpoint restarts after this long
+	// without a crash [2m].
+	CrashReset   time.Duration
+	PodStopGrace time.Duration // [10s]
+}
+
+func (c *Config) defaults() error {
+	switch {
+	case c.Docker == nil:
+		return errors.New("runtime: Config.Docker is required")
+	case c.Queue == nil:
+		return errors.New("runtime: Config.Queue is required")
+	case c.Endpoints == nil || c.Template == nil:
+		return errors.New("runtime: Config.Endpoints and Config.Template are required")
+	case c.Instance == "":
+		return errors.New("runtime: Config.Instance is required")
+	case c.WorkerBaseURL == "":
+		return errors.New("runtime: Config.WorkerBaseURL is required")
+	}
+	c.WorkerBaseURL = strings.TrimRight(c.WorkerBaseURL, "/")
+	if c.WorkerEnv == nil {
+		c.WorkerEnv = DefaultWorkerEnv
+	}
+	if c.ExtraHosts == nil {
+		c.ExtraHosts = []string{"host.docker.internal:host-gateway"}
+	}
+	if c.Clock == nil {
+		c.Clock = clockwork.NewRealClock()
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	if c.PublicIP == "" {
+		c.PublicIP = DetectHostIP()
+	}
+	def := func(d *time.Duration, v time.Duration) {
+		if *d <= 0 {
+			*d = v
+		}
+	}
+	def(&c.TickInterval, time.Second)
+	def(&c.ResyncInterval, 30*time.Second)
+	def(&c.MaxDrainGrace, 10*time.Minute)
+	def(&c.IdleStopGrace, 30*time.Second)
+	def(&c.StopIgnoredAfter, 10*time.Second)
+	def(&c.InitTimeout, 10*time.Minute)
+	def(&c.BackoffBase, time.Second)
+	def(&c.BackoffMax, 5*time.Minute)
+	def(&c.CrashReset, 2*time.Minute)
+	def(&c.PodStopGrace, 10*time.Second)
+	if c.MaxStartFailures <= 0 {
+		c.MaxStartFailures = 3
+	}
+	return nil
+}
+
+// Supervisor runs endpoints' workers and pods as containers: it scales
+// workers by demand, pins GPUs, drains and replaces workers, and rebuilds
+// its state from container labels after a restart of Berth or of the
+// Docker daemon. Start it once; Stop ends its goroutines but leaves the
+// containers running so the next Start adopts them.
+type Supervisor struct {
+	cfg   Config
+	d     *Docker
+	q     Queue
+	log   *slog.Logger
+	clock clockwork.Clock
+
+	mu          sync.Mutex
+	eps         map[string]*endpointState
+	workers     map[string]*workerState // by worker id
+	byContainer map[string]*workerState
+	kept        map[string]string // failed container id -> endpoint id
+	pods        map[string]*podState
+	podByCID    map[string]*podState
+	podOps      sync.Map // pod id -> *sync.Mutex serialising operations
+
+	pendMu  sync.Mutex
+	pending map[string]bool // endpoints to look at ("" = all)
+	wake    chan struct{}
+	resyncC chan struct{}
+
+	ctx     context.Context
+	cancel  context.CancelFunc
+	wg      sync.WaitGroup
+	started bool
+	stopped bool
+}
+
+// New checks cfg and makes a Supervisor; call Start.
+func New(cfg Config) (*Supervisor, error) {
+	if err := cfg.defaults(); err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	return &Supervisor{
+		cfg: cfg, d: cfg.Docker, q: cfg.Queue, log: cfg.Logger, clock: cfg.Clock,
+		eps: map[string]*endpointState{}, workers: map[string]*workerState{},
+		byContainer: map[string]*workerState{}, kept: map[string]string{},
+		pods: map[string]*podState{}, podByCID: map[string]*podState{},
+		pending: map[string]bool{}, wake: make(chan struct{}, 1), resyncC: make(chan struct{}, 1),
+		ctx: ctx, cancel: cancel,
+	}, nil
+}
+
+// Start subscribes to the daemon's events, reconciles with the containers
+// this instance labelled (adopting live workers and pods, restoring their
+// GPUs, removing orphans) and starts the autoscaler. ctx bounds only the
+// initial reconcile.
+func (s *Supervisor) Start(ctx context.Context) error {
+	s.mu.Lock()
+	if s.started {
+		s.mu.Unlock()
+		return errors.New("runtime: supervisor already started")
+	}
+	s.started = true
+	s.mu.Unlock()
+
+	// Subscribe before listing, so no exit falls between the two.
+	evCtx, evCancel := context.WithCancel(s.ctx)
+	evs, errc := s.d.Events(evCtx, s.cfg.Instance)
+	rctx, cancel := context.WithCancel(ctx)
+	stop := context.AfterFunc(s.ctx, cancel)
+	err := s.resync(rctx)
+	stop()
+	cancel()
+	if err != nil {
+		evCancel()
+		s.cancel()
+		return fmt.Errorf("runtime: initial reconcile: %w", err)
+	}
+	s.wg.Add(2)
+	go s.eventLoop(evs, errc, evCancel)
+	go s.loop()
+	s.Notify("")
+	return nil
+}
+
+// Stop ends the autoscaler and waits for the Supervisor's goroutines.
+// Containers keep running (a drain in progress has had its SIGTERM); the
+// next Start adopts them. Call it before stopping the queue.
+func (s *Supervisor) Stop() {
+	s.mu.Lock()
+	if s.stopped {
+		s.mu.Unlock()
+		return
+	}
+	s.stopped = true
+	s.mu.Unlock()
+	s.cancel()
+	s.wg.Wait()
+}
+
+// Notify asks the autoscaler to look at an endpoint now ("" for all). It
+// never blocks, so queue.Config.OnQueueChange and
+// httpapi.Config.EndpointChanged can call it directly.
+func (s *Supervisor) Notify(endpointID string) {
+	s.pendMu.Lock()
+	s.pending[endpointID] = true
+	s.pendMu.Unlock()
+	select {
+	case s.wake <- struct{}{}:
+	default:
+	}
+}
+
+// Recycle drains a worker after its current jobs and lets the autoscaler
+// start a replacement if the endpoint still needs one (a job's result
+// carried stopPod / refresh_worker). Wire queue.Config.OnStopPod to it.
+func (s *Supervisor) Recycle(endpointID, workerID string) {
+	s.mu.Lock()
+	ws := s.workers[workerID]
+	if ws != nil && ws.endpointID == endpointID {
+		ws.recycle = true
+	}
+	s.mu.Unlock()
+	if ws != nil {
+		s.Notify(endpointID)
+	}
+}
+
+func (s *Supervisor) loop() {
+	defer s.wg.Done()
+	tick := s.clock.NewTicker(s.cfg.TickInterval)
+	defer tick.Stop()
+	resync := s.clock.NewTicker(s.cfg.ResyncInterval)
+	defer resync.Stop()
+	for {
+		select {
+		case <-s.ctx.Done():
+			return
+		case <-s.resyncC:
+			s.resyncAndScale()
+		case <-resync.Chan():
+			s.resyncAndScale()
+		case <-s.wake:
+			s.pendMu.Lock()
+			ids := s.pending
+			s.pending = map[string]bool{}
+			s.pendMu.Unlock()
+			if ids[""] {
+				s.scale(nil)
+			} else {
+				s.scale(ids)
+			}
+		case <-tick.Chan():
+			s.scale(nil)
+		}
+	}
+}
+
+func (s *Supervisor) resyncAndScale() {
+	if err := s.resync(s.ctx); err != nil && s.ctx.Err() == nil {
+		s.log.Warn("reconcile with the docker daemon failed", "err", err)
+	}
+	s.scale(nil)
+}
+
+// scale runs one autoscaler pass over the given endpoints (nil: all, and
+// endpoints that disappeared are drained).
+func (s *Supervisor) scale(only map[string]bool) {
+	eps, err := s.cfg.Endpoints()
+	if err != nil {
+		s.log.Error("autoscaler: list endpoints", "err", err)
+		return
+	}
+	present := make(map[string]bool, len(eps))
+	for _, ep := range eps {
+		present[ep.ID] = true
+		if only != nil && !only[ep.ID] {
+			continue
+		}
+		if s.ctx.Err() != nil {
+			return
+		}
+		s.scaleEndpoint(ep)
+	}
+	if only == nil {
+		s.dropDeleted(present)
+	}
+}
+
+// eventLoop follows the daemon's events; when the stream breaks (daemon
+// restart) it re-subscribes with back-off and asks for a reconcile.
+func (s *Supervisor) eventLoop(evs <-chan Event, errc <-chan error, cancel context.CancelFunc) {
+	defer s.wg.Done()
+	delay := s.cfg.BackoffBase
+	for {
+		healthy := false
+	recv:
+		for {
+			select {
+			case ev, ok := <-evs:
+				if !ok {
+					break recv
+				}
+				healthy = true
+				s.handleEvent(ev)
+			case err, ok := <-errc:
+				if ok && err != nil {
+					s.log.Warn("docker event stream ended; re-subscribing", "err", err)
+				}
+				break recv
+			case <-s.ctx.Done():
+				cancel()
+				return
+			}
+		}
+		cancel()
+		if healthy {
+			delay = s.cfg.BackoffBase
+		}
+		select {
+		case <-s.ctx.Done():
+			return
+		case <-s.clock.After(delay):
+		}
+		delay = min(delay*2, 30*time.Second)
+		var ctx context.Context
+		ctx, cancel = context.WithCancel(s.ctx)
+		if err := s.d.Ping(ctx); err != nil {
+			s.log.Warn("docker daemon not answering", "err", err, "retry", delay)
+			errc = closedErr(err)
+			evs = nil
+			continue
+		}
+		evs, errc = s.d.Events(ctx, s.cfg.Instance)
+		s.log.Info("docker event stream re-subscribed; reconciling")
+		select {
+		case s.resyncC <- struct{}{}:
+		default:
+		}
+	}
+}
+
+func closedErr(err error) <-chan error {
+	c := make(chan error, 1)
+	c <- err
+	close(c)
+	return c
+}
+
+func (s *Supervisor) handleEvent(ev Event) {
+	s.mu.Lock()
+	ws := s.byContainer[ev.ContainerID]
+	pod := s.podByCID[ev.ContainerID]
+	if ev.Action == "oom" && ws != nil {
+		ws.oom = true
+	}
+	if ev.Action == "destroy" {
+		delete(s.kept, ev.ContainerID)
+		for _, es := range s.eps {
+			if es.kept == ev.ContainerID {
+				es.kept = ""
+			}
+		}
+	}
+	s.mu.Unlock()
+	if ev.Action != "die" && ev.Action != "destroy" {
+		return
+	}
+	if ws != nil {
+		s.goExit(ws)
+	}
+	if pod != nil {
+		s.wg.Add(1)
+		go func() {
+			defer s.wg.Done()
+			s.podExited(pod, ev.ContainerID)
+		}()
+	}
+}
+
+// goExit handles a worker container's exit on a goroutine of its own.
+func (s *Supervisor) goExit(ws *workerState) {
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		s.containerExited(ws)
+	}()
+}
+
+// backoff is BackoffBase·2^(n−1), at most BackoffMax.
+func (s *Supervisor) backoff(n int) time.Duration {
+	d := s.cfg.BackoffBase
+	for i := 1; i < n && d < s.cfg.BackoffMax; i++ {
+		d *= 2
+	}
+	return min(d, s.cfg.BackoffMax)
+}
