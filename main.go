@@ -19,11 +19,13 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 
 	"berth/httpapi"
 	"berth/queue"
+	"berth/runtime"
 	"berth/store"
 )
 
@@ -102,14 +104,43 @@ func serve(args []string) error {
 		return err
 	}
 
-	q := queue.New(db, queue.Config{Logger: log, WorkerTimeout: *workerTimeout, ReconcileGrace: *reconcile, MaxAttempts: *maxAttempts})
+	var sup atomic.Pointer[runtime.Supervisor]
+	q := queue.New(db, queue.Config{Logger: log, WorkerTimeout: *workerTimeout, ReconcileGrace: *reconcile, MaxAttempts: *maxAttempts,
+		OnQueueChange: func(id string) {
+			if s := sup.Load(); s != nil {
+				s.Notify(id)
+			}
+		},
+		OnStopPod: func(ep, w string) {
+			if s := sup.Load(); s != nil {
+				s.Recycle(ep, w)
+			}
+		},
+	})
 	if err := q.Start(context.Background()); err != nil {
 		return err
 	}
-	api := httpapi.New(httpapi.Config{
-		Store: db, Queue: q, Logger: log, APIKeyHash: keyHash,
-		RateLimits: *limits == "on", Version: version,
-	})
+	s, workerLn, err := startRuntime(context.Background(), log, db, q, *addr, *data)
+	if err != nil {
+		q.Stop()
+		return fmt.Errorf("start the container runtime: %w", err)
+	}
+	cfg := httpapi.Config{
+		Store: db, Queue: q, Logger: log, APIKeyHash: keyHash, DataDir: *data,
+		RateLimits: *limits == "on", Version: version, PingInterval: pingInterval,
+	}
+	if s != nil {
+		sup.Store(s)
+		defer s.Stop() // containers keep running and are adopted at the next start
+		cfg.Workers, cfg.EndpointChanged, cfg.EndpointDeleted = s.WorkerCounts, s.Notify, s.Notify
+		cfg.WorkerInfo = workerInfo(s)
+		cfg.Pods = podRuntime{s}
+	}
+	api := httpapi.New(cfg)
+	if workerLn != nil {
+		log.Info("worker protocol for containers", "addr", workerLn.Addr().String())
+		go http.Serve(workerLn, workerOnly(api.Handler()))
+	}
 
 	ln, err := net.Listen("tcp", *addr)
 	if err != nil {
@@ -130,6 +161,9 @@ func serve(args []string) error {
 	case <-ctx.Done():
 	}
 	log.Info("shutting down")
+	if s != nil {
+		s.Stop()
+	}
 	q.Stop() // wakes every long poll
 	sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()

@@ -1,0 +1,186 @@
+package main
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"log/slog"
+	"net"
+	"net/http"
+	"path/filepath"
+	"regexp"
+	"time"
+
+	"berth/gpu"
+	"berth/httpapi"
+	"berth/queue"
+	"berth/runtime"
+	"berth/store"
+)
+
+const pingInterval = 10 * time.Second
+
+// startRuntime connects to Docker and starts the worker supervisor. Without
+// a daemon Berth still serves (external workers run jobs) and says so.
+// workerLn, when not nil, is a listener on the Docker bridge gateway that
+// must serve the worker protocol only.
+func startRuntime(ctx context.Context, log *slog.Logger, db *store.DB, q *queue.Service, addr, data string) (*runtime.Supervisor, net.Listener, error) {
+	dock, err := runtime.NewDocker(ctx, log)
+	if err != nil {
+		log.Warn("no Docker daemon: endpoints get no worker containers; attach workers with `berth worker-env`", "err", err)
+		return nil, nil, nil
+	}
+	devs, err := gpu.DiscoverSystem()
+	if err != nil {
+		log.Warn("no GPU discovery: workers and pods run without GPUs", "err", err)
+	} else {
+		log.Info("GPUs found", "count", len(devs))
+	}
+	host, port, _ := net.SplitHostPort(addr)
+	var workerLn net.Listener
+	if host != "0.0.0.0" && host != "::" && host != "" {
+		// Containers cannot reach 127.0.0.1 on the host: listen on the
+		// bridge gateway too, for the worker protocol only.
+		gw, err := dock.BridgeGateway(ctx)
+		if err != nil {
+			return nil, nil, err
+		}
+		if workerLn, err = net.Listen("tcp", net.JoinHostPort(gw, port)); err != nil {
+			return nil, nil, err
+		}
+	}
+	abs, _ := filepath.Abs(data)
+	sum := sha256.Sum256([]byte(abs))
+	s, err := runtime.New(runtime.Config{
+		Docker: dock, Queue: q, GPUs: gpu.NewAllocator(devs), Logger: log,
+		Instance: hex.EncodeToString(sum[:6]), DataDir: data,
+		WorkerBaseURL: "http://host.docker.internal:" + port,
+		WorkerEnv: func(base, ep, w, key string) map[string]string {
+			return httpapi.WorkerEnv(base, ep, w, key, pingInterval.Milliseconds())
+		},
+		Endpoints: func() ([]store.Endpoint, error) {
+			var out []store.Endpoint
+			err := db.Scan(store.Endpoints, func(_ string, raw []byte) error {
+				var e store.Endpoint
+				if err := json.Unmarshal(raw, &e); err != nil {
+					return err
+				}
+				out = append(out, e)
+				return nil
+			})
+			return out, err
+		},
+		Template: func(id string) (store.Template, error) {
+			var t store.Template
+			return t, db.View(func(tx *store.Tx) error { return tx.Get(store.Templates, id, &t) })
+		},
+		Credentials: func(id string) (*runtime.RegistryAuth, error) {
+			u, p, err := store.RegistryCredentials(db, id)
+			if err != nil {
+				return nil, err
+			}
+			return &runtime.RegistryAuth{Username: u, Password: p}, nil
+		},
+		VolumePath: func(id string) (string, error) { return httpapi.VolumePath(data, id), nil },
+		PodExists: func(id string) (bool, error) {
+			err := db.View(func(tx *store.Tx) error { var p store.Pod; return tx.Get(store.Pods, id, &p) })
+			if errors.Is(err, store.ErrNotFound) {
+				return false, nil
+			}
+			return err == nil, err
+		},
+		OnRun: func(kind, id, ep, gt string, n int, start, end time.Time) {
+			var err error
+			if end.IsZero() {
+				err = store.RecordUsageStart(db, store.UsageInterval{Kind: kind, ID: id, EndpointID: ep, GPUTypeID: gt, GPUCount: n, Start: start})
+			} else {
+				err = store.RecordUsageEnd(db, kind, id, end)
+			}
+			if err != nil {
+				log.Error("usage record", "err", err)
+			}
+		},
+	})
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := s.Start(ctx); err != nil {
+		return nil, nil, err
+	}
+	return s, workerLn, nil
+}
+
+var workerRoute = regexp.MustCompile(`^/v2/[^/]+/(job-take|job-take-batch|job-done|job-stream|job-stop|ping)/`)
+
+// workerOnly serves the worker protocol and nothing else (the listener the
+// containers reach).
+func workerOnly(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !workerRoute.MatchString(r.URL.Path) {
+			http.NotFound(w, r)
+			return
+		}
+		h.ServeHTTP(w, r)
+	})
+}
+
+// podRuntime adapts the supervisor to the management API's pod interface.
+type podRuntime struct{ s *runtime.Supervisor }
+
+func podErr(err error) error {
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, gpu.ErrNoCapacity), errors.Is(err, gpu.ErrAlreadyHeld), errors.Is(err, gpu.ErrUnknownType):
+		return errors.Join(httpapi.ErrPodCapacity, err)
+	case errors.Is(err, runtime.ErrImage):
+		return errors.Join(httpapi.ErrPodInvalid, err)
+	}
+	return err
+}
+
+func podState(st runtime.PodState) httpapi.PodState {
+	out := httpapi.PodState{PortMappings: st.PortMappings, PublicIP: st.PublicIP, StartedAt: st.StartedAt}
+	if st.GPUCount > 0 {
+		out.GPU = &store.PodGPU{ID: st.GPUTypeID, Count: st.GPUCount, DisplayName: st.GPUTypeID, UUIDs: st.GPUs}
+	}
+	return out
+}
+
+func (p podRuntime) StartPod(ctx context.Context, pod store.Pod) (httpapi.PodState, error) {
+	st, err := p.s.EnsurePod(ctx, runtime.PodSpecFromRecord(pod))
+	return podState(st), podErr(err)
+}
+
+func (p podRuntime) ResetPod(ctx context.Context, pod store.Pod) (httpapi.PodState, error) {
+	st, err := p.s.ResetPod(ctx, runtime.PodSpecFromRecord(pod))
+	return podState(st), podErr(err)
+}
+
+func (p podRuntime) StopPod(ctx context.Context, id string) error {
+	_, err := p.s.StopPod(ctx, id)
+	if errors.Is(err, runtime.ErrUnknownPod) {
+		return nil
+	}
+	return err
+}
+
+func (p podRuntime) RemovePod(ctx context.Context, id string) error { return p.s.RemovePod(ctx, id) }
+
+// workerInfo maps the supervisor's containers to includeWorkers entries.
+func workerInfo(s *runtime.Supervisor) func(string) []httpapi.WorkerInfo {
+	return func(ep string) []httpapi.WorkerInfo {
+		var out []httpapi.WorkerInfo
+		for _, w := range s.Workers(ep) {
+			state := w.State
+			if state == runtime.StateDraining {
+				state = "running"
+			}
+			out = append(out, httpapi.WorkerInfo{ID: w.WorkerID, State: state, Version: w.Version,
+				GPUTypeID: w.GPUTypeID, GPUCount: len(w.GPUs), GPUUUIDs: w.GPUs})
+		}
+		return out
+	}
+}
