@@ -17,6 +17,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	goruntime "runtime"
 	"sort"
 	"strings"
 	"sync/atomic"
@@ -93,6 +94,9 @@ func serve(args []string) error {
 		return fmt.Errorf("--rate-limits must be on or off, got %q", *limits)
 	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	if os.Getenv("GOMAXPROCS") == "" {
+		goruntime.GOMAXPROCS(store.Procs())
+	}
 
 	db, err := store.Open(filepath.Join(*data, "berth.db"), store.Options{})
 	if err != nil {
@@ -120,7 +124,7 @@ func serve(args []string) error {
 	if err := q.Start(context.Background()); err != nil {
 		return err
 	}
-	s, workerLn, err := startRuntime(context.Background(), log, db, q, *addr, *data)
+	s, gpus, workerLn, err := startRuntime(context.Background(), log, db, q, *addr, *data)
 	if err != nil {
 		q.Stop()
 		return fmt.Errorf("start the container runtime: %w", err)
@@ -128,6 +132,7 @@ func serve(args []string) error {
 	cfg := httpapi.Config{
 		Store: db, Queue: q, Logger: log, APIKeyHash: keyHash, DataDir: *data,
 		RateLimits: *limits == "on", Version: version, PingInterval: pingInterval,
+		GPUs: gpus.Snapshot,
 	}
 	if s != nil {
 		sup.Store(s)
@@ -135,6 +140,7 @@ func serve(args []string) error {
 		cfg.Workers, cfg.EndpointChanged, cfg.EndpointDeleted = s.WorkerCounts, s.Notify, s.Notify
 		cfg.WorkerInfo = workerInfo(s)
 		cfg.Pods = podRuntime{s}
+		wireLogsAndStatus(&cfg, s)
 	}
 	api := httpapi.New(cfg)
 	if workerLn != nil {

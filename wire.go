@@ -6,6 +6,8 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"errors"
+	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -22,21 +24,23 @@ import (
 
 const pingInterval = 10 * time.Second
 
-// startRuntime connects to Docker and starts the worker supervisor. Without
-// a daemon Berth still serves (external workers run jobs) and says so.
-// workerLn, when not nil, is a listener on the Docker bridge gateway that
-// must serve the worker protocol only.
-func startRuntime(ctx context.Context, log *slog.Logger, db *store.DB, q *queue.Service, addr, data string) (*runtime.Supervisor, net.Listener, error) {
-	dock, err := runtime.NewDocker(ctx, log)
-	if err != nil {
-		log.Warn("no Docker daemon: endpoints get no worker containers; attach workers with `berth worker-env`", "err", err)
-		return nil, nil, nil
-	}
+// startRuntime finds the GPUs and, when Docker is reachable, starts the
+// worker supervisor on them. Without a daemon Berth still serves (external
+// workers run jobs) and says so; the allocator (never nil) still lists the
+// GPUs NVML found. workerLn, when not nil, is a listener on the Docker
+// bridge gateway that must serve the worker protocol only.
+func startRuntime(ctx context.Context, log *slog.Logger, db *store.DB, q *queue.Service, addr, data string) (*runtime.Supervisor, *gpu.Allocator, net.Listener, error) {
 	devs, err := gpu.DiscoverSystem()
 	if err != nil {
 		log.Warn("no GPU discovery: workers and pods run without GPUs", "err", err)
 	} else {
 		log.Info("GPUs found", "count", len(devs))
+	}
+	alloc := gpu.NewAllocator(devs)
+	dock, err := runtime.NewDocker(ctx, log)
+	if err != nil {
+		log.Warn("no Docker daemon: endpoints get no worker containers; attach workers with `berth worker-env`", "err", err)
+		return nil, alloc, nil, nil
 	}
 	host, port, _ := net.SplitHostPort(addr)
 	var workerLn net.Listener
@@ -45,16 +49,16 @@ func startRuntime(ctx context.Context, log *slog.Logger, db *store.DB, q *queue.
 		// bridge gateway too, for the worker protocol only.
 		gw, err := dock.BridgeGateway(ctx)
 		if err != nil {
-			return nil, nil, err
+			return nil, nil, nil, err
 		}
 		if workerLn, err = net.Listen("tcp", net.JoinHostPort(gw, port)); err != nil {
-			return nil, nil, err
+			return nil, nil, nil, err
 		}
 	}
 	abs, _ := filepath.Abs(data)
 	sum := sha256.Sum256([]byte(abs))
 	s, err := runtime.New(runtime.Config{
-		Docker: dock, Queue: q, GPUs: gpu.NewAllocator(devs), Logger: log,
+		Docker: dock, Queue: q, GPUs: alloc, Logger: log,
 		Instance: hex.EncodeToString(sum[:6]), DataDir: data,
 		WorkerBaseURL: "http://host.docker.internal:" + port,
 		WorkerEnv: func(base, ep, w, key string) map[string]string {
@@ -104,12 +108,20 @@ func startRuntime(ctx context.Context, log *slog.Logger, db *store.DB, q *queue.
 		},
 	})
 	if err != nil {
-		return nil, nil, err
+		closeListener(workerLn)
+		return nil, nil, nil, err
 	}
 	if err := s.Start(ctx); err != nil {
-		return nil, nil, err
+		closeListener(workerLn)
+		return nil, nil, nil, err
 	}
-	return s, workerLn, nil
+	return s, alloc, workerLn, nil
+}
+
+func closeListener(ln net.Listener) {
+	if ln != nil {
+		ln.Close()
+	}
 }
 
 var workerRoute = regexp.MustCompile(`^/v2/[^/]+/(job-take|job-take-batch|job-done|job-stream|job-stop|ping)/`)
@@ -183,4 +195,27 @@ func workerInfo(s *runtime.Supervisor) func(string) []httpapi.WorkerInfo {
 		}
 		return out
 	}
+}
+
+// wireLogsAndStatus wires the supervisor into the management API: container
+// logs (runtime's "no such container" errors become httpapi's, answered
+// 404) and each endpoint's status (workers by state, why jobs wait).
+func wireLogsAndStatus(cfg *httpapi.Config, s *runtime.Supervisor) {
+	cfg.WorkerLogs = func(ctx context.Context, ep, w string, follow bool, tail int, job string) (io.ReadCloser, error) {
+		rc, err := s.WorkerLogs(ctx, ep, w, follow, tail, job)
+		return rc, translate(err, runtime.ErrUnknownWorker, httpapi.ErrNoSuchWorker)
+	}
+	cfg.PodLogs = func(ctx context.Context, id string, follow bool, tail int) (io.ReadCloser, error) {
+		rc, err := s.PodLogs(ctx, id, follow, tail)
+		return rc, translate(err, runtime.ErrUnknownPod, httpapi.ErrNoSuchPod)
+	}
+	cfg.EndpointStatus = func(ep string) any { return s.Status(ep) }
+}
+
+// translate wraps err with to as well when it is from.
+func translate(err, from, to error) error {
+	if err != nil && errors.Is(err, from) {
+		return fmt.Errorf("%w: %w", to, err)
+	}
+	return err
 }

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
+	goruntime "runtime"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -127,7 +128,7 @@ func (c *counter) inc() {
 }
 
 const (
-	benchWorkers    = 8
+	benchWorkers    = 16
 	benchSubmitters = 32
 )
 
@@ -137,7 +138,8 @@ const (
 // same number of requests (three per job) with the same concurrency.
 func BenchmarkDurableJobs(b *testing.B) {
 	n := b.N
-	echo := echoCeiling(b, 3*n)
+	echo := echoCeiling(b, 3*n)                                     // at the default GOMAXPROCS, its best
+	defer goruntime.GOMAXPROCS(goruntime.GOMAXPROCS(store.Procs())) // Berth as `berth serve` runs it
 	bs := newBenchServer(b)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -213,6 +215,7 @@ func echoCeiling(b *testing.B, requests int) time.Duration {
 // worker: Berth's overhead on a job (two fsynced writes, the hand-off to a
 // held job-take and the wake-up of the waiting runsync).
 func BenchmarkRunsyncOverhead(b *testing.B) {
+	defer goruntime.GOMAXPROCS(goruntime.GOMAXPROCS(store.Procs()))
 	bs := newBenchServer(b)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()

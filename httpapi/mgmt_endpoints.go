@@ -106,10 +106,13 @@ type endpointView struct {
 	store.Endpoint
 	Template *store.Template `json:"template,omitempty"`
 	Workers  *[]workerView   `json:"workers,omitempty"`
+	// Status is the runtime's view (Config.EndpointStatus): workers by
+	// state and why jobs are held back. A Berth extension.
+	Status any `json:"status,omitempty"`
 }
 
 func (s *Server) viewEndpoint(e store.Endpoint, templates map[string]store.Template, withWorkers bool) endpointView {
-	v := endpointView{Endpoint: e}
+	v := endpointView{Endpoint: e, Status: s.endpointStatus(e.ID)}
 	if templates != nil {
 		if t, ok := templates[e.TemplateID]; ok {
 			v.Template = &t

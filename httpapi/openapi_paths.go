@@ -70,9 +70,11 @@ func operations() []op {
 			params:    []obj{eid, queryP("baseUrl", "Base URL the worker reaches Berth at [this request's scheme and host].", obj{"type": "string"})},
 			responses: obj{"200": resp("The environment.", ref("WorkerEnv")), "404": m("Endpoint not found.")}},
 		{method: get, path: "/v1/endpoints/{endpointId}/workers/{workerId}/logs", id: "WorkerLogs", tag: "berth extensions",
-			summary: "A worker container's logs", params: append([]obj{eid, pathP("workerId", "")}, logParams()...),
-			responses: obj{"200": textResp("Log lines."), "400": m("Invalid parameter."), "404": m("Endpoint or worker not found."),
-				"503": m("No container runtime.")}},
+			summary: "A worker container's logs (stdout and stderr merged by line)",
+			desc:    "The logs of an endpoint's last failed worker container are kept until its next failure, so a worker that would not start can still be read.",
+			params:  append([]obj{eid, pathP("workerId", "The worker's id (its RUNPOD_POD_ID), as in includeWorkers.")}, logParams(true)...),
+			responses: obj{"200": logResp(), "400": m("Invalid parameter."), "404": m("Endpoint not found, or the worker has no container (an external worker, or one long gone)."),
+				"503": m("No container runtime (Docker not reachable), or it failed.")}},
 
 		// Pods.
 		{method: post, path: "/v1/pods", id: "CreatePod", tag: "pods", summary: "Create and start a pod",
@@ -103,9 +105,10 @@ func operations() []op {
 		podAction("stop", "Stop a pod (its container disk is kept)", pid),
 		podAction("reset", "Replace a pod's container with a fresh one (container disk wiped, volume kept)", pid),
 		podAction("restart", "Restart a pod's container", pid),
-		{method: get, path: "/v1/pods/{podId}/logs", id: "PodLogs", tag: "berth extensions", summary: "A pod container's logs",
-			params:    append([]obj{pid}, logParams()...),
-			responses: obj{"200": textResp("Log lines."), "400": m("Invalid parameter."), "404": m("Pod not found."), "503": m("No container runtime.")}},
+		{method: get, path: "/v1/pods/{podId}/logs", id: "PodLogs", tag: "berth extensions", summary: "A pod container's logs (stdout and stderr merged by line)",
+			params: append([]obj{pid}, logParams(false)...),
+			responses: obj{"200": logResp(), "400": m("Invalid parameter (jobId is for worker logs only)."),
+				"404": m("Pod not found, or it has no container."), "503": m("No container runtime (Docker not reachable), or it failed.")}},
 
 		// Network volumes.
 		{method: post, path: "/v1/networkvolumes", id: "CreateNetworkVolume", tag: "network volumes", summary: "Create a network volume (a directory under the data folder)",
@@ -151,7 +154,8 @@ func operations() []op {
 			responses: obj{"200": resp("One record per bucket, by time.", arrayOf(ref("NetworkVolumeBillingRecord"))), "400": m("Invalid parameter.")}},
 
 		{method: get, path: "/v1/gpus", id: "ListGPUs", tag: "berth extensions", summary: "This host's GPUs, their types and holders",
-			responses: obj{"200": resp("By index.", arrayOf(ref("GPU")))}},
+			desc:      "The GPUs NVML found (also when Docker is not reachable), each with the worker or pod holding it.",
+			responses: obj{"200": resp("By index; [] without GPUs (no NVIDIA driver, or a build without cgo).", arrayOf(ref("GPU")))}},
 	}
 	return append(ops, jobOperations()...)
 }
@@ -160,12 +164,23 @@ func enumQ(name, def string, values ...string) obj {
 	return queryP(name, "["+def+"]", obj{"type": "string", "enum": values, "default": def})
 }
 
-func logParams() []obj {
-	return []obj{
-		boolQ("follow", "Stream new lines as they come."),
-		queryP("tail", "Only the last N lines.", obj{"type": "integer", "minimum": 0}),
-		queryP("jobId", "Only lines logged for this job (worker JSON logs' requestId).", obj{"type": "string"}),
+// logParams are the log routes' query parameters; jobId is for workers.
+func logParams(withJob bool) []obj {
+	ps := []obj{
+		boolQ("follow", "Stream new lines as they come, until the container stops or the client goes away."),
+		queryP("tail", "Only the last N lines [0: all].", obj{"type": "integer", "minimum": 0}),
 	}
+	if withJob {
+		ps = append(ps, queryP("jobId", "Only the lines runpod-python logged for this job: its JSON log lines whose requestId is the job id (tail applies first).",
+			obj{"type": "string", "minLength": 1}))
+	}
+	return ps
+}
+
+// logResp is a log route's 200: the container's log as text.
+func logResp() obj {
+	return obj{"description": "Log lines as the container wrote them; with follow=true the body streams.",
+		"content": obj{"text/plain; charset=utf-8": obj{"schema": obj{"type": "string"}}}}
 }
 
 func billingParams() []obj {

@@ -77,6 +77,7 @@ func schemas() obj {
 		"createdAt":           timeS(""),
 		"template":            ref("Template"),
 		"workers":             obj{"type": "array", "items": ref("Worker"), "description": "With includeWorkers=true."},
+		"status":              ref("EndpointStatus"),
 	}, "id", "name", "userId", "templateId", "version", "computeType", "gpuTypeIds", "gpuCount", "vcpuCount",
 		"allowedCudaVersions", "dataCenterIds", "idleTimeout", "scalerType", "scalerValue", "workersMin", "workersMax",
 		"flashboot", "executionTimeoutMs", "env", "createdAt")
@@ -267,6 +268,23 @@ func schemas() obj {
 		"EndpointCreateInput": input(endpointCreate, "templateId"),
 		"EndpointUpdateInput": input(endpointFields),
 		"Worker":              worker,
+		"EndpointStatus": object(obj{
+			"workers": object(obj{
+				"initializing": intS("Starting, or not yet in contact with Berth."), "idle": intS(""), "running": intS(""),
+				"throttled": intS("Wanted but waiting for GPUs held by other workers or pods."),
+				"unhealthy": intS("Cannot be kept running (an image that does not start, a crash loop)."),
+				"draining":  intS("Finishing their jobs before they stop."),
+			}, "initializing", "idle", "running", "throttled", "unhealthy", "draining"),
+			"desired":     intS("Workers the autoscaler wants, within workersMin and workersMax."),
+			"unhealthy":   boolS(""),
+			"reason":      strS("Why jobs are held back or failing (workersMax reached, waiting for free GPUs, an unhealthy image, a pull…); absent when nothing is. /health repeats it."),
+			"warning":     strS("A standing condition that does not stop work, e.g. a GPU endpoint running on CPU."),
+			"lastError":   strS(""),
+			"failures":    intS("Failed starts in a row."),
+			"crashes":     intS("Recent crashes."),
+			"attempts":    intS("Worker containers launched since Berth started."),
+			"nextAttempt": timeS("When a start held back by back-off may happen."),
+		}, "workers", "desired", "unhealthy", "failures", "crashes", "attempts"),
 		"WorkerEnv": obj{"type": "object", "additionalProperties": obj{"type": "string"},
 			"description": "RUNPOD_* variables for one newly registered worker, e.g. RUNPOD_WEBHOOK_GET_JOB, RUNPOD_AI_API_KEY, RUNPOD_POD_ID."},
 
@@ -307,10 +325,10 @@ func schemas() obj {
 		}, "amount", "time", "diskSpaceBilledGb"),
 
 		"GPU": object(obj{
-			"index": intS(""), "uuid": strS(""), "name": strS("NVML name."), "gpuTypeId": strS("RunPod GPU type id."),
-			"memoryInMiB": intS(""), "pciBusId": strS(""),
-			"holder": obj{"type": "string", "nullable": true, "description": "Pod or worker id holding it; null or \"\" when free."},
-		}, "index", "uuid", "name", "gpuTypeId", "memoryInMiB", "pciBusId"),
+			"index": intS("NVML index."), "uuid": strS("GPU-…; what containers are given."), "name": strS("NVML name."),
+			"gpuTypeId": strS("RunPod GPU type id."), "memoryInMiB": intS(""), "pciBusId": strS(""),
+			"holder": strS("Id of the worker or pod holding it; \"\" when free."),
+		}, "index", "uuid", "name", "gpuTypeId", "memoryInMiB", "pciBusId", "holder"),
 
 		"JobStatus": status,
 		"JobSubmission": object(obj{
@@ -348,6 +366,7 @@ func schemas() obj {
 				"completed", "failed", "inProgress", "inQueue", "retried"),
 			"workers": object(obj{"idle": intS(""), "running": intS(""), "initializing": intS(""), "ready": intS(""), "throttled": intS(""), "unhealthy": intS("")},
 				"idle", "running"),
+			"reason": strS("Berth: why jobs are held back (e.g. workersMax reached, waiting for free GPUs, an unhealthy image); absent when nothing is."),
 		}, "jobs", "workers"),
 		"TakenJob": object(obj{
 			"id":       strS(""),

@@ -4,11 +4,13 @@
 package httpapi
 
 import (
+	"context"
 	"crypto/sha256"
 	"crypto/subtle"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
+	"io"
 	"log/slog"
 	"net/http"
 	"strings"
@@ -20,6 +22,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"berth/gpu"
 	"berth/queue"
 	"berth/store"
 )
@@ -56,6 +59,21 @@ type Config struct {
 	// are already cancelled): stop its workers and forget their ids.
 	// Optional.
 	EndpointDeleted func(endpointID string)
+
+	// GPUs lists this host's GPUs with their holders (GET /v1/gpus).
+	// Optional: nil lists none.
+	GPUs func() []gpu.Status
+	// WorkerLogs and PodLogs return a container's log as text (tail > 0:
+	// its last tail lines; follow: stream until ctx ends or the container
+	// stops; jobID: only that job's runpod JSON lines). They wrap
+	// ErrNoSuchWorker / ErrNoSuchPod when there is no such container.
+	// Optional: nil answers 503.
+	WorkerLogs func(ctx context.Context, endpointID, workerID string, follow bool, tail int, jobID string) (io.ReadCloser, error)
+	PodLogs    func(ctx context.Context, podID string, follow bool, tail int) (io.ReadCloser, error)
+	// EndpointStatus is the runtime's status of an endpoint, shown as the
+	// endpoint's "status" (JSON as is); its "reason" (why jobs are held
+	// back) is added to /health. Optional.
+	EndpointStatus func(endpointID string) any
 }
 
 // Server is Berth's HTTP API.
@@ -127,6 +145,9 @@ func (s *Server) routes() {
 	v1 := r.PathPrefix("/v1").Subrouter()
 	s.mgmtRoutes(v1, admin)
 	v1.Handle("/endpoints/{endpointId}/worker-env", admin("endpoints.workerEnv", s.workerEnv)).Methods(http.MethodGet)
+	v1.Handle("/endpoints/{endpointId}/workers/{workerId}/logs", admin("endpoints.workerLogs", s.workerLogs)).Methods(http.MethodGet)
+	v1.Handle("/pods/{podId}/logs", admin("pods.logs", s.podLogs)).Methods(http.MethodGet)
+	v1.Handle("/gpus", admin("gpus.list", s.listGPUs)).Methods(http.MethodGet)
 	r.Handle("/metrics", s.adminOnly(promhttp.HandlerFor(s.metrics.reg, promhttp.HandlerOpts{}).ServeHTTP)).Methods(http.MethodGet)
 	r.Handle("/v2/openapi.json", admin("openapi", s.openapiDoc)).Methods(http.MethodGet)
 
@@ -143,7 +164,7 @@ func (s *Server) routes() {
 	v2.Handle("/cancel/{jobId}", job("cancel", s.cancel)).Methods(http.MethodPost)
 	v2.Handle("/retry/{jobId}", job("retry", s.retry)).Methods(http.MethodPost)
 	v2.Handle("/purge-queue", job("purge-queue", s.purge)).Methods(http.MethodPost)
-	v2.Handle("/health", job("health", s.healthRoute)).Methods(http.MethodGet)
+	v2.Handle("/health", job("health", s.healthWithReason)).Methods(http.MethodGet)
 
 	// Worker protocol.
 	wk := func(op string, h http.HandlerFunc) http.Handler {

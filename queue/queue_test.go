@@ -250,9 +250,9 @@ func TestTakeLongPollWakesOnSubmit(t *testing.T) {
 		js, _ := h.q.Take(context.Background(), ep, "w1", 1)
 		got <- js
 	}()
-	// The taker holds until a job arrives; its hold timer is on the fake
-	// clock, which never moves here.
-	h.clock.BlockUntilContext(context.Background(), 1)
+	// The taker holds until a job arrives: its hold timer and the worker's
+	// loss timer exist once it is waiting (the clock never moves here).
+	h.clock.BlockUntilContext(context.Background(), 2)
 	id := h.submit(`{"a":1}`)
 	select {
 	case js := <-got:
@@ -709,8 +709,9 @@ func TestWebhookOutboxSurvivesRestart(t *testing.T) {
 	h.take("w1")
 	h.q.Done(ep, "w1", id, done(`{"output":1}`))
 	recv.next(t) // first attempt failed; the retry is pending
+	// Stop waits for the delivery goroutine, which records the retry time;
+	// Start arms the retry's timer before it returns.
 	h.restart()
-	h.clock.BlockUntilContext(context.Background(), 4)
 	h.clock.Advance(10 * time.Second)
 	if c := recv.next(t); !strings.Contains(c, id) {
 		t.Fatal(c)

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	goruntime "runtime"
 	"sync"
 	"time"
 
@@ -66,6 +67,12 @@ func PutRaw(bucket, key string, raw []byte) Op {
 
 // Delete returns an Op removing key.
 func Delete(bucket, key string) Op { return Op{Bucket: bucket, Key: key} }
+
+// Procs is the GOMAXPROCS Berth runs with: twice the CPUs. The group
+// commit blocks in fdatasync twice per transaction; with no spare P it then
+// waits behind every runnable request goroutine, which halves durable
+// throughput on small machines (see the README's performance section).
+func Procs() int { return 2 * goruntime.NumCPU() }
 
 // DB is an open Berth database.
 type DB struct {

@@ -1,0 +1,221 @@
+package httpapi
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"net/http"
+	"strconv"
+	"sync"
+
+	"github.com/gorilla/mux"
+
+	"berth/gpu"
+	"berth/queue"
+	"berth/store"
+)
+
+// Berth's runtime extensions: GET /v1/gpus, container logs of workers and
+// pods, and the runtime's status of an endpoint (GET /v1/endpoints… and
+// /health's reason).
+
+// Errors Config.WorkerLogs and Config.PodLogs wrap when there is no such
+// container: answered 404. (store.ErrNotFound is answered 404 too.)
+var (
+	ErrNoSuchWorker = errors.New("no container for this worker")
+	ErrNoSuchPod    = errors.New("no container for this pod")
+)
+
+// listGPUs is GET /v1/gpus: every GPU with its holder ("" when free).
+func (s *Server) listGPUs(w http.ResponseWriter, r *http.Request) {
+	var out []gpu.Status
+	if s.cfg.GPUs != nil {
+		out = s.cfg.GPUs()
+	}
+	if out == nil {
+		out = []gpu.Status{}
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+// logQuery is the query of the log routes.
+type logQuery struct {
+	follow bool
+	tail   int
+	jobID  string
+}
+
+func parseLogQuery(r *http.Request, withJob bool) (logQuery, error) {
+	var lq logQuery
+	var err error
+	if lq.follow, err = queryBool(r, "follow"); err != nil {
+		return lq, err
+	}
+	q := r.URL.Query()
+	if v := q.Get("tail"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 0 {
+			return lq, bad("tail must be a non-negative integer, got %q", v)
+		}
+		lq.tail = n
+	}
+	if q.Has("jobId") {
+		if !withJob {
+			return lq, bad("jobId applies to worker logs only")
+		}
+		if lq.jobID = q.Get("jobId"); lq.jobID == "" {
+			return lq, bad("jobId must not be empty")
+		}
+	}
+	return lq, nil
+}
+
+// workerLogs is GET /v1/endpoints/{endpointId}/workers/{workerId}/logs.
+func (s *Server) workerLogs(w http.ResponseWriter, r *http.Request) {
+	vars := mux.Vars(r)
+	ep, wid := vars["endpointId"], vars["workerId"]
+	lq, err := parseLogQuery(r, true)
+	if err != nil {
+		s.mgmtErr(w, r, err)
+		return
+	}
+	if _, ok := s.mustEndpoint(w, r, ep); !ok {
+		return
+	}
+	if s.cfg.WorkerLogs == nil {
+		writeErr(w, r, http.StatusServiceUnavailable, ErrNoRuntime.Error())
+		return
+	}
+	rc, err := s.cfg.WorkerLogs(r.Context(), ep, wid, lq.follow, lq.tail, lq.jobID)
+	if errors.Is(err, ErrNoSuchWorker) || errors.Is(err, store.ErrNotFound) {
+		writeErr(w, r, http.StatusNotFound, "worker "+wid+" of endpoint "+ep+" not found: it has no container")
+		return
+	}
+	s.sendLogs(w, r, rc, err, lq.follow)
+}
+
+// podLogs is GET /v1/pods/{podId}/logs.
+func (s *Server) podLogs(w http.ResponseWriter, r *http.Request) {
+	id := mux.Vars(r)["podId"]
+	lq, err := parseLogQuery(r, false)
+	if err != nil {
+		s.mgmtErr(w, r, err)
+		return
+	}
+	err = s.cfg.Store.View(func(tx *store.Tx) error {
+		if tx.GetRaw(store.Pods, id) == nil {
+			return notFound("pod %s not found", id)
+		}
+		return nil
+	})
+	if err != nil {
+		s.mgmtErr(w, r, err)
+		return
+	}
+	if s.cfg.PodLogs == nil {
+		writeErr(w, r, http.StatusServiceUnavailable, ErrNoRuntime.Error())
+		return
+	}
+	rc, err := s.cfg.PodLogs(r.Context(), id, lq.follow, lq.tail)
+	if errors.Is(err, ErrNoSuchPod) || errors.Is(err, store.ErrNotFound) {
+		writeErr(w, r, http.StatusNotFound, "pod "+id+" has no container")
+		return
+	}
+	s.sendLogs(w, r, rc, err, lq.follow)
+}
+
+// sendLogs copies a container's log to the client as text. With follow
+// every chunk is flushed as it comes; the copy ends when the log does or
+// the client goes away (rc is closed then, so a blocked read returns).
+func (s *Server) sendLogs(w http.ResponseWriter, r *http.Request, rc io.ReadCloser, err error, follow bool) {
+	if err != nil {
+		if r.Context().Err() != nil {
+			return // the client went away
+		}
+		s.cfg.Logger.Warn("container logs", "path", r.URL.Path, "err", err)
+		writeErr(w, r, http.StatusServiceUnavailable, "container runtime: "+err.Error())
+		return
+	}
+	var once sync.Once
+	closeRC := func() { once.Do(func() { rc.Close() }) }
+	defer closeRC()
+	stop := context.AfterFunc(r.Context(), closeRC)
+	defer stop()
+
+	h := w.Header()
+	h.Set("Content-Type", "text/plain; charset=utf-8")
+	h.Set("X-Content-Type-Options", "nosniff")
+	h.Set("Cache-Control", "no-store")
+	if follow {
+		h.Set("X-Accel-Buffering", "no") // a proxy in front must not hold the stream back
+	}
+	w.WriteHeader(http.StatusOK)
+	rcw := http.NewResponseController(w)
+	if follow {
+		_ = rcw.Flush() // the client sees the answer before the first line
+	}
+	buf := make([]byte, 32<<10)
+	for {
+		n, rerr := rc.Read(buf)
+		if n > 0 {
+			if _, werr := w.Write(buf[:n]); werr != nil {
+				return
+			}
+			if follow {
+				if rcw.Flush() != nil {
+					return
+				}
+			}
+		}
+		if rerr != nil {
+			if rerr != io.EOF && r.Context().Err() == nil {
+				s.cfg.Logger.Warn("container logs ended early", "path", r.URL.Path, "err", rerr)
+			}
+			return
+		}
+	}
+}
+
+// endpointStatus is the runtime's status of an endpoint, nil without one.
+func (s *Server) endpointStatus(id string) any {
+	if s.cfg.EndpointStatus == nil {
+		return nil
+	}
+	return s.cfg.EndpointStatus(id)
+}
+
+// statusReason is the "reason" an EndpointStatus value says (as served in
+// the endpoint's status object), "" when it has none.
+func statusReason(st any) string {
+	if st == nil {
+		return ""
+	}
+	b, err := json.Marshal(st)
+	if err != nil {
+		return ""
+	}
+	var v struct {
+		Reason string `json:"reason"`
+	}
+	_ = json.Unmarshal(b, &v)
+	return v.Reason
+}
+
+// healthView is /health: RunPod's counts, plus why work is held back when
+// the runtime says so (clients ignore unknown fields).
+type healthView struct {
+	queue.Health
+	Reason string `json:"reason,omitempty"`
+}
+
+// healthWithReason is GET /v2/{endpointId}/health: healthRoute's answer
+// with the runtime's reason added when it gives one.
+func (s *Server) healthWithReason(w http.ResponseWriter, r *http.Request) {
+	if s.cfg.EndpointStatus == nil {
+		s.healthRoute(w, r)
+		return
+	}
+	id := endpointOf(r).ID
+	writeJSON(w, http.StatusOK, healthView{Health: s.health(id), Reason: statusReason(s.cfg.EndpointStatus(id))})
+}

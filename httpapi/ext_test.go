@@ -1,0 +1,454 @@
+package httpapi_test
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"reflect"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"berth/gpu"
+	"berth/httpapi"
+)
+
+// Berth's runtime extensions: GET /v1/gpus, the log routes, and the
+// runtime's status on endpoints and /health. fakeRuntime stands in for the
+// supervisor.
+
+// fakeRuntime is the runtime's side of the extensions: GPUs, container
+// logs by "endpoint/worker" or pod id, and endpoint statuses.
+type fakeRuntime struct {
+	mu     sync.Mutex
+	gpus   []gpu.Status
+	logs   map[string]string         // container → its log so far
+	live   map[string]*io.PipeReader // container → what it writes next (follow)
+	status map[string]any            // endpoint → EndpointStatus
+	fail   error                     // the runtime's next answer
+	calls  []string
+}
+
+func newFakeRuntime() *fakeRuntime {
+	return &fakeRuntime{
+		gpus: []gpu.Status{
+			{Device: gpu.Device{Index: 0, UUID: "GPU-0000", Name: "NVIDIA GeForce RTX 4090", TypeID: "NVIDIA GeForce RTX 4090", MemoryMiB: 24564, PCIBusID: "00000000:01:00.0"}, Holder: "wkr1"},
+			{Device: gpu.Device{Index: 1, UUID: "GPU-0001", Name: "NVIDIA GeForce RTX 4090", TypeID: "NVIDIA GeForce RTX 4090", MemoryMiB: 24564, PCIBusID: "00000000:02:00.0"}},
+		},
+		logs: map[string]string{}, live: map[string]*io.PipeReader{}, status: map[string]any{},
+	}
+}
+
+// withFakeRuntime sets the Config's GPUs, WorkerLogs, PodLogs and
+// EndpointStatus from f.
+func withFakeRuntime(f *fakeRuntime) func(*httpapi.Config) {
+	return func(c *httpapi.Config) {
+		c.GPUs = func() []gpu.Status {
+			f.mu.Lock()
+			defer f.mu.Unlock()
+			return f.gpus
+		}
+		c.WorkerLogs = func(ctx context.Context, ep, w string, follow bool, tail int, job string) (io.ReadCloser, error) {
+			return f.open(fmt.Sprintf("worker %s/%s follow=%v tail=%d job=%s", ep, w, follow, tail, job), ep+"/"+w, follow, tail, job,
+				fmt.Errorf("worker %s: %w", w, httpapi.ErrNoSuchWorker))
+		}
+		c.PodLogs = func(ctx context.Context, id string, follow bool, tail int) (io.ReadCloser, error) {
+			return f.open(fmt.Sprintf("pod %s follow=%v tail=%d", id, follow, tail), id, follow, tail, "",
+				fmt.Errorf("pod %s: %w", id, httpapi.ErrNoSuchPod))
+		}
+		c.EndpointStatus = func(ep string) any {
+			f.mu.Lock()
+			defer f.mu.Unlock()
+			return f.status[ep]
+		}
+	}
+}
+
+// open is a container's log: its last tail lines (0: all), only job's
+// runpod JSON lines when job is set, then with follow what is written to
+// its live pipe.
+func (f *fakeRuntime) open(call, key string, follow bool, tail int, job string, unknown error) (io.ReadCloser, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.calls = append(f.calls, call)
+	if err := f.fail; err != nil {
+		f.fail = nil
+		return nil, err
+	}
+	text, ok := f.logs[key]
+	if !ok {
+		return nil, unknown
+	}
+	lines := strings.SplitAfter(text, "\n")
+	if lines[len(lines)-1] == "" {
+		lines = lines[:len(lines)-1]
+	}
+	if tail > 0 && tail < len(lines) {
+		lines = lines[len(lines)-tail:]
+	}
+	if job != "" {
+		var kept []string
+		for _, l := range lines {
+			var v struct {
+				RequestID *string `json:"requestId"`
+			}
+			if json.Unmarshal([]byte(l), &v) == nil && v.RequestID != nil && *v.RequestID == job {
+				kept = append(kept, l)
+			}
+		}
+		lines = kept
+	}
+	past := strings.NewReader(strings.Join(lines, ""))
+	if pr := f.live[key]; follow && pr != nil {
+		return struct {
+			io.Reader
+			io.Closer
+		}{io.MultiReader(past, pr), pr}, nil
+	}
+	return io.NopCloser(past), nil
+}
+
+func (f *fakeRuntime) takeCalls() []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	c := f.calls
+	f.calls = nil
+	return c
+}
+
+// follow makes key's container go on logging: the test writes to the
+// returned pipe; closing it ends the container's log.
+func (f *fakeRuntime) follow(key string) *io.PipeWriter {
+	pr, pw := io.Pipe()
+	f.mu.Lock()
+	f.live[key] = pr
+	f.mu.Unlock()
+	return pw
+}
+
+func (f *fakeRuntime) set(fn func(f *fakeRuntime)) {
+	f.mu.Lock()
+	fn(f)
+	f.mu.Unlock()
+}
+
+func TestGPUs(t *testing.T) {
+	f := newFakeRuntime()
+	e := newValidatingServer(t, withFakeRuntime(f))
+	var got []map[string]any
+	e.must(200, "GET", "/v1/gpus", nil, &got)
+	want := []map[string]any{
+		{"index": 0.0, "uuid": "GPU-0000", "name": "NVIDIA GeForce RTX 4090", "gpuTypeId": "NVIDIA GeForce RTX 4090", "memoryInMiB": 24564.0, "pciBusId": "00000000:01:00.0", "holder": "wkr1"},
+		{"index": 1.0, "uuid": "GPU-0001", "name": "NVIDIA GeForce RTX 4090", "gpuTypeId": "NVIDIA GeForce RTX 4090", "memoryInMiB": 24564.0, "pciBusId": "00000000:02:00.0", "holder": ""},
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("GET /v1/gpus:\n got %v\nwant %v", got, want)
+	}
+	if code, _ := e.callWith("GET", "/v1/gpus", nil, nil); code != http.StatusUnauthorized {
+		t.Errorf("GET /v1/gpus without a key: %d, want 401", code)
+	}
+
+	// No GPUs, or no GPU source at all: a bare empty array.
+	f.set(func(f *fakeRuntime) { f.gpus = nil })
+	if out := e.must(200, "GET", "/v1/gpus", nil, nil); string(out) != "[]" {
+		t.Errorf("GET /v1/gpus without GPUs: %s, want []", out)
+	}
+	bare := newValidatingServer(t)
+	if out := bare.must(200, "GET", "/v1/gpus", nil, nil); string(out) != "[]" {
+		t.Errorf("GET /v1/gpus without Config.GPUs: %s, want []", out)
+	}
+}
+
+// logsEnv is a server with the fake runtime and pods, an endpoint whose
+// worker "wkr1" has a log, and a pod with a log.
+func logsEnv(t *testing.T) (e *testEnv, f *fakeRuntime, ep, pod string) {
+	f = newFakeRuntime()
+	e = newValidatingServer(t, withFakeRuntime(f), withFakePods(newFakePods()))
+	tpl := e.newTemplate("t", "alpine:3", nil)
+	ep = e.newEndpoint(tpl.ID, nil).ID
+	pod = e.newPod(J{"imageName": "alpine:3", "computeType": "CPU"}).ID
+	f.set(func(f *fakeRuntime) {
+		f.logs[ep+"/wkr1"] = workerLog
+		f.logs[pod] = "pod line 1\npod line 2\npod line 3\n"
+	})
+	f.takeCalls()
+	return e, f, ep, pod
+}
+
+// workerLog is what runpod-python prints: JSON lines with requestId, and
+// plain lines from the image.
+const workerLog = `starting handler
+{"requestId": null, "message": "Started.", "level": "INFO"}
+{"requestId": "job-a", "message": "working on a", "level": "INFO"}
+{"requestId": "job-b", "message": "working on b", "level": "INFO"}
+plain print from the handler
+{"requestId": "job-a", "message": "a done", "level": "INFO"}
+`
+
+// getText answers a text route: status, Content-Type and body.
+func (e *testEnv) getText(path string) (int, string, string) {
+	e.t.Helper()
+	req, _ := http.NewRequest("GET", e.srv.URL+path, nil)
+	req.Header.Set("Authorization", "Bearer "+testKey)
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	defer res.Body.Close()
+	b, err := io.ReadAll(res.Body)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return res.StatusCode, res.Header.Get("Content-Type"), string(b)
+}
+
+func TestContainerLogs(t *testing.T) {
+	e, f, ep, pod := logsEnv(t)
+	wlogs := "/v1/endpoints/" + ep + "/workers/wkr1/logs"
+	plogs := "/v1/pods/" + pod + "/logs"
+	lines := strings.SplitAfter(workerLog, "\n")
+
+	cases := []struct {
+		path, want, call string
+	}{
+		{wlogs, workerLog, "worker " + ep + "/wkr1 follow=false tail=0 job="},
+		{wlogs + "?tail=2", lines[4] + lines[5], "worker " + ep + "/wkr1 follow=false tail=2 job="},
+		{wlogs + "?tail=0&follow=false", workerLog, "worker " + ep + "/wkr1 follow=false tail=0 job="},
+		{wlogs + "?jobId=job-a", lines[2] + lines[5], "worker " + ep + "/wkr1 follow=false tail=0 job=job-a"},
+		{wlogs + "?jobId=job-b&tail=3", lines[3], "worker " + ep + "/wkr1 follow=false tail=3 job=job-b"},
+		{wlogs + "?jobId=job-z", "", "worker " + ep + "/wkr1 follow=false tail=0 job=job-z"},
+		{plogs, "pod line 1\npod line 2\npod line 3\n", "pod " + pod + " follow=false tail=0"},
+		{plogs + "?tail=1", "pod line 3\n", "pod " + pod + " follow=false tail=1"},
+	}
+	for _, c := range cases {
+		code, ct, body := e.getText(c.path)
+		if code != 200 || ct != "text/plain; charset=utf-8" || body != c.want {
+			t.Errorf("GET %s: %d %q\n%q\nwant 200 text/plain; charset=utf-8\n%q", c.path, code, ct, body, c.want)
+		}
+		if calls := f.takeCalls(); !reflect.DeepEqual(calls, []string{c.call}) {
+			t.Errorf("GET %s: runtime calls %q, want %q", c.path, calls, c.call)
+		}
+	}
+
+	// Bad parameters are refused before the runtime is asked.
+	for _, p := range []string{wlogs + "?tail=-1", wlogs + "?tail=ten", plogs + "?tail=1.5", plogs + "?tail=-3"} {
+		e.mustErr(400, "GET", p, nil, "tail", "non-negative integer")
+	}
+	e.mustErr(400, "GET", wlogs+"?follow=maybe", nil, "follow")
+	e.mustErr(400, "GET", wlogs+"?jobId=", nil, "jobId")
+	e.mustErr(400, "GET", plogs+"?jobId=job-a", nil, "jobId", "worker logs only")
+	if calls := f.takeCalls(); len(calls) != 0 {
+		t.Errorf("bad requests reached the runtime: %q", calls)
+	}
+
+	// Unknown endpoint, worker, pod; a pod whose container is gone.
+	e.mustErr(404, "GET", "/v1/endpoints/nosuchendpoint/workers/wkr1/logs", nil, "endpoint nosuchendpoint not found")
+	e.mustErr(404, "GET", "/v1/endpoints/"+ep+"/workers/nosuchworker/logs", nil, "worker nosuchworker", "not found")
+	e.mustErr(404, "GET", "/v1/pods/nosuchpod/logs", nil, "pod nosuchpod not found")
+	f.set(func(f *fakeRuntime) { delete(f.logs, pod) })
+	e.mustErr(404, "GET", plogs, nil, "pod "+pod, "no container")
+
+	// A runtime failure is 503 and says what failed.
+	f.set(func(f *fakeRuntime) { f.fail = errors.New("Cannot connect to the Docker daemon") })
+	e.mustErr(503, "GET", wlogs, nil, "Cannot connect to the Docker daemon")
+
+	// Every log route needs the key.
+	for _, p := range []string{wlogs, plogs, wlogs + "?follow=true"} {
+		for _, hdr := range []map[string]string{nil, {"Authorization": "Bearer wrong"}} {
+			if code, out := e.callWith("GET", p, nil, hdr); code != http.StatusUnauthorized || !strings.Contains(string(out), `"message"`) {
+				t.Errorf("GET %s with %v: %d %s, want 401 {message}", p, hdr, code, out)
+			}
+		}
+	}
+}
+
+func TestContainerLogsWithoutRuntime(t *testing.T) {
+	e := newValidatingServer(t, withFakePods(newFakePods()))
+	tpl := e.newTemplate("t", "alpine:3", nil)
+	ep := e.newEndpoint(tpl.ID, nil).ID
+	pod := e.newPod(J{"imageName": "alpine:3"}).ID
+	for _, p := range []string{"/v1/endpoints/" + ep + "/workers/wkr1/logs?follow=true", "/v1/pods/" + pod + "/logs?tail=5"} {
+		code, out := e.call("GET", p, nil)
+		if code != 503 || string(out) != `{"message":"no container runtime: Docker is not reachable"}` {
+			t.Errorf("GET %s without a runtime: %d %s", p, code, out)
+		}
+	}
+	// An unknown endpoint or pod is still 404.
+	e.mustErr(404, "GET", "/v1/endpoints/nosuchendpoint/workers/wkr1/logs", nil, "not found")
+	e.mustErr(404, "GET", "/v1/pods/nosuchpod/logs", nil, "not found")
+}
+
+// openFollow starts a follow request; the answer's headers are in.
+func openFollow(t *testing.T, ctx context.Context, e *testEnv, path string) (*http.Response, *bufio.Reader) {
+	t.Helper()
+	req, _ := http.NewRequestWithContext(ctx, "GET", e.srv.URL+path, nil)
+	req.Header.Set("Authorization", "Bearer "+testKey)
+	// The headers must come before the first line does.
+	c := &http.Client{Transport: &http.Transport{ResponseHeaderTimeout: 5 * time.Second}}
+	t.Cleanup(c.CloseIdleConnections)
+	res, err := c.Do(req)
+	if err != nil {
+		t.Fatalf("GET %s: %v (the answer is not flushed before the log goes on?)", path, err)
+	}
+	if res.StatusCode != 200 || res.Header.Get("Content-Type") != "text/plain; charset=utf-8" {
+		t.Fatalf("GET %s: %d %s", path, res.StatusCode, res.Header.Get("Content-Type"))
+	}
+	return res, bufio.NewReader(res.Body)
+}
+
+// readLine reads one line within a few seconds: a streamed line must
+// arrive while the container still runs.
+func readLine(t *testing.T, br *bufio.Reader) string {
+	t.Helper()
+	type result struct {
+		s   string
+		err error
+	}
+	ch := make(chan result, 1)
+	go func() { s, err := br.ReadString('\n'); ch <- result{s, err} }()
+	select {
+	case r := <-ch:
+		if r.err != nil {
+			t.Fatalf("read a streamed line: %q %v", r.s, r.err)
+		}
+		return r.s
+	case <-time.After(5 * time.Second):
+		t.Fatal("a streamed line did not arrive: not flushed?")
+		return ""
+	}
+}
+
+func TestContainerLogsFollow(t *testing.T) {
+	e, f, ep, pod := logsEnv(t)
+
+	t.Run("until the log ends", func(t *testing.T) {
+		pw := f.follow(ep + "/wkr1")
+		res, br := openFollow(t, context.Background(), e, "/v1/endpoints/"+ep+"/workers/wkr1/logs?follow=true&tail=1")
+		defer res.Body.Close()
+		if got := readLine(t, br); got != strings.SplitAfter(workerLog, "\n")[5] {
+			t.Errorf("first line %q, want the tail", got)
+		}
+		for _, line := range []string{"live line 1\n", "live line 2\n"} {
+			if _, err := io.WriteString(pw, line); err != nil {
+				t.Fatal(err)
+			}
+			if got := readLine(t, br); got != line {
+				t.Errorf("streamed %q, want %q", got, line)
+			}
+		}
+		pw.Close() // the container stops: the answer ends
+		if rest, err := io.ReadAll(br); err != nil || len(rest) != 0 {
+			t.Errorf("after the log ended: %q %v", rest, err)
+		}
+		if calls := f.takeCalls(); len(calls) != 1 || !strings.HasSuffix(calls[0], "follow=true tail=1 job=") {
+			t.Errorf("runtime calls %q", calls)
+		}
+	})
+
+	t.Run("a new container's empty log", func(t *testing.T) {
+		f.set(func(f *fakeRuntime) { f.logs[ep+"/wkr2"] = "" })
+		pw := f.follow(ep + "/wkr2")
+		defer pw.Close()
+		res, br := openFollow(t, context.Background(), e, "/v1/endpoints/"+ep+"/workers/wkr2/logs?follow=true")
+		defer res.Body.Close()
+		io.WriteString(pw, "first\n")
+		if got := readLine(t, br); got != "first\n" {
+			t.Errorf("streamed %q", got)
+		}
+	})
+
+	t.Run("until the client goes away", func(t *testing.T) {
+		pw := f.follow(pod)
+		ctx, cancel := context.WithCancel(context.Background())
+		res, br := openFollow(t, ctx, e, "/v1/pods/"+pod+"/logs?follow=true")
+		defer res.Body.Close()
+		for range 3 {
+			readLine(t, br) // the log so far
+		}
+		io.WriteString(pw, "live\n")
+		if got := readLine(t, br); got != "live\n" {
+			t.Errorf("streamed %q", got)
+		}
+		cancel()
+		// The server closes the container's log: the writer sees it.
+		deadline := time.Now().Add(5 * time.Second)
+		for {
+			if _, err := io.WriteString(pw, "more\n"); errors.Is(err, io.ErrClosedPipe) {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatal("the log reader was not closed after the client went away")
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	})
+}
+
+func TestEndpointStatus(t *testing.T) {
+	f := newFakeRuntime()
+	e := newValidatingServer(t, withFakeRuntime(f))
+	tpl := e.newTemplate("t", "alpine:3", nil)
+	held := e.newEndpoint(tpl.ID, J{"workersMax": 1}).ID
+	fine := e.newEndpoint(tpl.ID, nil).ID
+	status := func(reason string) J {
+		st := J{"workers": J{"initializing": 0, "idle": 0, "running": 1, "throttled": 0, "unhealthy": 0, "draining": 0},
+			"desired": 1, "unhealthy": false, "failures": 0, "crashes": 0, "attempts": 1}
+		if reason != "" {
+			st["reason"] = reason
+		}
+		return st
+	}
+	const reason = "workersMax (1) reached: 3 jobs wait"
+	f.set(func(f *fakeRuntime) { f.status[held], f.status[fine] = status(reason), status("") })
+
+	var got struct {
+		ID     string         `json:"id"`
+		Status map[string]any `json:"status"`
+	}
+	e.must(200, "GET", "/v1/endpoints/"+held, nil, &got)
+	if got.Status["reason"] != reason || got.Status["desired"] != 1.0 || got.Status["workers"].(map[string]any)["running"] != 1.0 {
+		t.Errorf("endpoint status: %v", got.Status)
+	}
+	e.must(200, "GET", "/v1/endpoints/"+fine+"?includeWorkers=true", nil, &got)
+	if got.Status == nil || got.Status["reason"] != nil {
+		t.Errorf("status of an endpoint nothing holds back: %v", got.Status)
+	}
+	var list []struct {
+		ID     string         `json:"id"`
+		Status map[string]any `json:"status"`
+	}
+	e.must(200, "GET", "/v1/endpoints", nil, &list)
+	if len(list) != 2 || list[0].Status["reason"] != reason || list[1].Status == nil {
+		t.Errorf("list: %+v", list)
+	}
+
+	// /health: RunPod's shape, plus the reason when there is one.
+	var h map[string]any
+	e.must(200, "GET", "/v2/"+held+"/health", nil, &h)
+	if h["reason"] != reason || h["jobs"] == nil || h["workers"] == nil {
+		t.Errorf("health of a held-back endpoint: %v", h)
+	}
+	e.must(200, "GET", "/v2/"+fine+"/health", nil, &h)
+	if _, ok := h["reason"]; ok || len(h) != 2 {
+		t.Errorf("health of an endpoint nothing holds back: %v", h)
+	}
+
+	// Without a runtime neither appears.
+	bare := newValidatingServer(t)
+	tpl2 := bare.newTemplate("t", "alpine:3", nil)
+	id := bare.newEndpoint(tpl2.ID, nil).ID
+	var raw map[string]any
+	bare.must(200, "GET", "/v1/endpoints/"+id, nil, &raw)
+	if _, ok := raw["status"]; ok {
+		t.Errorf("status without a runtime: %v", raw["status"])
+	}
+	bare.must(200, "GET", "/v2/"+id+"/health", nil, &raw)
+	if _, ok := raw["reason"]; ok || len(raw) != 2 {
+		t.Errorf("health without a runtime: %v", raw)
+	}
+}
