@@ -496,6 +496,31 @@ func TestPingReconcileRequeuesForgottenJob(t *testing.T) {
 	h.mustStatus(id, store.InQueue)
 }
 
+func TestPingRepeatsAStopTheWorkerMissed(t *testing.T) {
+	h := newHarness(t, queue.Config{})
+	id := h.submit(`{}`)
+	h.take("w1")
+	h.q.Cancel(ep, id)
+	if stops := h.q.StopPoll(context.Background(), ep, "w1"); len(stops) != 1 {
+		t.Fatalf("first stop %v", stops)
+	}
+	// The worker had not registered the job yet and still reports it.
+	h.q.Ping(ep, "w1", []string{id})
+	if stops := h.q.StopPoll(context.Background(), ep, "w1"); len(stops) != 1 || stops[0] != id {
+		t.Fatalf("stop not repeated: %v", stops)
+	}
+	// Once it lets go, nothing more is sent.
+	h.q.Ping(ep, "w1", nil)
+	if got := h.q.PendingStops("w1"); len(got) != 0 {
+		t.Fatalf("pending %v", got)
+	}
+	// A job that expired entirely is stopped too.
+	h.q.Ping(ep, "w1", []string{"gone-job"})
+	if got := h.q.PendingStops("w1"); len(got) != 1 || got[0] != "gone-job" {
+		t.Fatalf("pending %v", got)
+	}
+}
+
 func TestLateResultFromGivenUpWorker(t *testing.T) {
 	h := newHarness(t, queue.Config{WorkerTimeout: time.Minute})
 	id := h.submit(`{}`)

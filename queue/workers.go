@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -466,6 +467,20 @@ func (s *Service) Ping(endpointID, workerID string, jobIDs []string) {
 	has := map[string]bool{}
 	for _, id := range jobIDs {
 		has[strings.TrimSpace(id)] = true
+	}
+	// A job the worker still runs but no longer holds (cancelled, timed
+	// out, expired, or now another worker's) is sent to job-stop again: a
+	// stop that reached the worker before it registered the job, or that
+	// was lost, is repeated at each heartbeat until the worker lets go.
+	for id := range has {
+		if id == "" || w.inflight[id] != nil || slices.Contains(w.toStop, id) {
+			continue
+		}
+		if j := s.jobs[id]; j != nil && j.rec.Status == store.InQueue && j.rec.WorkerID == workerID {
+			continue // requeued after a presumed loss: its late result is still welcome
+		}
+		w.toStop = append(w.toStop, id)
+		wakeStop(w)
 	}
 	now := s.clock.Now()
 	var ops []store.Op
