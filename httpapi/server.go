@@ -141,6 +141,35 @@ func (s *Server) routes() {
 
 	admin := func(name string, h http.HandlerFunc) http.Handler { return s.instrument(name, s.adminOnly(h)) }
 
+	// Routes are matched in order: the hot paths (worker protocol, run)
+	// come first; gorilla/mux tries one regexp per route.
+	r.Handle("/metrics", s.adminOnly(promhttp.HandlerFor(s.metrics.reg, promhttp.HandlerOpts{}).ServeHTTP)).Methods(http.MethodGet)
+	r.Handle("/v2/openapi.json", admin("openapi", s.openapiDoc)).Methods(http.MethodGet)
+
+	// Job API and worker protocol (/v2/{endpointId}).
+	job := func(op string, h http.HandlerFunc) http.Handler {
+		return s.instrument(op, s.adminOnly(s.withEndpoint(s.limits.wrap(op, h))))
+	}
+	wk := func(op string, h http.HandlerFunc) http.Handler {
+		return s.instrument(op, s.workerAuth(s.withEndpoint(h)))
+	}
+	v2 := r.PathPrefix("/v2/{endpointId}").Subrouter()
+	v2.Handle("/job-take/{workerId}", wk("job-take", s.jobTake(false))).Methods(http.MethodGet)
+	v2.Handle("/job-done/{workerId}/{jobId}", wk("job-done", s.jobDone)).Methods(http.MethodPost)
+	v2.Handle("/run", job("run", s.run)).Methods(http.MethodPost)
+	v2.Handle("/runsync", job("runsync", s.runsync)).Methods(http.MethodPost)
+	v2.Handle("/status/{jobId}", job("status", s.status)).Methods(http.MethodGet, http.MethodPost)
+	v2.Handle("/job-stream/{workerId}/{jobId}", wk("job-stream", s.jobStream)).Methods(http.MethodPost)
+	v2.Handle("/job-stop/{workerId}", wk("job-stop", s.jobStop)).Methods(http.MethodGet)
+	v2.Handle("/ping/{workerId}", wk("ping", s.ping)).Methods(http.MethodGet)
+	v2.Handle("/stream/{jobId}", job("stream", s.stream)).Methods(http.MethodGet, http.MethodPost)
+	v2.Handle("/status-sync/{jobId}", job("status-sync", s.statusSync)).Methods(http.MethodGet, http.MethodPost)
+	v2.Handle("/cancel/{jobId}", job("cancel", s.cancel)).Methods(http.MethodPost)
+	v2.Handle("/health", job("health", s.healthWithReason)).Methods(http.MethodGet)
+	v2.Handle("/retry/{jobId}", job("retry", s.retry)).Methods(http.MethodPost)
+	v2.Handle("/purge-queue", job("purge-queue", s.purge)).Methods(http.MethodPost)
+	v2.Handle("/job-take-batch/{workerId}", wk("job-take-batch", s.jobTake(true))).Methods(http.MethodGet)
+
 	// Management (/v1): see mgmt.go.
 	v1 := r.PathPrefix("/v1").Subrouter()
 	s.mgmtRoutes(v1, admin)
@@ -148,34 +177,6 @@ func (s *Server) routes() {
 	v1.Handle("/endpoints/{endpointId}/workers/{workerId}/logs", admin("endpoints.workerLogs", s.workerLogs)).Methods(http.MethodGet)
 	v1.Handle("/pods/{podId}/logs", admin("pods.logs", s.podLogs)).Methods(http.MethodGet)
 	v1.Handle("/gpus", admin("gpus.list", s.listGPUs)).Methods(http.MethodGet)
-	r.Handle("/metrics", s.adminOnly(promhttp.HandlerFor(s.metrics.reg, promhttp.HandlerOpts{}).ServeHTTP)).Methods(http.MethodGet)
-	r.Handle("/v2/openapi.json", admin("openapi", s.openapiDoc)).Methods(http.MethodGet)
-
-	// Job API (/v2/{endpointId}).
-	job := func(op string, h http.HandlerFunc) http.Handler {
-		return s.instrument(op, s.adminOnly(s.withEndpoint(s.limits.wrap(op, h))))
-	}
-	v2 := r.PathPrefix("/v2/{endpointId}").Subrouter()
-	v2.Handle("/run", job("run", s.run)).Methods(http.MethodPost)
-	v2.Handle("/runsync", job("runsync", s.runsync)).Methods(http.MethodPost)
-	v2.Handle("/status/{jobId}", job("status", s.status)).Methods(http.MethodGet, http.MethodPost)
-	v2.Handle("/status-sync/{jobId}", job("status-sync", s.statusSync)).Methods(http.MethodGet, http.MethodPost)
-	v2.Handle("/stream/{jobId}", job("stream", s.stream)).Methods(http.MethodGet, http.MethodPost)
-	v2.Handle("/cancel/{jobId}", job("cancel", s.cancel)).Methods(http.MethodPost)
-	v2.Handle("/retry/{jobId}", job("retry", s.retry)).Methods(http.MethodPost)
-	v2.Handle("/purge-queue", job("purge-queue", s.purge)).Methods(http.MethodPost)
-	v2.Handle("/health", job("health", s.healthWithReason)).Methods(http.MethodGet)
-
-	// Worker protocol.
-	wk := func(op string, h http.HandlerFunc) http.Handler {
-		return s.instrument(op, s.workerAuth(s.withEndpoint(h)))
-	}
-	v2.Handle("/job-take/{workerId}", wk("job-take", s.jobTake(false))).Methods(http.MethodGet)
-	v2.Handle("/job-take-batch/{workerId}", wk("job-take-batch", s.jobTake(true))).Methods(http.MethodGet)
-	v2.Handle("/job-done/{workerId}/{jobId}", wk("job-done", s.jobDone)).Methods(http.MethodPost)
-	v2.Handle("/job-stream/{workerId}/{jobId}", wk("job-stream", s.jobStream)).Methods(http.MethodPost)
-	v2.Handle("/job-stop/{workerId}", wk("job-stop", s.jobStop)).Methods(http.MethodGet)
-	v2.Handle("/ping/{workerId}", wk("ping", s.ping)).Methods(http.MethodGet)
 	s.router = r
 }
 
@@ -380,12 +381,17 @@ func codeLabel(c int) string {
 
 func (s *Server) instrument(route string, h http.Handler) http.Handler {
 	hist := s.metrics.duration.WithLabelValues(route)
+	var counters sync.Map // status code → counter: no label hashing per request
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
 		rec := &statusRecorder{ResponseWriter: w, code: 200}
 		h.ServeHTTP(rec, r)
 		hist.Observe(time.Since(start).Seconds())
-		s.metrics.requests.WithLabelValues(route, codeLabel(rec.code)).Inc()
+		c, ok := counters.Load(rec.code)
+		if !ok {
+			c, _ = counters.LoadOrStore(rec.code, s.metrics.requests.WithLabelValues(route, codeLabel(rec.code)))
+		}
+		c.(prometheus.Counter).Inc()
 	})
 }
 
