@@ -14,6 +14,7 @@ import (
 	"github.com/gorilla/mux"
 
 	"berth/queue"
+	"berth/store"
 )
 
 // Payload limits of the specification (MB taken as MiB).
@@ -174,7 +175,14 @@ func (s *Server) run(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"id": res.ID, "status": res.Status})
+	writeJSON(w, http.StatusOK, idStatus{res.ID, res.Status})
+}
+
+// idStatus is the {id, status} reply of run, cancel, retry and an elapsed
+// runsync wait.
+type idStatus struct {
+	ID     string          `json:"id"`
+	Status store.JobStatus `json:"status"`
 }
 
 // waitParam reads ?wait in ms within [min, max], default def.
@@ -219,7 +227,7 @@ func (s *Server) waitAndReply(w http.ResponseWriter, r *http.Request, ep, id str
 	}
 	if !v.Status.Terminal() {
 		// The wait elapsed: the id and the non-terminal status, as RunPod.
-		writeJSON(w, http.StatusOK, map[string]any{"id": v.ID, "status": v.Status})
+		writeJSON(w, http.StatusOK, idStatus{v.ID, v.Status})
 		return
 	}
 	writeJSON(w, http.StatusOK, v)
@@ -289,7 +297,7 @@ func (s *Server) cancel(w http.ResponseWriter, r *http.Request) {
 		s.jobErr(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"id": v.ID, "status": v.Status})
+	writeJSON(w, http.StatusOK, idStatus{v.ID, v.Status})
 }
 
 func (s *Server) retry(w http.ResponseWriter, r *http.Request) {
@@ -303,7 +311,7 @@ func (s *Server) retry(w http.ResponseWriter, r *http.Request) {
 		s.jobErr(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"id": v.ID, "status": v.Status})
+	writeJSON(w, http.StatusOK, idStatus{v.ID, v.Status})
 }
 
 func (s *Server) purge(w http.ResponseWriter, r *http.Request) {

@@ -86,6 +86,8 @@ type Server struct {
 	epMu    sync.RWMutex
 	epCache map[string]*store.Endpoint
 	epGen   uint64 // bumped by forgetEndpoint so a stale read is not cached
+
+	adminHash []byte // decoded APIKeyHash
 }
 
 // HashKey returns the stored form of an API key.
@@ -112,6 +114,7 @@ func New(cfg Config) *Server {
 		cfg.PingInterval = 10 * time.Second
 	}
 	s := &Server{cfg: cfg, epCache: map[string]*store.Endpoint{}}
+	s.adminHash, _ = hex.DecodeString(cfg.APIKeyHash)
 	s.limits = newLimiter(cfg.RateLimits, cfg.RequestsPerWorker, s.workerCount)
 	s.metrics = newMetrics(s)
 	s.routes()
@@ -192,10 +195,11 @@ func apiKey(r *http.Request) string {
 }
 
 func (s *Server) isAdmin(key string) bool {
-	if key == "" || s.cfg.APIKeyHash == "" {
+	if key == "" || len(s.adminHash) == 0 {
 		return false
 	}
-	return subtle.ConstantTimeCompare([]byte(HashKey(key)), []byte(s.cfg.APIKeyHash)) == 1
+	sum := sha256.Sum256([]byte(key))
+	return subtle.ConstantTimeCompare(sum[:], s.adminHash) == 1
 }
 
 func (s *Server) adminOnly(h http.HandlerFunc) http.HandlerFunc {

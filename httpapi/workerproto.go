@@ -91,7 +91,23 @@ func (s *Server) jobDone(w http.ResponseWriter, r *http.Request) {
 	// A report for a job no longer the worker's (cancelled, timed out,
 	// expired) is answered 200 so the SDK does not retry it; it changes
 	// nothing.
-	writeJSON(w, http.StatusOK, map[string]any{"accepted": accepted})
+	writeAccepted(w, accepted)
+}
+
+var (
+	acceptedTrue  = []byte(`{"accepted":true}`)
+	acceptedFalse = []byte(`{"accepted":false}`)
+)
+
+// writeAccepted answers job-done and job-stream without reflection: they
+// are on every job's path.
+func writeAccepted(w http.ResponseWriter, accepted bool) {
+	w.Header().Set("Content-Type", "application/json")
+	if accepted {
+		w.Write(acceptedTrue)
+	} else {
+		w.Write(acceptedFalse)
+	}
 }
 
 func (s *Server) jobStream(w http.ResponseWriter, r *http.Request) {
@@ -105,7 +121,7 @@ func (s *Server) jobStream(w http.ResponseWriter, r *http.Request) {
 		writeErr(w, r, http.StatusBadRequest, err.Error())
 		return
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"accepted": accepted})
+	writeAccepted(w, accepted)
 }
 
 func (s *Server) jobStop(w http.ResponseWriter, r *http.Request) {

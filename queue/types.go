@@ -5,6 +5,7 @@
 package queue
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"log/slog"
@@ -190,19 +191,25 @@ type DoneReport struct {
 // IN_PROGRESS is a progress update, a non-empty error fails the job,
 // anything else completes it.
 func ParseDone(body []byte, isStream bool) (DoneReport, error) {
-	var m map[string]json.RawMessage
-	if err := json.Unmarshal(body, &m); err != nil || m == nil {
+	var m struct {
+		Status  json.RawMessage `json:"status"`
+		Output  json.RawMessage `json:"output"`
+		Error   json.RawMessage `json:"error"`
+		StopPod json.RawMessage `json:"stopPod"`
+	}
+	body = bytes.TrimSpace(body)
+	if len(body) == 0 || body[0] != '{' || json.Unmarshal(body, &m) != nil {
 		return DoneReport{}, errors.New("job-done body must be a JSON object")
 	}
-	r := DoneReport{IsStream: isStream, Output: m["output"]}
-	if s, ok := m["status"]; ok {
+	r := DoneReport{IsStream: isStream, Output: m.Output}
+	if m.Status != nil {
 		var st string
-		if json.Unmarshal(s, &st) == nil && st == string(store.InProgress) {
+		if json.Unmarshal(m.Status, &st) == nil && st == string(store.InProgress) {
 			r.Progress = true
 			return r, nil
 		}
 	}
-	if e, ok := m["error"]; ok {
+	if e := m.Error; e != nil {
 		var s string
 		switch {
 		case string(e) == "null":
@@ -216,8 +223,6 @@ func ParseDone(body []byte, isStream bool) (DoneReport, error) {
 			r.Failed, r.Error = true, string(e)
 		}
 	}
-	if sp, ok := m["stopPod"]; ok && string(sp) == "true" {
-		r.StopPod = true
-	}
+	r.StopPod = string(m.StopPod) == "true"
 	return r, nil
 }
