@@ -11,6 +11,7 @@ import (
 	"github.com/gorilla/mux"
 
 	"berth/queue"
+	"berth/worker"
 )
 
 // The worker protocol of runpod-python (runpod-wire.md §1). Bodies of
@@ -186,16 +187,5 @@ func (s *Server) workerEnv(w http.ResponseWriter, r *http.Request) {
 
 // WorkerEnv is the RUNPOD_* environment of one worker.
 func WorkerEnv(base, endpointID, workerID, key string, pingMs int64) map[string]string {
-	ep := base + "/v2/" + endpointID
-	return map[string]string{
-		"RUNPOD_WEBHOOK_GET_JOB":         ep + "/job-take/" + workerID + "?gpu=",
-		"RUNPOD_WEBHOOK_POST_OUTPUT":     ep + "/job-done/" + workerID + "/$ID?gpu=",
-		"RUNPOD_WEBHOOK_POST_STREAM":     ep + "/job-stream/" + workerID + "/$ID?gpu=",
-		"RUNPOD_WEBHOOK_PING":            ep + "/ping/" + workerID,
-		"RUNPOD_AI_API_KEY":              key,
-		"RUNPOD_POD_ID":                  workerID,
-		"RUNPOD_ENDPOINT_ID":             endpointID,
-		"RUNPOD_PING_INTERVAL":           strconv.FormatInt(pingMs, 10),
-		"RUNPOD_SKIP_AUTO_SYSTEM_CHECKS": "true",
-	}
+	return worker.PlatformEnv(base, endpointID, workerID, key, pingMs)
 }

@@ -16,6 +16,7 @@ import (
 	"berth/gpu"
 	"berth/queue"
 	"berth/store"
+	"berth/worker"
 )
 
 // LabelSpec holds a hash of what a worker container was made from (image,
@@ -837,22 +838,10 @@ func (s *Supervisor) endpointRecord(id string) store.Endpoint {
 	return store.Endpoint{}
 }
 
-// DefaultWorkerEnv is the worker environment of runpod-wire.md §5 (the
-// keys of httpapi.WorkerEnv, with a 10 s heartbeat), used when
-// Config.WorkerEnv is nil.
+// DefaultWorkerEnv is the worker environment with a 10 s heartbeat, used
+// when Config.WorkerEnv is nil.
 func DefaultWorkerEnv(base, endpointID, workerID, key string) map[string]string {
-	ep := base + "/v2/" + endpointID
-	return map[string]string{
-		"RUNPOD_WEBHOOK_GET_JOB":         ep + "/job-take/" + workerID + "?gpu=",
-		"RUNPOD_WEBHOOK_POST_OUTPUT":     ep + "/job-done/" + workerID + "/$ID?gpu=",
-		"RUNPOD_WEBHOOK_POST_STREAM":     ep + "/job-stream/" + workerID + "/$ID?gpu=",
-		"RUNPOD_WEBHOOK_PING":            ep + "/ping/" + workerID,
-		"RUNPOD_AI_API_KEY":              key,
-		"RUNPOD_POD_ID":                  workerID,
-		"RUNPOD_ENDPOINT_ID":             endpointID,
-		"RUNPOD_PING_INTERVAL":           "10000",
-		"RUNPOD_SKIP_AUTO_SYSTEM_CHECKS": "true",
-	}
+	return worker.PlatformEnv(base, endpointID, workerID, key, 10000)
 }
 
 // workerSpec is the container of one worker: env = template env, then
