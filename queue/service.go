@@ -304,7 +304,10 @@ func newJobID(sync bool) string {
 	return id
 }
 
-func jobOps(j *job) store.Op { return store.Put(store.Jobs, j.rec.ID, j.rec) }
+func jobOps(j *job) store.Op {
+	b, _ := j.rec.MarshalJSON() // direct: json.Marshal would re-scan it
+	return store.PutRaw(store.Jobs, j.rec.ID, b)
+}
 
 // inlineInput is the largest input kept inside the job record; larger ones
 // are stored once in their own bucket so state changes don't rewrite them.
@@ -416,7 +419,7 @@ func (s *Service) Status(endpointID, id string, ttl time.Duration) (StatusRespon
 // Wait blocks until the job is terminal, removed, or wait elapses, and
 // returns its status then (for /runsync and /status-sync).
 func (s *Service) Wait(ctx context.Context, endpointID, id string, wait time.Duration) (StatusResponse, error) {
-	timer := s.clock.NewTimer(wait)
+	timer := s.hold(wait)
 	defer timer.Stop()
 	for {
 		s.mu.Lock()
@@ -433,7 +436,7 @@ func (s *Service) Wait(ctx context.Context, endpointID, id string, wait time.Dur
 		}
 		select {
 		case <-ch:
-		case <-timer.Chan():
+		case <-timer.C():
 			return v, nil
 		case <-ctx.Done():
 			return v, nil
@@ -446,7 +449,7 @@ func (s *Service) Wait(ctx context.Context, endpointID, id string, wait time.Dur
 // Stream drains the chunks buffered so far, waiting up to wait while there
 // are none and the job is not finished.
 func (s *Service) Stream(ctx context.Context, endpointID, id string, wait time.Duration) (StreamResponse, error) {
-	timer := s.clock.NewTimer(wait)
+	timer := s.hold(wait)
 	defer timer.Stop()
 	for {
 		s.mu.Lock()
@@ -474,7 +477,7 @@ func (s *Service) Stream(ctx context.Context, endpointID, id string, wait time.D
 		select {
 		case <-ch:
 			continue
-		case <-timer.Chan():
+		case <-timer.C():
 		case <-ctx.Done():
 		case <-s.stopCh:
 		}
@@ -785,6 +788,30 @@ func randomKey() string {
 		panic(err)
 	}
 	return "bw_" + strings.ToLower(hex.EncodeToString(b))
+}
+
+// holdTimer bounds a long poll. Its clock timer starts only when the
+// request first has to wait: most job-takes and runsyncs under load find
+// their answer at once.
+type holdTimer struct {
+	clock clockwork.Clock
+	d     time.Duration
+	t     clockwork.Timer
+}
+
+func (s *Service) hold(d time.Duration) *holdTimer { return &holdTimer{clock: s.clock, d: d} }
+
+func (h *holdTimer) C() <-chan time.Time {
+	if h.t == nil {
+		h.t = h.clock.NewTimer(h.d)
+	}
+	return h.t.Chan()
+}
+
+func (h *holdTimer) Stop() {
+	if h.t != nil {
+		h.t.Stop()
+	}
 }
 
 // Watch returns a channel closed at the job's next change (state, output,

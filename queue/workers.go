@@ -195,7 +195,7 @@ func (s *Service) Take(ctx context.Context, endpointID, workerID string, n int) 
 	if n < 1 {
 		n = 1
 	}
-	timer := s.clock.NewTimer(s.cfg.TakeHold)
+	timer := s.hold(s.cfg.TakeHold)
 	defer timer.Stop()
 	var tw *takeWaiter
 	for {
@@ -223,7 +223,7 @@ func (s *Service) Take(ctx context.Context, endpointID, workerID string, n int) 
 		case <-tw.ch:
 			continue
 		case <-ctx.Done():
-		case <-timer.Chan():
+		case <-timer.C():
 		}
 		s.mu.Lock()
 		s.removeWaiterLocked(endpointID, tw)
@@ -410,7 +410,7 @@ func splitChunk(out json.RawMessage) []json.RawMessage {
 // StopPoll holds a worker's job-stop request until a job of its must stop
 // or the hold elapses.
 func (s *Service) StopPoll(ctx context.Context, endpointID, workerID string) []string {
-	timer := s.clock.NewTimer(s.cfg.TakeHold)
+	timer := s.hold(s.cfg.TakeHold)
 	defer timer.Stop()
 	for {
 		s.mu.Lock()
@@ -432,7 +432,7 @@ func (s *Service) StopPoll(ctx context.Context, endpointID, workerID string) []s
 			continue
 		case <-ctx.Done():
 			return nil
-		case <-timer.Chan():
+		case <-timer.C():
 			return nil
 		}
 	}
