@@ -509,6 +509,11 @@ func TestPingRepeatsAStopTheWorkerMissed(t *testing.T) {
 	if stops := h.q.StopPoll(context.Background(), ep, "w1"); len(stops) != 1 || stops[0] != id {
 		t.Fatalf("stop not repeated: %v", stops)
 	}
+	// A worker that fetches the stop and ignores it keeps reporting the
+	// job: the runtime sees it as pending even with nothing left to fetch.
+	if got := h.q.PendingStops("w1"); len(got) != 1 || got[0] != id {
+		t.Fatalf("ignored stop not pending: %v", got)
+	}
 	// Once it lets go, nothing more is sent.
 	h.q.Ping(ep, "w1", nil)
 	if got := h.q.PendingStops("w1"); len(got) != 0 {

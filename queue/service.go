@@ -70,6 +70,7 @@ type worker struct {
 	inflight map[string]*job
 	toStop   []string
 	stopWake chan struct{}
+	reported map[string]bool // job ids of its last heartbeat
 	lostT    clockwork.Timer
 	lost     bool
 	pinged   bool

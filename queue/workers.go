@@ -445,15 +445,33 @@ func wakeStop(w *worker) {
 	}
 }
 
-// PendingStops returns (without draining) the jobs a worker has been told
-// to stop; the runtime stops containers that ignore the channel.
+// PendingStops returns the jobs a worker was told to stop and has not let
+// go of: stops it has not fetched (workers without the job-stop channel)
+// and jobs its last heartbeat still reported although they are no longer
+// its own (workers that fetch a stop and ignore it). The runtime stops
+// containers that keep such jobs.
 func (s *Service) PendingStops(workerID string) []string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if w := s.workers[workerID]; w != nil {
-		return append([]string(nil), w.toStop...)
+	w := s.workers[workerID]
+	if w == nil {
+		return nil
 	}
-	return nil
+	out := append([]string(nil), w.toStop...)
+	for id := range w.reported {
+		if w.inflight[id] == nil && !slices.Contains(out, id) && !s.lateResultLocked(id, workerID) {
+			out = append(out, id)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// lateResultLocked: the job was requeued after its worker was presumed
+// lost, and that worker's result is still welcome.
+func (s *Service) lateResultLocked(jobID, workerID string) bool {
+	j := s.jobs[jobID]
+	return j != nil && j.rec.Status == store.InQueue && j.rec.WorkerID == workerID
 }
 
 // Ping records a heartbeat with the job ids the worker reports running.
@@ -472,12 +490,11 @@ func (s *Service) Ping(endpointID, workerID string, jobIDs []string) {
 	// out, expired, or now another worker's) is sent to job-stop again: a
 	// stop that reached the worker before it registered the job, or that
 	// was lost, is repeated at each heartbeat until the worker lets go.
+	delete(has, "")
+	w.reported = has
 	for id := range has {
-		if id == "" || w.inflight[id] != nil || slices.Contains(w.toStop, id) {
+		if w.inflight[id] != nil || slices.Contains(w.toStop, id) || s.lateResultLocked(id, workerID) {
 			continue
-		}
-		if j := s.jobs[id]; j != nil && j.rec.Status == store.InQueue && j.rec.WorkerID == workerID {
-			continue // requeued after a presumed loss: its late result is still welcome
 		}
 		w.toStop = append(w.toStop, id)
 		wakeStop(w)

@@ -298,29 +298,43 @@ func TestStopPodRecycles(t *testing.T) {
 	}
 }
 
-// TestIgnoredStop: a worker without the job-stop channel keeps running a
-// cancelled job; Berth stops its container and replaces it.
+// TestIgnoredStop: a worker that keeps running a cancelled job — one
+// without the job-stop channel (runpod-python < 1.10), or one that fetches
+// the stop but whose handler ignores it (its heartbeat still reports the
+// job) — has its container stopped and is replaced.
 func TestIgnoredStop(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, func(c *runtime.Config) { c.StopIgnoredAfter = time.Second })
-	tm := e.putTemplate(func(t *store.Template) { t.Env = map[string]string{"ECHOWORKER_NO_STOP_CHANNEL": "1"} })
-	ep := e.putEndpoint(tm.ID, func(ep *store.Endpoint) { ep.WorkersMin = 1 })
-	s := e.start()
-	id := e.submit(ep.ID, `{"sleep_ms": 60000}`)
-	e.eventually("job running", func() bool { r, _ := e.q.Status(ep.ID, id, 0); return r.Status == store.InProgress })
-	r, _ := e.q.Status(ep.ID, id, 0)
-	if _, err := e.q.Cancel(ep.ID, id); err != nil {
-		t.Fatal(err)
+	tests := []struct {
+		name, input string
+		env         map[string]string
+	}{
+		{"no stop channel", `{"sleep_ms": 60000}`, map[string]string{"ECHOWORKER_NO_STOP_CHANNEL": "1"}},
+		{"handler ignores the stop", `{"sleep_ms": 60000, "ignore_stop": true}`, nil},
 	}
-	e.eventually("worker replaced", func() bool {
-		ws := e.readyWorkers(ep.ID)
-		return len(ws) == 1 && ws[0].WorkerID != r.WorkerID
-	})
-	if st := s.Status(ep.ID); !strings.Contains(st.LastError, "ignored the stop of job "+id) {
-		t.Fatalf("status %+v", st)
-	}
-	if r, _ := e.q.Status(ep.ID, id, 0); r.Status != store.Cancelled {
-		t.Fatalf("job %s", r.Status)
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			e := newEnv(t, func(c *runtime.Config) { c.StopIgnoredAfter = time.Second })
+			tm := e.putTemplate(func(t *store.Template) { t.Env = tt.env })
+			ep := e.putEndpoint(tm.ID, func(ep *store.Endpoint) { ep.WorkersMin = 1 })
+			s := e.start()
+			id := e.submit(ep.ID, tt.input)
+			e.eventually("job running", func() bool { r, _ := e.q.Status(ep.ID, id, 0); return r.Status == store.InProgress })
+			r, _ := e.q.Status(ep.ID, id, 0)
+			if _, err := e.q.Cancel(ep.ID, id); err != nil {
+				t.Fatal(err)
+			}
+			e.eventually("worker replaced", func() bool {
+				ws := e.readyWorkers(ep.ID)
+				return len(ws) == 1 && ws[0].WorkerID != r.WorkerID
+			})
+			if st := s.Status(ep.ID); !strings.Contains(st.LastError, "ignored the stop of job "+id) {
+				t.Fatalf("status %+v", st)
+			}
+			if r, _ := e.q.Status(ep.ID, id, 0); r.Status != store.Cancelled {
+				t.Fatalf("job %s", r.Status)
+			}
+		})
 	}
 }
 
