@@ -38,6 +38,7 @@ type limiter struct {
 type bucket struct {
 	lim      *rate.Limiter
 	per10s   int
+	checked  time.Time // when per10s was last recomputed
 	inflight int
 }
 
@@ -52,21 +53,29 @@ func (l *limiter) wrap(op string, h http.HandlerFunc) http.HandlerFunc {
 	}
 	return func(w http.ResponseWriter, r *http.Request) {
 		ep := mux.Vars(r)["endpointId"]
-		eff := base.per10s
-		if dyn := l.workers(ep) * l.perWorker; dyn > eff {
-			eff = dyn
-		}
 		now := time.Now()
 		l.mu.Lock()
 		b := l.buckets[ep+"/"+op]
-		if b == nil {
-			b = &bucket{lim: rate.NewLimiter(rate.Limit(float64(eff)/10), eff), per10s: eff}
-			l.buckets[ep+"/"+op] = b
-		} else if b.per10s != eff {
-			b.lim.SetLimitAt(now, rate.Limit(float64(eff)/10))
-			b.lim.SetBurstAt(now, eff)
-			b.per10s = eff
+		if b == nil || now.Sub(b.checked) >= time.Second {
+			// The dynamic limit follows the live workers; counting them
+			// once a second per bucket keeps it off every request.
+			l.mu.Unlock()
+			eff := base.per10s
+			if dyn := l.workers(ep) * l.perWorker; dyn > eff {
+				eff = dyn
+			}
+			l.mu.Lock()
+			if b = l.buckets[ep+"/"+op]; b == nil {
+				b = &bucket{lim: rate.NewLimiter(rate.Limit(float64(eff)/10), eff), per10s: eff}
+				l.buckets[ep+"/"+op] = b
+			} else if b.per10s != eff {
+				b.lim.SetLimitAt(now, rate.Limit(float64(eff)/10))
+				b.lim.SetBurstAt(now, eff)
+				b.per10s = eff
+			}
+			b.checked = now
 		}
+		eff := b.per10s
 		if base.concurrent > 0 && b.inflight >= base.concurrent {
 			l.mu.Unlock()
 			w.Header().Set("Retry-After", "1")
