@@ -784,3 +784,46 @@ func TestE2EMetrics(t *testing.T) {
 		t.Fatalf("%d, queue depth not in metrics:\n%s", r.code, r.body)
 	}
 }
+
+func TestE2EConcurrencyCap(t *testing.T) {
+	e := newEnv(t, withRateLimits(100))
+	ep := e.endpoint(nil)
+	id := e.run(ep, `{}`)
+	// 400 concurrent /stream requests hold (the job never runs and the
+	// hold is on the fake clock); the 401st is refused.
+	ctx, cancel := context.WithCancel(context.Background())
+	var held sync.WaitGroup
+	started := make(chan struct{}, 400)
+	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 500}}
+	for i := 0; i < 400; i++ {
+		held.Add(1)
+		go func() {
+			defer held.Done()
+			req, _ := http.NewRequestWithContext(ctx, "GET", e.srv.URL+"/v2/"+ep+"/stream/"+id+"?wait=300000", nil)
+			req.Header.Set("Authorization", adminKey)
+			started <- struct{}{}
+			if res, err := client.Do(req); err == nil {
+				res.Body.Close()
+			}
+		}()
+	}
+	for i := 0; i < 400; i++ {
+		<-started
+	}
+	// Every held request is inside the handler once 400 stream holds and
+	// the job's ttl wait on the fake clock.
+	e.clock.BlockUntilContext(context.Background(), 401)
+	r := e.call("GET", "/v2/"+ep+"/stream/"+id+"?wait=0", adminKey, nil)
+	if r.code != 429 || r.hdr.Get("Retry-After") != "1" || !strings.Contains(string(r.body), "concurrent") {
+		t.Fatalf("401st stream: %d %v %s", r.code, r.hdr, r.body)
+	}
+	// Other operations have their own caps.
+	if r := e.call("GET", "/v2/"+ep+"/status/"+id, adminKey, nil); r.code != 200 {
+		t.Fatalf("status while streams are held: %d", r.code)
+	}
+	cancel()
+	held.Wait()
+	if r := e.call("GET", "/v2/"+ep+"/stream/"+id+"?wait=0", adminKey, nil); r.code != 200 {
+		t.Fatalf("stream after release: %d %s", r.code, r.body)
+	}
+}
