@@ -217,6 +217,14 @@ func (s *Server) deleteTemplate(w http.ResponseWriter, r *http.Request) {
 
 // templateUsers names the endpoints and pods using template id, or "".
 func templateUsers(tx *store.Tx, id string) (string, error) {
+	return users(tx,
+		func(e store.Endpoint) bool { return e.TemplateID == id },
+		func(p store.Pod) bool { return p.TemplateID == id })
+}
+
+// users names the endpoints and pods that match, or "": what holds a
+// resource that is about to be deleted.
+func users(tx *store.Tx, endpoint func(store.Endpoint) bool, pod func(store.Pod) bool) (string, error) {
 	eps, err := all[store.Endpoint](tx, store.Endpoints)
 	if err != nil {
 		return "", err
@@ -225,16 +233,16 @@ func templateUsers(tx *store.Tx, id string) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	var users []string
+	var names []string
 	for _, e := range eps {
-		if e.TemplateID == id {
-			users = append(users, "endpoint "+e.ID)
+		if endpoint(e) {
+			names = append(names, "endpoint "+e.ID)
 		}
 	}
 	for _, p := range pods {
-		if p.TemplateID == id {
-			users = append(users, "pod "+p.ID)
+		if pod(p) {
+			names = append(names, "pod "+p.ID)
 		}
 	}
-	return strings.Join(users, ", "), nil
+	return strings.Join(names, ", "), nil
 }

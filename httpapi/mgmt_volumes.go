@@ -241,26 +241,9 @@ func (s *Server) updateVolume(w http.ResponseWriter, r *http.Request) {
 
 // volumeUsers names the endpoints and pods a volume is attached to, or "".
 func volumeUsers(tx *store.Tx, id string) (string, error) {
-	eps, err := all[store.Endpoint](tx, store.Endpoints)
-	if err != nil {
-		return "", err
-	}
-	pods, err := all[store.Pod](tx, store.Pods)
-	if err != nil {
-		return "", err
-	}
-	var users []string
-	for _, e := range eps {
-		if e.NetworkVolumeID == id || slices.Contains(e.NetworkVolumeIDs, id) {
-			users = append(users, "endpoint "+e.ID)
-		}
-	}
-	for _, p := range pods {
-		if p.NetworkVolumeID == id {
-			users = append(users, "pod "+p.ID)
-		}
-	}
-	return strings.Join(users, ", "), nil
+	return users(tx,
+		func(e store.Endpoint) bool { return e.NetworkVolumeID == id || slices.Contains(e.NetworkVolumeIDs, id) },
+		func(p store.Pod) bool { return p.NetworkVolumeID == id })
 }
 
 // deleteVolume removes a volume and its files; refused while attached. The
