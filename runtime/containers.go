@@ -234,10 +234,16 @@ func (d *Docker) Kill(ctx context.Context, id string) error {
 // first if running. A container that is already gone is not an error.
 func (d *Docker) Remove(ctx context.Context, id string, force bool) error {
 	_, err := d.cli.ContainerRemove(ctx, id, client.ContainerRemoveOptions{Force: force, RemoveVolumes: true})
-	if err != nil && !IsNotFound(err) {
+	if err != nil && !IsNotFound(err) && !removalInProgress(err) {
 		return fmt.Errorf("remove container %s: %w", shortID(id), err)
 	}
 	return nil
+}
+
+// removalInProgress: another caller (an exit handler, reconcile) is
+// already removing the container, so it is going away as asked.
+func removalInProgress(err error) bool {
+	return strings.Contains(err.Error(), "is already in progress")
 }
 
 // Inspect returns the container's state. A missing container gives an

@@ -677,3 +677,27 @@ func TestParseDockerTime(t *testing.T) {
 		t.Fatalf("parsed %v", got)
 	}
 }
+
+// TestConcurrentRemove: the supervisor's exit handling, reconcile and an
+// operator's delete may remove one container at once; every caller sees
+// success, none an "already in progress" error.
+func TestConcurrentRemove(t *testing.T) {
+	t.Parallel()
+	d := newDocker(t)
+	img := dockertest.BuildGoImage(t, testProg)
+	res := create(t, d, spec(img, dockertest.Unique("inst-"), "serve"))
+	start(t, d, res.ID)
+	ctx := testCtx(t)
+	errs := make(chan error, 8)
+	for i := 0; i < cap(errs); i++ {
+		go func() { errs <- d.Remove(ctx, res.ID, true) }()
+	}
+	for i := 0; i < cap(errs); i++ {
+		if err := <-errs; err != nil {
+			t.Errorf("concurrent Remove: %v", err)
+		}
+	}
+	if _, err := d.Inspect(ctx, res.ID); !IsNotFound(err) {
+		t.Fatalf("container still there: %v", err)
+	}
+}
