@@ -45,7 +45,7 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-const adminKey = "test-admin-key"
+const adminKey = testKey // the key loadDoc reads the document with
 
 type env struct {
 	t       *testing.T
@@ -96,7 +96,10 @@ func (e *env) start() {
 	}
 	hc := e.hcfg
 	hc.Store, hc.Queue, hc.Clock = db, e.q, e.clock
-	e.srv = httptest.NewServer(httpapi.New(hc).Handler())
+	h := httpapi.New(hc).Handler()
+	// Every request and response of these tests is checked against the
+	// OpenAPI document Berth serves.
+	e.srv = httptest.NewServer(validating(e.t, loadDoc(e.t, h, "/v1/openapi.json"), h))
 }
 
 func (e *env) stop() {
@@ -130,18 +133,7 @@ func (r resp) json(t *testing.T) map[string]any {
 
 func (e *env) call(method, path, auth string, body any) resp {
 	e.t.Helper()
-	var rd io.Reader
-	switch b := body.(type) {
-	case nil:
-	case string:
-		rd = strings.NewReader(b)
-	case []byte:
-		rd = bytes.NewReader(b)
-	default:
-		raw, _ := json.Marshal(b)
-		rd = bytes.NewReader(raw)
-	}
-	req, _ := http.NewRequest(method, e.srv.URL+path, rd)
+	req, _ := http.NewRequest(method, e.srv.URL+path, bodyReader(e.t, body))
 	if auth != "" {
 		req.Header.Set("Authorization", auth)
 	}

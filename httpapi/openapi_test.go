@@ -232,21 +232,8 @@ func (e *testEnv) call(method, path string, body any) (int, []byte) {
 
 func (e *testEnv) callWith(method, path string, body any, headers map[string]string) (int, []byte) {
 	e.t.Helper()
-	var rd io.Reader
+	rd := bodyReader(e.t, body)
 	ct := "application/json"
-	switch b := body.(type) {
-	case nil:
-	case string:
-		rd = strings.NewReader(b)
-	case []byte:
-		rd = bytes.NewReader(b)
-	default:
-		raw, err := json.Marshal(b)
-		if err != nil {
-			e.t.Fatal(err)
-		}
-		rd = bytes.NewReader(raw)
-	}
 	req, err := http.NewRequest(method, e.srv.URL+path, rd)
 	if err != nil {
 		e.t.Fatal(err)
@@ -400,4 +387,24 @@ func mustJSON(t *testing.T, v any) string {
 		t.Fatal(err)
 	}
 	return string(b)
+}
+
+// bodyReader turns a test's request body (nil, string, []byte or a value
+// to encode as JSON) into a reader.
+func bodyReader(t *testing.T, body any) io.Reader {
+	t.Helper()
+	switch b := body.(type) {
+	case nil:
+		return nil
+	case string:
+		return strings.NewReader(b)
+	case []byte:
+		return bytes.NewReader(b)
+	default:
+		raw, err := json.Marshal(b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return bytes.NewReader(raw)
+	}
 }

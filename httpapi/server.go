@@ -124,14 +124,6 @@ func New(cfg Config) *Server {
 // Handler returns the root handler.
 func (s *Server) Handler() http.Handler { return s.router }
 
-type principal struct {
-	admin    bool
-	workerID string
-	endpoint string
-}
-
-type ctxKey struct{}
-
 func (s *Server) routes() {
 	r := mux.NewRouter()
 	r.NotFoundHandler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {

@@ -73,7 +73,6 @@ type worker struct {
 	reported map[string]bool // job ids of its last heartbeat
 	lostT    clockwork.Timer
 	lost     bool
-	pinged   bool
 }
 
 // New makes a Service; call Start before use.

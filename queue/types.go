@@ -22,7 +22,6 @@ var (
 	ErrNotFound     = errors.New("job not found")
 	ErrNotRetryable = errors.New("only FAILED or TIMED_OUT jobs can be retried")
 	ErrStopped      = errors.New("queue stopped")
-	ErrUnknownWork  = errors.New("unknown worker")
 )
 
 // Limits of the service specification.

@@ -481,7 +481,6 @@ func (s *Service) Ping(endpointID, workerID string, jobIDs []string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	w := s.seenLocked(endpointID, workerID)
-	w.pinged = true
 	has := map[string]bool{}
 	for _, id := range jobIDs {
 		has[strings.TrimSpace(id)] = true
