@@ -37,6 +37,7 @@ type Allocator struct {
 	holder []string       // holder[i] owns devs[i]; "" is free
 	byUUID map[string]int // UUID -> position in devs
 	types  []string       // distinct TypeIDs, by lowest index
+	sample []Device       // sample[i] is a device of types[i]
 }
 
 // NewAllocator tracks devs, all free. The slice is copied.
@@ -51,6 +52,7 @@ func NewAllocator(devs []Device) *Allocator {
 		a.byUUID[d.UUID] = i
 		if !slices.Contains(a.types, d.TypeID) {
 			a.types = append(a.types, d.TypeID)
+			a.sample = append(a.sample, d)
 		}
 	}
 	return a
@@ -165,18 +167,33 @@ func (a *Allocator) Types() []string {
 	return slices.Clone(a.types) // immutable after NewAllocator
 }
 
-// known returns the requested types that exist here, normalised, in order and
-// without duplicates; all types when none are requested.
+// Resolve returns the local gpuTypeIds that ids (type ids, pool ids and
+// "-" exclusions, see Matches) select, in the order asked and without
+// duplicates; all types when ids holds no inclusion.
+func (a *Allocator) Resolve(ids []string) []string { return a.known(ids) }
+
 func (a *Allocator) known(typeIDs []string) []string {
-	if len(typeIDs) == 0 {
-		return a.types
-	}
 	var out []string
-	for _, t := range typeIDs {
-		t = TypeID(t)
-		if slices.Contains(a.types, t) && !slices.Contains(out, t) {
-			out = append(out, t)
+	add := func(i int) {
+		if Matches(typeIDs, a.sample[i]) && !slices.Contains(out, a.types[i]) {
+			out = append(out, a.types[i])
 		}
+	}
+	for _, id := range typeIDs {
+		if strings.HasPrefix(id, "-") {
+			continue
+		}
+		for i, t := range a.types {
+			if Matches([]string{id}, a.sample[i]) || TypeID(id) == t {
+				add(i)
+			}
+		}
+	}
+	if slices.ContainsFunc(typeIDs, func(id string) bool { return !strings.HasPrefix(id, "-") }) {
+		return out
+	}
+	for i := range a.types {
+		add(i)
 	}
 	return out
 }

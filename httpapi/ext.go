@@ -103,13 +103,7 @@ func (s *Server) podLogs(w http.ResponseWriter, r *http.Request) {
 		s.mgmtErr(w, r, err)
 		return
 	}
-	err = s.cfg.Store.View(func(tx *store.Tx) error {
-		if tx.GetRaw(store.Pods, id) == nil {
-			return notFound("pod %s not found", id)
-		}
-		return nil
-	})
-	if err != nil {
+	if _, err := s.mg.GetPod(r.Context(), id); err != nil {
 		s.mgmtErr(w, r, err)
 		return
 	}

@@ -5,11 +5,9 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	"berth/store"
@@ -93,15 +91,6 @@ func byCreated[T any](list []T, created func(T) time.Time, id func(T) string) {
 	})
 }
 
-func validateEnv(env map[string]string) error {
-	for k := range env {
-		if k == "" || strings.ContainsAny(k, "=\x00") {
-			return bad("env name %q is not a valid variable name", k)
-		}
-	}
-	return nil
-}
-
 func noContent(w http.ResponseWriter) { w.WriteHeader(http.StatusNoContent) }
 
 // decodeBody reads and strictly decodes a management request body.
@@ -115,47 +104,4 @@ func decodeBody(w http.ResponseWriter, r *http.Request, v any) bool {
 		return false
 	}
 	return true
-}
-
-// dataDir is where volumes and prices.json live.
-func (s *Server) dataDir() string {
-	if s.cfg.DataDir != "" {
-		return s.cfg.DataDir
-	}
-	return filepath.Dir(s.cfg.Store.Path())
-}
-
-// keyedMutex serialises actions on one id (a pod's start and delete, say)
-// without holding a lock across ids.
-type keyedMutex struct {
-	mu    sync.Mutex
-	locks map[string]*keyedEntry
-}
-
-type keyedEntry struct {
-	mu   sync.Mutex
-	refs int
-}
-
-func (k *keyedMutex) lock(id string) (unlock func()) {
-	k.mu.Lock()
-	if k.locks == nil {
-		k.locks = map[string]*keyedEntry{}
-	}
-	e := k.locks[id]
-	if e == nil {
-		e = &keyedEntry{}
-		k.locks[id] = e
-	}
-	e.refs++
-	k.mu.Unlock()
-	e.mu.Lock()
-	return func() {
-		e.mu.Unlock()
-		k.mu.Lock()
-		if e.refs--; e.refs == 0 {
-			delete(k.locks, id)
-		}
-		k.mu.Unlock()
-	}
 }

@@ -3,7 +3,6 @@ package httpapi
 import (
 	"encoding/json"
 	"errors"
-	"maps"
 	"net/http"
 	"slices"
 	"strings"
@@ -125,40 +124,6 @@ func (s *Server) viewEndpoint(e store.Endpoint, templates map[string]store.Templ
 	return v
 }
 
-// loadEndpoints reads the endpoints (one, or all when id is "") and, when
-// asked, the templates by id.
-func (s *Server) loadEndpoints(id string, withTemplates bool) ([]store.Endpoint, map[string]store.Template, error) {
-	var eps []store.Endpoint
-	var tmpl map[string]store.Template
-	err := s.cfg.Store.View(func(tx *store.Tx) error {
-		if id != "" {
-			var e store.Endpoint
-			if err := getOr404(tx, store.Endpoints, id, "endpoint", &e); err != nil {
-				return err
-			}
-			eps = []store.Endpoint{e}
-		} else {
-			var err error
-			if eps, err = all[store.Endpoint](tx, store.Endpoints); err != nil {
-				return err
-			}
-		}
-		if withTemplates {
-			ts, err := all[store.Template](tx, store.Templates)
-			if err != nil {
-				return err
-			}
-			tmpl = map[string]store.Template{}
-			for _, t := range ts {
-				tmpl[t.ID] = t
-			}
-		}
-		return nil
-	})
-	byCreated(eps, func(e store.Endpoint) time.Time { return e.CreatedAt }, func(e store.Endpoint) string { return e.ID })
-	return eps, tmpl, err
-}
-
 func (s *Server) listEndpoints(w http.ResponseWriter, r *http.Request) {
 	s.showEndpoints(w, r, "")
 }
@@ -173,7 +138,7 @@ func (s *Server) showEndpoints(w http.ResponseWriter, r *http.Request, id string
 		s.mgmtErr(w, r, err)
 		return
 	}
-	eps, tmpl, err := s.loadEndpoints(id, flags["includeTemplate"])
+	eps, tmpl, err := s.mg.Endpoints(r.Context(), id, flags["includeTemplate"])
 	if err != nil {
 		s.mgmtErr(w, r, err)
 		return
@@ -189,92 +154,36 @@ func (s *Server) showEndpoints(w http.ResponseWriter, r *http.Request, id string
 	writeJSON(w, http.StatusOK, out)
 }
 
-// checkEndpointRefs checks that the template and network volumes an
-// endpoint names exist.
-func checkEndpointRefs(tx *store.Tx, e *store.Endpoint) error {
-	if tx.GetRaw(store.Templates, e.TemplateID) == nil {
-		return bad("templateId %q does not exist", e.TemplateID)
-	}
-	if e.NetworkVolumeID != "" && tx.GetRaw(store.Volumes, e.NetworkVolumeID) == nil {
-		return bad("networkVolumeId %q does not exist", e.NetworkVolumeID)
-	}
-	for _, v := range e.NetworkVolumeIDs {
-		if tx.GetRaw(store.Volumes, v) == nil {
-			return bad("networkVolumeIds: %q does not exist", v)
-		}
-	}
-	return nil
-}
-
-// endpointRolls reports whether an endpoint change needs new worker
-// containers: template, env, GPUs, CPUs or volumes.
-func endpointRolls(a, b store.Endpoint) bool {
-	return a.TemplateID != b.TemplateID || !maps.Equal(a.Env, b.Env) ||
-		!slices.Equal(a.GPUTypeIDs, b.GPUTypeIDs) || a.GPUCount != b.GPUCount || a.VCPUCount != b.VCPUCount ||
-		!slices.Equal(a.CPUFlavorIDs, b.CPUFlavorIDs) || !slices.Equal(a.InstanceIDs, b.InstanceIDs) ||
-		a.NetworkVolumeID != b.NetworkVolumeID || !slices.Equal(a.NetworkVolumeIDs, b.NetworkVolumeIDs)
-}
-
 // updateEndpoint is PATCH and POST …/update (EndpointUpdateInput: the
 // creation fields minus computeType).
 func (s *Server) updateEndpoint(w http.ResponseWriter, r *http.Request) {
-	id := mux.Vars(r)["endpointId"]
 	var in EndpointInput
 	if !decodeBody(w, r, &in) {
 		return
 	}
-	if in.ComputeType != nil {
-		writeErr(w, r, http.StatusBadRequest, "computeType cannot be changed after an endpoint is created")
-		return
-	}
-	var e store.Endpoint
-	err := s.cfg.Store.Update(func(tx *store.Tx) error {
-		if err := getOr404(tx, store.Endpoints, id, "endpoint", &e); err != nil {
-			return err
-		}
-		before := e
-		if err := applyEndpoint(&e, in, false); err != nil {
-			return err
-		}
-		if e.Name == "" {
-			e.Name = e.ID
-		}
-		if err := checkEndpointRefs(tx, &e); err != nil {
-			return err
-		}
-		if endpointRolls(before, e) {
-			e.Version++
-		}
-		return tx.Apply(store.Put(store.Endpoints, id, e))
-	})
-	if err != nil {
-		s.mgmtErr(w, r, err)
-		return
-	}
-	s.forgetEndpoint(id)
-	if s.cfg.EndpointChanged != nil {
-		s.cfg.EndpointChanged(id)
-	}
-	writeJSON(w, http.StatusOK, e)
+	e, err := s.mg.UpdateEndpoint(r.Context(), mux.Vars(r)["endpointId"], in.mgmt())
+	s.answer(w, r, http.StatusOK, e, err)
 }
 
 // deleteEndpoint removes the endpoint: its job routes answer 404 at once,
 // every job not yet finished (queued or running) is cancelled — webhooks
-// fire with CANCELLED — and the runtime is told to stop its workers. A
-// running job's result could not be fetched after the endpoint is gone, so
-// it is cancelled rather than left to finish.
+// fire with CANCELLED — and the runtime is told to stop its workers (see
+// endpointDeleted). A running job's result could not be fetched after the
+// endpoint is gone, so it is cancelled rather than left to finish.
 func (s *Server) deleteEndpoint(w http.ResponseWriter, r *http.Request) {
-	id := mux.Vars(r)["endpointId"]
-	err := s.cfg.Store.Update(func(tx *store.Tx) error {
-		if tx.GetRaw(store.Endpoints, id) == nil {
-			return notFound("endpoint %s not found", id)
-		}
-		return tx.Apply(store.Delete(store.Endpoints, id))
-	})
-	if err != nil {
-		s.mgmtErr(w, r, err)
-		return
+	s.answer(w, r, http.StatusNoContent, nil, s.mg.DeleteEndpoint(r.Context(), mux.Vars(r)["endpointId"]))
+}
+
+// endpointChanged is mgmt's hook for a created or changed endpoint.
+func (s *Server) endpointChanged(id string) {
+	s.forgetEndpoint(id)
+	if s.cfg.EndpointChanged != nil {
+		s.cfg.EndpointChanged(id)
 	}
+}
+
+// endpointDeleted is mgmt's hook for a deleted endpoint.
+func (s *Server) endpointDeleted(id string) {
 	s.forgetEndpoint(id)
 	if err := s.cancelEndpointJobs(id); err != nil {
 		s.cfg.Logger.Error("cancel jobs of deleted endpoint", "endpoint", id, "err", err)
@@ -282,7 +191,6 @@ func (s *Server) deleteEndpoint(w http.ResponseWriter, r *http.Request) {
 	if s.cfg.EndpointDeleted != nil {
 		s.cfg.EndpointDeleted(id)
 	}
-	noContent(w)
 }
 
 // cancelEndpointJobs cancels every unfinished job of an endpoint.

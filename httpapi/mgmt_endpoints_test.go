@@ -51,7 +51,9 @@ func TestEndpointCreateValidation(t *testing.T) {
 		{"gpuCount", ok(J{"gpuCount": 0}), []string{"gpuCount"}},
 		{"vcpuCount", ok(J{"vcpuCount": 0}), []string{"vcpuCount"}},
 		{"executionTimeoutMs", ok(J{"executionTimeoutMs": 1000}), []string{"executionTimeoutMs"}},
-		{"dataCenterIds", ok(J{"dataCenterIds": []string{"US-TX-3"}}), []string{"dataCenterIds"}},
+		{"dataCenterIds", ok(J{"dataCenterIds": []string{"us tx 3"}}), []string{"dataCenterIds", "us tx 3"}},
+		{"gpuTypeIds empty", ok(J{"gpuTypeIds": []string{""}}), []string{"gpuTypeIds"}},
+		{"gpuTypeIds comma", ok(J{"gpuTypeIds": []string{"AMPERE_16,ADA_24"}}), []string{"gpuTypeIds", "comma"}},
 		{"volume", ok(J{"networkVolumeId": "nope"}), []string{"networkVolumeId"}},
 		{"env", ok(J{"env": J{"A=": "x"}}), []string{"env"}},
 		{"unknown", ok(J{"workersMaximum": 2}), []string{"workersMaximum"}},
@@ -220,4 +222,43 @@ func TestEndpointDelete(t *testing.T) {
 	// The template is free again.
 	e.must(204, "DELETE", "/v1/endpoints/"+other.ID, nil, nil)
 	e.must(204, "DELETE", "/v1/templates/"+tpl.ID, nil, nil)
+}
+
+// RunPod scripts send RunPod's data-centre, GPU type and pool ids: they
+// are stored as sent, unknown-but-well-formed ones with a warning, and
+// PATCHing other fields keeps the warnings.
+func TestRunPodIDsAccepted(t *testing.T) {
+	f := newFakePods()
+	e := newValidatingServer(t, withFakePods(f))
+	tpl := e.newTemplate("t", "alpine:3", nil)
+	ep := e.newEndpoint(tpl.ID, J{
+		"dataCenterIds": []string{"EU-RO-1", "US-TX-3"},
+		"gpuTypeIds":    []string{"AMPERE_16", "-NVIDIA RTX A4000", "NVIDIA H100 80GB HBM3"},
+	})
+	if !reflect.DeepEqual(ep.DataCenterIDs, []string{"EU-RO-1", "US-TX-3"}) || len(ep.GPUTypeIDs) != 3 || len(ep.Warnings) != 0 {
+		t.Fatalf("known ids: got dataCenterIds %q, gpuTypeIds %q, warnings %q", ep.DataCenterIDs, ep.GPUTypeIDs, ep.Warnings)
+	}
+	ep = e.newEndpoint(tpl.ID, J{"dataCenterIds": []string{"MARS-BASE-1"}, "gpuTypeIds": []string{"QUANTUM_512", "Acme Tensor 9000"}})
+	if len(ep.Warnings) != 3 {
+		t.Fatalf("unknown ids: want 3 warnings, got %q", ep.Warnings)
+	}
+	var got store.Endpoint
+	e.must(200, "PATCH", "/v1/endpoints/"+ep.ID, J{"workersMax": 5}, &got)
+	if !reflect.DeepEqual(got.Warnings, ep.Warnings) {
+		t.Errorf("PATCH of another field: warnings %q, want %q", got.Warnings, ep.Warnings)
+	}
+	e.must(200, "PATCH", "/v1/endpoints/"+ep.ID, J{"gpuTypeIds": []string{"ADA_24"}, "dataCenterIds": []string{"EU-RO-1"}}, &got)
+	if len(got.Warnings) != 0 {
+		t.Errorf("PATCH to known ids: warnings %q remain", got.Warnings)
+	}
+
+	p := e.newPod(J{"imageName": "alpine:3", "dataCenterIds": []string{"EU-SE-1"}, "gpuTypeIds": []string{"NVIDIA Imaginary 1"}})
+	if !reflect.DeepEqual(p.DataCenterIDs, []string{"EU-SE-1"}) || len(p.Warnings) != 1 {
+		t.Errorf("pod: dataCenterIds %q, warnings %q", p.DataCenterIDs, p.Warnings)
+	}
+	var v volumeJSON
+	e.must(200, "POST", "/v1/networkvolumes", J{"name": "v", "size": 1, "dataCenterId": "EU-RO-1"}, &v)
+	if v.DataCenterID != "EU-RO-1" {
+		t.Errorf("volume: dataCenterId %q, want EU-RO-1 as sent", v.DataCenterID)
+	}
 }

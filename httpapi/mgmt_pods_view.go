@@ -70,7 +70,7 @@ func (s *Server) viewPod(p store.Pod, flags map[string]bool, refs podRefs, price
 	} else if len(p.GPUTypeIDs) > 0 {
 		gpuType = p.GPUTypeIDs[0]
 	}
-	v.CostPerHr = prices.hourly(gpuType, gpus, p.VCPUCount)
+	v.CostPerHr = prices.Hourly(gpuType, gpus, p.VCPUCount)
 	v.AdjustedCostPerHr = v.CostPerHr
 	if flags["includeMachine"] {
 		m := &machineView{DataCenterID: DataCenterID, Location: "local", CPUCount: goruntime.NumCPU(), SecureCloud: true, SupportPublicIP: true}
@@ -105,13 +105,7 @@ func (s *Server) writePod(w http.ResponseWriter, r *http.Request, code int, p st
 			return
 		}
 	}
-	writeJSON(w, code, s.viewPod(p, flags, refs, s.pricesOrZero()))
-}
-
-func (s *Server) loadPod(id string) (store.Pod, error) {
-	var p store.Pod
-	err := s.cfg.Store.View(func(tx *store.Tx) error { return getOr404(tx, store.Pods, id, "pod", &p) })
-	return p, err
+	writeJSON(w, code, s.viewPod(p, flags, refs, s.mg.PricesOrZero()))
 }
 
 func (s *Server) getPod(w http.ResponseWriter, r *http.Request) {
@@ -120,7 +114,7 @@ func (s *Server) getPod(w http.ResponseWriter, r *http.Request) {
 		s.mgmtErr(w, r, err)
 		return
 	}
-	p, err := s.loadPod(mux.Vars(r)["podId"])
+	p, err := s.mg.GetPod(r.Context(), mux.Vars(r)["podId"])
 	if err != nil {
 		s.mgmtErr(w, r, err)
 		return
@@ -200,7 +194,7 @@ func (s *Server) listPods(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	byCreated(pods, func(p store.Pod) time.Time { return p.CreatedAt }, func(p store.Pod) string { return p.ID })
-	prices := s.pricesOrZero()
+	prices := s.mg.PricesOrZero()
 	out := []any{}
 	for _, p := range pods {
 		gpus := p.GPUTypeIDs

@@ -3,6 +3,8 @@ package httpapi
 import (
 	"maps"
 	"strings"
+
+	"berth/mgmt"
 )
 
 // operations lists every route.
@@ -185,7 +187,7 @@ func logResp() obj {
 
 func billingParams() []obj {
 	return []obj{
-		enumQ("bucketSize", "day", bucketSizes...),
+		enumQ("bucketSize", "day", mgmt.BucketSizes...),
 		queryP("startTime", "RFC 3339 [endTime − 30 days].", obj{"type": "string", "format": "date-time"}),
 		queryP("endTime", "RFC 3339 [now].", obj{"type": "string", "format": "date-time"}),
 	}

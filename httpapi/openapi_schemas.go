@@ -1,11 +1,16 @@
 package httpapi
 
-import "maps"
+import (
+	"maps"
+
+	"berth/mgmt"
+)
 
 // schemas are the OpenAPI document's components.schemas: the records, the
 // inputs (refusing unknown fields, as decodeStrict does) and the job API's
 // shapes.
 func schemas() obj {
+	warningsS := strArr("Berth: ids accepted but unknown to Berth (GPU types, pools, data centres), and what they match.")
 	template := object(obj{
 		"id":                      strS("Template id: 10 lowercase letters or digits."),
 		"name":                    strS("Unique name."),
@@ -63,7 +68,8 @@ func schemas() obj {
 		"instanceIds":         strArr(""),
 		"allowedCudaVersions": strArr(""),
 		"minCudaVersion":      strS(""),
-		"dataCenterIds":       strArr("Always [\"" + DataCenterID + "\"]."),
+		"dataCenterIds":       strArr("As given; every id is this host (\"" + DataCenterID + "\" by default)."),
+		"warnings":            warningsS,
 		"networkVolumeId":     strS(""),
 		"networkVolumeIds":    strArr(""),
 		"idleTimeout":         intS("Seconds."),
@@ -92,7 +98,7 @@ func schemas() obj {
 		"instanceIds":         strArr(""),
 		"allowedCudaVersions": strArr(""),
 		"minCudaVersion":      strS(""),
-		"dataCenterIds":       obj{"type": "array", "items": enumS("", DataCenterID), "description": "Berth is one data centre."},
+		"dataCenterIds":       obj{"type": "array", "items": obj{"type": "string", "pattern": mgmt.DataCenterPattern}, "description": "Any RunPod data-centre id; all are this host."},
 		"networkVolumeId":     strS("Must name an existing network volume; \"\" for none."),
 		"networkVolumeIds":    strArr("Each must name an existing network volume."),
 		"idleTimeout":         withRange(intS("Seconds [5]."), 1, 3600),
@@ -161,6 +167,7 @@ func schemas() obj {
 		"lastStartedAt":           timeS(""),
 		"lastStatusChange":        strS("The last lifecycle event, e.g. \"Started by user: 2026-01-02T03:04:05Z\"."),
 		"statusMessage":           strS("Berth: why the last action did not take effect; absent when it did."),
+		"warnings":                warningsS,
 		"createdAt":               timeS(""),
 		"consumerUserId":          strS("Always \"berth\"."),
 		"costPerHr":               numS("From the price table (prices.json)."),
@@ -194,7 +201,7 @@ func schemas() obj {
 		"networkVolumeId":      strS("Must name an existing network volume."),
 		"computeType":          enumS("[GPU]", "GPU", "CPU"),
 		"cloudType":            enumS("[SECURE]; stored, no effect.", "SECURE", "COMMUNITY"),
-		"dataCenterIds":        obj{"type": "array", "items": enumS("", DataCenterID)},
+		"dataCenterIds":        obj{"type": "array", "items": obj{"type": "string", "pattern": mgmt.DataCenterPattern}},
 		"dataCenterPriority":   enumS("", "availability", "custom"),
 		"countryCodes":         strArr("Stored, no effect."),
 		"allowedCudaVersions":  obj{"type": "array", "items": obj{"type": "string", "pattern": `^[0-9]{1,2}\.[0-9]$`}},
@@ -236,7 +243,8 @@ func schemas() obj {
 
 	volumeRecord := object(obj{
 		"id": strS("10 lowercase letters or digits."), "name": strS(""), "size": intS("GB."),
-		"dataCenterId": enumS("", DataCenterID), "createdAt": timeS(""),
+		"dataCenterId": strS("As given at creation; every id is this host."), "createdAt": timeS(""),
+		"warnings": warningsS,
 	}, "id", "name", "size", "dataCenterId")
 	volume := maps.Clone(volumeRecord)
 	volProps := maps.Clone(volumeRecord["properties"].(obj))
@@ -300,12 +308,12 @@ func schemas() obj {
 		"NetworkVolume":       volume,
 		"NetworkVolumeCreateInput": input(obj{
 			"name":         strS("Need not be unique."),
-			"size":         withRange(intS("GB."), 1, maxVolumeGB),
-			"dataCenterId": enumS("Berth is one data centre.", DataCenterID),
+			"size":         withRange(intS("GB."), 1, mgmt.MaxVolumeGB),
+			"dataCenterId": obj{"type": "string", "pattern": mgmt.DataCenterPattern, "description": "Any RunPod data-centre id; all are this host."},
 		}, "name", "size", "dataCenterId"),
 		"NetworkVolumeUpdateInput": input(obj{
 			"name": strS(""),
-			"size": withRange(intS("GB; may only grow."), 1, maxVolumeGB),
+			"size": withRange(intS("GB; may only grow."), 1, mgmt.MaxVolumeGB),
 		}),
 
 		"ContainerRegistryAuth": object(obj{

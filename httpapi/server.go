@@ -23,6 +23,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"berth/gpu"
+	"berth/mgmt"
 	"berth/queue"
 	"berth/store"
 )
@@ -88,6 +89,8 @@ type Server struct {
 	epGen   uint64 // bumped by forgetEndpoint so a stale read is not cached
 
 	adminHash []byte // decoded APIKeyHash
+
+	mg *mgmt.Service // the management rules every API surface calls
 }
 
 // HashKey returns the stored form of an API key.
@@ -115,6 +118,8 @@ func New(cfg Config) *Server {
 	}
 	s := &Server{cfg: cfg, epCache: map[string]*store.Endpoint{}}
 	s.adminHash, _ = hex.DecodeString(cfg.APIKeyHash)
+	s.mg = mgmt.New(mgmt.Config{Store: cfg.Store, Clock: cfg.Clock, Logger: cfg.Logger, DataDir: cfg.DataDir,
+		Pods: cfg.Pods, EndpointChanged: s.endpointChanged, EndpointDeleted: s.endpointDeleted})
 	s.limits = newLimiter(cfg.RateLimits, cfg.RequestsPerWorker, s.workerCount)
 	s.metrics = newMetrics(s)
 	s.routes()

@@ -377,15 +377,7 @@ func (s *Supervisor) gpuChoice(ep store.Endpoint) (bool, string) {
 // none of its types, or fewer GPUs of every type than gpuCount.
 func (s *Supervisor) gpuTypeError(ep store.Endpoint) string {
 	types := s.cfg.GPUs.Types()
-	want := types
-	if len(ep.GPUTypeIDs) > 0 {
-		want = nil
-		for _, t := range ep.GPUTypeIDs {
-			if t = gpu.TypeID(t); slices.Contains(types, t) {
-				want = append(want, t)
-			}
-		}
-	}
+	want := s.cfg.GPUs.Resolve(ep.GPUTypeIDs)
 	if len(want) == 0 {
 		return fmt.Sprintf("%v: asked for %q; this machine has %q", gpu.ErrUnknownType, ep.GPUTypeIDs, types)
 	}

@@ -55,6 +55,9 @@ type Endpoint struct {
 	ExecutionTimeoutMs  int64             `json:"executionTimeoutMs"`
 	Env                 map[string]string `json:"env"`
 	CreatedAt           time.Time         `json:"createdAt"`
+	// Warnings (Berth) name ids accepted but unknown to Berth (a GPU
+	// type or data centre), so they match nothing or only this host.
+	Warnings []string `json:"warnings,omitempty"`
 }
 
 // JobStatus is a job's state.

@@ -84,6 +84,8 @@ type Pod struct {
 	// empty when it did.
 	StatusMessage string    `json:"statusMessage,omitempty"`
 	CreatedAt     time.Time `json:"createdAt"`
+	// Warnings (Berth) name ids accepted but unknown to Berth.
+	Warnings []string `json:"warnings,omitempty"`
 }
 
 // NetworkVolume is persistent storage shared by pods and workers: a
@@ -94,6 +96,7 @@ type NetworkVolume struct {
 	Size         int       `json:"size"` // GB
 	DataCenterID string    `json:"dataCenterId"`
 	CreatedAt    time.Time `json:"createdAt"`
+	Warnings     []string  `json:"warnings,omitempty"` // Berth: ids accepted but unknown
 }
 
 // RegistryAuth is a container registry credential. The password is kept in

@@ -1,0 +1,77 @@
+package mgmt
+
+import (
+	"errors"
+	"fmt"
+)
+
+// Kind classifies an Error so each transport can pick its status.
+type Kind int
+
+const (
+	// Invalid: the caller's input is wrong (REST 400). Field names it.
+	Invalid Kind = iota + 1
+	// NotFound: the record named does not exist (404).
+	NotFound
+	// Conflict: the request clashes with the state: a duplicate name, a
+	// record in use, a locked pod, no free GPU (409).
+	Conflict
+	// Unavailable: this host cannot do it now: no container runtime, a
+	// runtime failure (503).
+	Unavailable
+	// Unsupported: one host can never do it (e.g. encrypted volumes). v1
+	// answers 400, as it always did.
+	Unsupported
+)
+
+func (k Kind) String() string {
+	switch k {
+	case Invalid:
+		return "invalid"
+	case NotFound:
+		return "not found"
+	case Conflict:
+		return "conflict"
+	case Unavailable:
+		return "unavailable"
+	case Unsupported:
+		return "unsupported"
+	}
+	return "unknown"
+}
+
+// Error is a management rule's refusal. Anything else a Service returns is
+// an internal failure (REST 500). Find it with errors.As or KindOf.
+type Error struct {
+	Kind  Kind
+	Field string // the input field at fault ("gpuTypeIds"), "" when none
+	Msg   string // a whole sentence for the client, naming the field
+	Err   error  // the cause, for errors.Is (e.g. a runtime error)
+}
+
+func (e *Error) Error() string { return e.Msg }
+func (e *Error) Unwrap() error { return e.Err }
+
+// KindOf returns err's Kind, or 0 for an internal error.
+func KindOf(err error) Kind {
+	var e *Error
+	if errors.As(err, &e) {
+		return e.Kind
+	}
+	return 0
+}
+
+func newErr(k Kind, field, format string, a ...any) *Error {
+	return &Error{Kind: k, Field: field, Msg: fmt.Sprintf(format, a...)}
+}
+
+// invalid is a bad-input error about field.
+func invalid(field, format string, a ...any) error { return newErr(Invalid, field, format, a...) }
+
+func notFound(format string, a ...any) error { return newErr(NotFound, "", format, a...) }
+
+func conflict(format string, a ...any) error { return newErr(Conflict, "", format, a...) }
+
+// Invalid returns an Invalid error; adapters use it for their own decoding
+// failures so one error mapper serves both.
+func InvalidInput(field, format string, a ...any) error { return invalid(field, format, a...) }

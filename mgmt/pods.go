@@ -1,0 +1,591 @@
+package mgmt
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"os"
+	"path"
+	"regexp"
+	"slices"
+	"strings"
+	"time"
+
+	"berth/queue"
+	"berth/store"
+)
+
+// Pods: records, validation and desiredStatus transitions. The containers
+// come from a PodRuntime (Config.Pods).
+//
+// The record is what the operator asked for. desiredStatus changes only
+// when the runtime carried the action out; when it cannot (no runtime, no
+// free GPU, a failed pull) the call returns an error and the record's
+// statusMessage and lastStatusChange say why. An update that needs a new
+// container is stored and then applied with a reset.
+
+// PodRuntime runs pod containers; the runtime package implements it (see
+// wire.go). Calls get a context without cancellation: the runtime bounds
+// its own calls.
+type PodRuntime interface {
+	// StartPod starts the pod's container, creating it when missing or
+	// when it was made for another pod.Version. It returns once the
+	// container runs.
+	StartPod(ctx context.Context, pod store.Pod) (PodState, error)
+	// StopPod stops the container and keeps it (its container disk stays
+	// until a reset); GPUs are released. Stopping a stopped pod is no error.
+	StopPod(ctx context.Context, podID string) error
+	// ResetPod replaces the container with a new one made from pod (the
+	// container disk is wiped, the pod volume kept) and starts it.
+	ResetPod(ctx context.Context, pod store.Pod) (PodState, error)
+	// RemovePod removes the container and the pod volume. Removing a pod
+	// without a container is no error.
+	RemovePod(ctx context.Context, podID string) error
+}
+
+// PodState is what the runtime observed when a pod's container started.
+type PodState struct {
+	GPU          *store.PodGPU  // nil for CPU pods
+	MemoryInGb   float64        // memory limit, 0 when unlimited
+	PortMappings map[string]int // container port → host port
+	PublicIP     string         // address the mapped ports are reachable on
+	MachineID    string         // host name; "" keeps the record's
+	StartedAt    time.Time      // zero: now
+}
+
+// Errors a PodRuntime wraps to choose the Kind of the answer; any other
+// runtime error is Unavailable.
+var (
+	ErrNoRuntime   = errors.New("no container runtime: Docker is not reachable")
+	ErrPodCapacity = errors.New("not enough free GPUs for the pod")      // Conflict
+	ErrPodInvalid  = errors.New("the pod's container cannot be created") // Invalid, e.g. no such image
+)
+
+// runtimeError is a failed runtime action as an *Error.
+func runtimeError(action, pod string, err error) error {
+	k := Unavailable
+	switch {
+	case errors.Is(err, ErrPodCapacity):
+		k = Conflict
+	case errors.Is(err, ErrPodInvalid):
+		k = Invalid
+	}
+	return &Error{Kind: k, Msg: fmt.Sprintf("%s pod %s: %v", action, pod, err), Err: err}
+}
+
+// PodActions are the actions DoPodAction takes.
+var PodActions = []string{"start", "stop", "reset", "restart"}
+
+// PodFields are the fields of an update, also part of PodInput.
+type PodFields struct {
+	Name                    *string
+	ImageName               *string
+	DockerEntrypoint        []string
+	DockerStartCmd          []string
+	Env                     map[string]string
+	Ports                   []string // nil: not given
+	ContainerDiskInGb       *int
+	VolumeInGb              *int
+	VolumeMountPath         *string
+	ContainerRegistryAuthID *string
+	GlobalNetworking        *bool
+	Locked                  *bool
+}
+
+// PodInput creates a pod. GPUTypeIDs takes type ids, pool ids and "-"
+// exclusions; DataCenterIDs any well-formed data-centre id.
+type PodInput struct {
+	PodFields
+	TemplateID           *string
+	VolumeEncrypted      *bool
+	NetworkVolumeID      *string
+	ComputeType          *string
+	CloudType            *string
+	DataCenterIDs        []string
+	DataCenterPriority   *string
+	CountryCodes         []string
+	AllowedCudaVersions  []string
+	GPUTypeIDs           []string
+	GPUTypePriority      *string
+	GPUCount             *int
+	MinRAMPerGPU         *int
+	MinVCPUPerGPU        *int
+	CPUFlavorIDs         []string
+	CPUFlavorPriority    *string
+	VCPUCount            *int
+	MinDownloadMbps      *float64
+	MinUploadMbps        *float64
+	MinDiskBandwidthMBps *float64
+	SupportPublicIP      *bool
+	Interruptible        *bool
+}
+
+var (
+	cudaRe = regexp.MustCompile(`^[0-9]{1,2}\.[0-9]$`)
+	// CPUFlavors are the cpuFlavorIds accepted.
+	CPUFlavors = []string{"cpu3c", "cpu3g", "cpu3m", "cpu5c", "cpu5g", "cpu5m"}
+	priorities = []string{"availability", "custom"}
+)
+
+// ApplyPodFields validates f and applies it to p.
+func ApplyPodFields(p *store.Pod, f PodFields) error {
+	if f.Name != nil {
+		if strings.TrimSpace(*f.Name) == "" {
+			return invalid("name", "name must not be empty")
+		}
+		if len(*f.Name) > 191 {
+			return invalid("name", "name must be at most 191 characters")
+		}
+		p.Name = *f.Name
+	}
+	if f.ImageName != nil {
+		if strings.TrimSpace(*f.ImageName) == "" {
+			return invalid("imageName", "imageName must not be empty")
+		}
+		p.ImageName = *f.ImageName
+	}
+	if f.DockerEntrypoint != nil {
+		p.DockerEntrypoint = f.DockerEntrypoint
+	}
+	if f.DockerStartCmd != nil {
+		p.DockerStartCmd = f.DockerStartCmd
+	}
+	if f.Env != nil {
+		if err := validateEnv(f.Env); err != nil {
+			return err
+		}
+		p.Env = f.Env
+	}
+	if f.Ports != nil {
+		if err := validatePorts(f.Ports); err != nil {
+			return err
+		}
+		p.Ports = append([]string{}, f.Ports...)
+	}
+	for _, v := range []struct {
+		name string
+		v    *int
+	}{{"containerDiskInGb", f.ContainerDiskInGb}, {"volumeInGb", f.VolumeInGb}} {
+		if v.v != nil && *v.v < 0 {
+			return invalid(v.name, "%s must not be negative", v.name)
+		}
+	}
+	if f.ContainerDiskInGb != nil {
+		p.ContainerDiskInGb = *f.ContainerDiskInGb
+	}
+	if f.VolumeInGb != nil {
+		p.VolumeInGb = *f.VolumeInGb
+	}
+	if f.VolumeMountPath != nil {
+		if !path.IsAbs(*f.VolumeMountPath) {
+			return invalid("volumeMountPath", "volumeMountPath must be an absolute path, got %q", *f.VolumeMountPath)
+		}
+		p.VolumeMountPath = *f.VolumeMountPath
+	}
+	if f.ContainerRegistryAuthID != nil {
+		p.ContainerRegistryAuthID = *f.ContainerRegistryAuthID
+	}
+	if f.GlobalNetworking != nil {
+		p.GlobalNetworking = *f.GlobalNetworking
+	}
+	if f.Locked != nil {
+		p.Locked = *f.Locked
+	}
+	return nil
+}
+
+// ApplyPodCreate validates the creation-only fields and applies them, then
+// the PodFields.
+func ApplyPodCreate(p *store.Pod, in PodInput) error {
+	if err := oneOf("computeType", in.ComputeType, []string{"GPU", "CPU"}, &p.ComputeType); err != nil {
+		return err
+	}
+	if err := oneOf("cloudType", in.CloudType, []string{"SECURE", "COMMUNITY"}, &p.CloudType); err != nil {
+		return err
+	}
+	for _, pr := range []struct {
+		name string
+		v    *string
+		dst  *string
+	}{{"dataCenterPriority", in.DataCenterPriority, &p.DataCenterPriority}, {"gpuTypePriority", in.GPUTypePriority, &p.GPUTypePriority}, {"cpuFlavorPriority", in.CPUFlavorPriority, &p.CPUFlavorPriority}} {
+		if err := oneOf(pr.name, pr.v, priorities, pr.dst); err != nil {
+			return err
+		}
+	}
+	if in.VolumeEncrypted != nil && *in.VolumeEncrypted {
+		return newErr(Unsupported, "volumeEncrypted", "volumeEncrypted: Berth does not encrypt pod volumes")
+	}
+	var warn []string
+	if in.DataCenterIDs != nil {
+		if err := checkDataCenters("dataCenterIds", in.DataCenterIDs, &warn); err != nil {
+			return err
+		}
+		p.DataCenterIDs = in.DataCenterIDs
+	}
+	if in.CountryCodes != nil {
+		p.CountryCodes = in.CountryCodes
+	}
+	for _, v := range in.AllowedCudaVersions {
+		if !cudaRe.MatchString(v) {
+			return invalid("allowedCudaVersions", "allowedCudaVersions: %q is not a CUDA version such as \"12.4\"", v)
+		}
+	}
+	if in.AllowedCudaVersions != nil {
+		p.AllowedCudaVersions = in.AllowedCudaVersions
+	}
+	if in.GPUTypeIDs != nil {
+		for _, g := range in.GPUTypeIDs {
+			if strings.TrimSpace(g) == "" {
+				return invalid("gpuTypeIds", "gpuTypeIds must not hold empty names")
+			}
+		}
+		w, err := CheckGPUIDs("gpuTypeIds", in.GPUTypeIDs)
+		if err != nil {
+			return err
+		}
+		warn = append(warn, w...)
+		p.GPUTypeIDs = in.GPUTypeIDs
+	}
+	if in.GPUCount != nil {
+		if *in.GPUCount < 1 {
+			return invalid("gpuCount", "gpuCount must be at least 1, got %d", *in.GPUCount)
+		}
+		p.GPUCount = *in.GPUCount
+	}
+	if in.VCPUCount != nil {
+		if *in.VCPUCount < 1 {
+			return invalid("vcpuCount", "vcpuCount must be at least 1, got %d", *in.VCPUCount)
+		}
+		p.VCPUCount = *in.VCPUCount
+	}
+	if err := nonNegative("minRAMPerGPU", in.MinRAMPerGPU, &p.MinRAMPerGPU); err != nil {
+		return err
+	}
+	if err := nonNegative("minVCPUPerGPU", in.MinVCPUPerGPU, &p.MinVCPUPerGPU); err != nil {
+		return err
+	}
+	for _, c := range in.CPUFlavorIDs {
+		if !slices.Contains(CPUFlavors, c) {
+			return invalid("cpuFlavorIds", "cpuFlavorIds: %q is not one of %s", c, strings.Join(CPUFlavors, ", "))
+		}
+	}
+	if in.CPUFlavorIDs != nil {
+		p.CPUFlavorIDs = in.CPUFlavorIDs
+	}
+	for _, m := range []struct {
+		name string
+		v    *float64
+		dst  *float64
+	}{{"minDownloadMbps", in.MinDownloadMbps, &p.MinDownloadMbps}, {"minUploadMbps", in.MinUploadMbps, &p.MinUploadMbps}, {"minDiskBandwidthMBps", in.MinDiskBandwidthMBps, &p.MinDiskBandwidthMBps}} {
+		if m.v != nil {
+			if *m.v < 0 {
+				return invalid(m.name, "%s must not be negative", m.name)
+			}
+			*m.dst = *m.v
+		}
+	}
+	if in.SupportPublicIP != nil {
+		p.SupportPublicIP = *in.SupportPublicIP
+	}
+	if in.Interruptible != nil {
+		p.Interruptible = *in.Interruptible
+	}
+	if in.NetworkVolumeID != nil {
+		p.NetworkVolumeID = *in.NetworkVolumeID
+	}
+	if p.ComputeType == "CPU" {
+		// RunPod ignores GPU fields on CPU pods; the record says so.
+		p.GPUCount, p.GPUTypeIDs = 0, []string{}
+		warn = slices.DeleteFunc(warn, func(w string) bool { return strings.HasPrefix(w, "gpuTypeIds:") })
+	}
+	p.Warnings = warn
+	return ApplyPodFields(p, in.PodFields)
+}
+
+// NewPodDefaults is a pod before its input is applied (RunPod's defaults).
+func NewPodDefaults() store.Pod {
+	host, _ := os.Hostname()
+	return store.Pod{
+		Name: "my pod", DesiredStatus: store.PodRunning, Version: 1,
+		DockerEntrypoint: []string{}, DockerStartCmd: []string{}, Env: map[string]string{},
+		Ports: []string{"8888/http", "22/tcp"}, ContainerDiskInGb: 50, VolumeInGb: 20, VolumeMountPath: "/workspace",
+		ComputeType: "GPU", CloudType: "SECURE", GPUTypeIDs: []string{}, GPUTypePriority: "availability", GPUCount: 1,
+		MinRAMPerGPU: 8, MinVCPUPerGPU: 2, CPUFlavorPriority: "availability", VCPUCount: 2,
+		DataCenterIDs: []string{DataCenterID}, DataCenterPriority: "availability", MachineID: host,
+	}
+}
+
+// fromTemplate fills a new pod from its template; the request's own
+// fields are applied after (env is merged, the request's names winning).
+func fromTemplate(p *store.Pod, t store.Template) {
+	p.TemplateID = t.ID
+	p.ImageName = t.ImageName
+	p.DockerEntrypoint = slices.Clone(t.DockerEntrypoint)
+	p.DockerStartCmd = slices.Clone(t.DockerStartCmd)
+	p.Env = maps.Clone(t.Env)
+	if p.Env == nil {
+		p.Env = map[string]string{}
+	}
+	p.Ports = slices.Clone(t.Ports)
+	p.ContainerDiskInGb, p.VolumeInGb, p.VolumeMountPath = t.ContainerDiskInGb, t.VolumeInGb, t.VolumeMountPath
+	p.ContainerRegistryAuthID = t.ContainerRegistryAuthID
+}
+
+// checkPodRefs checks what a pod names exists.
+func checkPodRefs(tx *store.Tx, p *store.Pod) error {
+	if p.ContainerRegistryAuthID != "" && tx.GetRaw(store.RegistryAuths, p.ContainerRegistryAuthID) == nil {
+		return invalid("containerRegistryAuthId", "containerRegistryAuthId %q does not exist", p.ContainerRegistryAuthID)
+	}
+	if p.NetworkVolumeID != "" && tx.GetRaw(store.Volumes, p.NetworkVolumeID) == nil {
+		return invalid("networkVolumeId", "networkVolumeId %q does not exist", p.NetworkVolumeID)
+	}
+	return nil
+}
+
+// podRolls reports whether a change needs a new container.
+func podRolls(a, b store.Pod) bool {
+	return a.ImageName != b.ImageName || !maps.Equal(a.Env, b.Env) ||
+		!slices.Equal(a.DockerEntrypoint, b.DockerEntrypoint) || !slices.Equal(a.DockerStartCmd, b.DockerStartCmd) ||
+		!slices.Equal(a.Ports, b.Ports) || a.ContainerDiskInGb != b.ContainerDiskInGb || a.VolumeInGb != b.VolumeInGb ||
+		a.VolumeMountPath != b.VolumeMountPath || a.ContainerRegistryAuthID != b.ContainerRegistryAuthID ||
+		a.GlobalNetworking != b.GlobalNetworking
+}
+
+func statusLine(what string, at time.Time) string {
+	return what + ": " + at.Format(time.RFC3339)
+}
+
+// applyState records what the runtime observed at a start.
+func (s *Service) applyState(p *store.Pod, st PodState) {
+	p.GPU, p.MemoryInGb, p.PortMappings, p.PublicIP = st.GPU, st.MemoryInGb, st.PortMappings, st.PublicIP
+	if st.MachineID != "" {
+		p.MachineID = st.MachineID
+	}
+	p.LastStartedAt = st.StartedAt.UTC()
+	if st.StartedAt.IsZero() {
+		p.LastStartedAt = s.now()
+	}
+}
+
+// CreatePod validates in, stores the pod and starts its container. When it
+// cannot start, nothing is left behind and the error says why.
+func (s *Service) CreatePod(ctx context.Context, in PodInput) (store.Pod, error) {
+	p := NewPodDefaults()
+	p.ID = queue.NewID(14)
+	p.CreatedAt = s.now()
+	err := s.cfg.Store.View(func(tx *store.Tx) error {
+		if in.TemplateID != nil && *in.TemplateID != "" {
+			var t store.Template
+			if tx.Get(store.Templates, *in.TemplateID, &t) != nil {
+				return invalid("templateId", "templateId %q does not exist", *in.TemplateID)
+			}
+			fromTemplate(&p, t)
+			if in.Env != nil {
+				merged := maps.Clone(p.Env)
+				maps.Copy(merged, in.Env)
+				in.Env = merged
+			}
+		}
+		if err := ApplyPodCreate(&p, in); err != nil {
+			return err
+		}
+		if p.ImageName == "" {
+			return invalid("imageName", "imageName is required (or a templateId whose image to run)")
+		}
+		return checkPodRefs(tx, &p)
+	})
+	if err != nil {
+		return store.Pod{}, err
+	}
+	if s.cfg.Pods == nil {
+		return store.Pod{}, runtimeError("create", p.ID, fmt.Errorf("%w; the pod was not created", ErrNoRuntime))
+	}
+	unlock := s.podLocks.lock(p.ID)
+	defer unlock()
+	// Stored first so the runtime (and a restart) can see it; removed
+	// again when it cannot start, so a failed create leaves nothing.
+	p.LastStatusChange = statusLine("Created by user", p.CreatedAt)
+	err = s.cfg.Store.Update(func(tx *store.Tx) error {
+		if err := checkPodRefs(tx, &p); err != nil {
+			return err
+		}
+		return tx.Apply(store.Put(store.Pods, p.ID, p))
+	})
+	if err != nil {
+		return store.Pod{}, err
+	}
+	ctx = noCancel(ctx)
+	st, err := s.cfg.Pods.StartPod(ctx, p)
+	if err != nil {
+		if rerr := s.cfg.Pods.RemovePod(ctx, p.ID); rerr != nil {
+			s.cfg.Logger.Error("remove pod that failed to start", "pod", p.ID, "err", rerr)
+		}
+		if derr := s.cfg.Store.Update(func(tx *store.Tx) error { return tx.Apply(store.Delete(store.Pods, p.ID)) }); derr != nil {
+			s.cfg.Logger.Error("drop pod that failed to start", "pod", p.ID, "err", derr)
+		}
+		return store.Pod{}, runtimeError("create", p.ID, fmt.Errorf("%w; the pod was not created", err))
+	}
+	err = store.UpdatePod(s.cfg.Store, p.ID, func(rec *store.Pod) error {
+		s.applyState(rec, st)
+		rec.DesiredStatus = store.PodRunning
+		p = *rec
+		return nil
+	})
+	return p, err
+}
+
+// savePod re-reads the pod and applies fn, so concurrent runtime updates
+// of other fields are kept.
+func (s *Service) savePod(id string, fn func(*store.Pod)) (store.Pod, error) {
+	var out store.Pod
+	err := store.UpdatePod(s.cfg.Store, id, func(p *store.Pod) error {
+		fn(p)
+		out = *p
+		return nil
+	})
+	return out, err
+}
+
+// podFailed records why an action did not take effect and returns its
+// error.
+func (s *Service) podFailed(id, action string, err error) error {
+	err = runtimeError(action, id, err)
+	at := s.now()
+	if _, serr := s.savePod(id, func(p *store.Pod) {
+		p.StatusMessage = err.Error()
+		p.LastStatusChange = statusLine(strings.ToUpper(action[:1])+action[1:]+" failed", at)
+	}); serr != nil {
+		s.cfg.Logger.Error("record pod failure", "pod", id, "err", serr)
+	}
+	return err
+}
+
+// GetPod returns one pod record.
+func (s *Service) GetPod(_ context.Context, id string) (store.Pod, error) {
+	var p store.Pod
+	err := s.cfg.Store.View(func(tx *store.Tx) error { return getOr404(tx, store.Pods, id, "pod", &p) })
+	return p, err
+}
+
+// DoPodAction starts, stops, resets or restarts a pod (PodActions).
+func (s *Service) DoPodAction(ctx context.Context, id, action string) (store.Pod, error) {
+	if !slices.Contains(PodActions, action) {
+		return store.Pod{}, invalid("action", "action must be one of %s, got %q", strings.Join(PodActions, ", "), action)
+	}
+	unlock := s.podLocks.lock(id)
+	defer unlock()
+	p, err := s.GetPod(ctx, id)
+	if err != nil {
+		return store.Pod{}, err
+	}
+	if p.Locked && action != "start" {
+		return store.Pod{}, conflict("pod %s is locked: unlock it (PATCH {\"locked\": false}) to %s it", id, action)
+	}
+	rt := s.cfg.Pods
+	if rt == nil {
+		return store.Pod{}, s.podFailed(id, action, ErrNoRuntime)
+	}
+	ctx = noCancel(ctx)
+	var st PodState
+	switch action {
+	case "start":
+		st, err = rt.StartPod(ctx, p)
+	case "stop":
+		err = rt.StopPod(ctx, id)
+	case "reset":
+		st, err = rt.ResetPod(ctx, p)
+	case "restart":
+		if err = rt.StopPod(ctx, id); err == nil {
+			if st, err = rt.StartPod(ctx, p); err != nil {
+				// The container is stopped now; the record says so.
+				if _, serr := s.savePod(id, func(p *store.Pod) { p.DesiredStatus = store.PodExited; p.PortMappings, p.PublicIP = nil, "" }); serr != nil {
+					s.cfg.Logger.Error("record stopped pod", "pod", id, "err", serr)
+				}
+			}
+		}
+	}
+	if err != nil {
+		return store.Pod{}, s.podFailed(id, action, err)
+	}
+	at := s.now()
+	return s.savePod(id, func(p *store.Pod) {
+		p.StatusMessage = ""
+		if action == "stop" {
+			p.DesiredStatus = store.PodExited
+			p.PortMappings, p.PublicIP = nil, ""
+			p.LastStatusChange = statusLine("Stopped by user", at)
+			return
+		}
+		s.applyState(p, st)
+		p.DesiredStatus = store.PodRunning
+		p.LastStatusChange = statusLine(map[string]string{"start": "Started", "reset": "Reset", "restart": "Restarted"}[action]+" by user", at)
+	})
+}
+
+// UpdatePod applies f. A change to what the container runs bumps the pod's
+// version and, on a running pod, resets it; when the reset fails the change
+// stays stored and the error says so.
+func (s *Service) UpdatePod(ctx context.Context, id string, f PodFields) (store.Pod, error) {
+	unlock := s.podLocks.lock(id)
+	defer unlock()
+	var p store.Pod
+	var reset bool
+	err := s.cfg.Store.Update(func(tx *store.Tx) error {
+		if err := getOr404(tx, store.Pods, id, "pod", &p); err != nil {
+			return err
+		}
+		before := p
+		if err := ApplyPodFields(&p, f); err != nil {
+			return err
+		}
+		if err := checkPodRefs(tx, &p); err != nil {
+			return err
+		}
+		if podRolls(before, p) {
+			p.Version++
+			reset = p.DesiredStatus == store.PodRunning
+			if reset && before.Locked && p.Locked {
+				return conflict("pod %s is locked: this change needs a reset; unlock it first (\"locked\": false)", id)
+			}
+		}
+		return tx.Apply(store.Put(store.Pods, id, p))
+	})
+	if err != nil || !reset {
+		return p, err
+	}
+	if s.cfg.Pods == nil {
+		return store.Pod{}, s.podFailed(id, "reset", fmt.Errorf("%w; the change is stored and applies when the pod is next reset or started", ErrNoRuntime))
+	}
+	st, err := s.cfg.Pods.ResetPod(noCancel(ctx), p)
+	if err != nil {
+		return store.Pod{}, s.podFailed(id, "reset", fmt.Errorf("%w; the change is stored and applies when the pod is next reset or started", err))
+	}
+	at := s.now()
+	return s.savePod(id, func(p *store.Pod) {
+		s.applyState(p, st)
+		p.StatusMessage = ""
+		p.LastStatusChange = statusLine("Reset by update", at)
+	})
+}
+
+// DeletePod terminates a pod: its container and pod volume are removed and
+// the record with them. Without a runtime the record is removed and the
+// runtime's reconcile removes the container as an orphan.
+func (s *Service) DeletePod(ctx context.Context, id string) error {
+	unlock := s.podLocks.lock(id)
+	defer unlock()
+	p, err := s.GetPod(ctx, id)
+	if err != nil {
+		return err
+	}
+	if p.Locked {
+		return conflict("pod %s is locked: unlock it (PATCH {\"locked\": false}) to delete it", id)
+	}
+	if s.cfg.Pods != nil {
+		if err := s.cfg.Pods.RemovePod(noCancel(ctx), id); err != nil {
+			return s.podFailed(id, "delete", err)
+		}
+	}
+	return s.cfg.Store.Update(func(tx *store.Tx) error { return tx.Apply(store.Delete(store.Pods, id)) })
+}

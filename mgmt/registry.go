@@ -1,0 +1,123 @@
+package mgmt
+
+import (
+	"context"
+	"strings"
+	"time"
+
+	"berth/queue"
+	"berth/store"
+)
+
+// RegistryAuthInput creates a container registry auth; all three are
+// required.
+type RegistryAuthInput struct {
+	Name     *string
+	Username *string
+	Password *string
+}
+
+// RegistryAuth is what the API shows of a registry auth: never the
+// password.
+type RegistryAuth struct {
+	ID        string    `json:"id"`
+	Name      string    `json:"name"`
+	Username  string    `json:"username"`
+	CreatedAt time.Time `json:"createdAt"`
+}
+
+func viewRegistryAuth(a store.RegistryAuth) RegistryAuth {
+	return RegistryAuth{ID: a.ID, Name: a.Name, Username: a.Username, CreatedAt: a.CreatedAt}
+}
+
+// CreateRegistryAuth stores a credential; names are unique.
+func (s *Service) CreateRegistryAuth(_ context.Context, in RegistryAuthInput) (RegistryAuth, error) {
+	for _, f := range []struct {
+		name string
+		v    *string
+	}{{"name", in.Name}, {"username", in.Username}, {"password", in.Password}} {
+		if f.v == nil || strings.TrimSpace(*f.v) == "" {
+			return RegistryAuth{}, invalid(f.name, "%s is required", f.name)
+		}
+	}
+	// RunPod's ids here are cuids ("clzdaifot0001l90809257ynb"): 25
+	// lowercase alphanumerics starting with c.
+	a := store.RegistryAuth{ID: "c" + queue.NewID(24), Name: *in.Name, Username: *in.Username, Password: *in.Password, CreatedAt: s.now()}
+	err := s.cfg.Store.Update(func(tx *store.Tx) error {
+		as, err := all[store.RegistryAuth](tx, store.RegistryAuths)
+		if err != nil {
+			return err
+		}
+		for _, o := range as {
+			if o.Name == a.Name {
+				return conflict("a container registry auth named %q already exists (%s)", a.Name, o.ID)
+			}
+		}
+		return tx.Apply(store.Put(store.RegistryAuths, a.ID, a))
+	})
+	if err != nil {
+		return RegistryAuth{}, err
+	}
+	return viewRegistryAuth(a), nil
+}
+
+// ListRegistryAuths lists them oldest first.
+func (s *Service) ListRegistryAuths(_ context.Context) ([]RegistryAuth, error) {
+	var as []store.RegistryAuth
+	err := s.cfg.Store.View(func(tx *store.Tx) error {
+		var err error
+		as, err = all[store.RegistryAuth](tx, store.RegistryAuths)
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	byCreated(as, func(a store.RegistryAuth) time.Time { return a.CreatedAt }, func(a store.RegistryAuth) string { return a.ID })
+	out := make([]RegistryAuth, 0, len(as))
+	for _, a := range as {
+		out = append(out, viewRegistryAuth(a))
+	}
+	return out, nil
+}
+
+// GetRegistryAuth returns one.
+func (s *Service) GetRegistryAuth(_ context.Context, id string) (RegistryAuth, error) {
+	var a store.RegistryAuth
+	err := s.cfg.Store.View(func(tx *store.Tx) error {
+		return getOr404(tx, store.RegistryAuths, id, "container registry auth", &a)
+	})
+	return viewRegistryAuth(a), err
+}
+
+// DeleteRegistryAuth refuses (Conflict) while a template or pod pulls with
+// it.
+func (s *Service) DeleteRegistryAuth(_ context.Context, id string) error {
+	return s.cfg.Store.Update(func(tx *store.Tx) error {
+		if tx.GetRaw(store.RegistryAuths, id) == nil {
+			return notFound("container registry auth %s not found", id)
+		}
+		ts, err := all[store.Template](tx, store.Templates)
+		if err != nil {
+			return err
+		}
+		pods, err := all[store.Pod](tx, store.Pods)
+		if err != nil {
+			return err
+		}
+		var users []string
+		for _, t := range ts {
+			if t.ContainerRegistryAuthID == id {
+				users = append(users, "template "+t.ID)
+			}
+		}
+		for _, p := range pods {
+			if p.ContainerRegistryAuthID == id {
+				users = append(users, "pod "+p.ID)
+			}
+		}
+		if len(users) > 0 {
+			return conflict("container registry auth %s is used by %s; change them first", id, strings.Join(users, ", "))
+		}
+		return tx.Apply(store.Delete(store.RegistryAuths, id))
+	})
+}

@@ -1,0 +1,339 @@
+package mgmt
+
+import (
+	"context"
+	"maps"
+	"path"
+	"regexp"
+	"slices"
+	"strings"
+	"time"
+
+	"berth/queue"
+	"berth/store"
+)
+
+// TemplateInput creates or updates a template. nil fields are not given
+// (defaults on create, unchanged on update). Category and IsServerless are
+// creation-only.
+type TemplateInput struct {
+	Name                    *string
+	ImageName               *string
+	Category                *string // NVIDIA, AMD or CPU
+	ContainerDiskInGb       *int
+	VolumeInGb              *int
+	VolumeMountPath         *string
+	DockerEntrypoint        []string // nil: not given
+	DockerStartCmd          []string // nil: not given
+	Env                     map[string]string
+	Ports                   []string // nil: not given; see SplitPorts
+	Readme                  *string
+	IsPublic                *bool
+	IsServerless            *bool
+	ContainerRegistryAuthID *string
+}
+
+// templateIDRe is the shape of a template id: 10 lowercase alphanumerics,
+// as queue.NewID(10) makes them and RunPod shows them ("30zmvf89kd").
+var templateIDRe = regexp.MustCompile(`^[a-z0-9]{10}$`)
+
+// CheckTemplateID refuses what cannot be a template id (Invalid, field
+// "templateId").
+func CheckTemplateID(id string) error {
+	if !templateIDRe.MatchString(id) {
+		return invalid("templateId", "invalid template id %s: a template id is 10 lowercase letters or digits", quote(id))
+	}
+	return nil
+}
+
+func quote(s string) string { return `"` + strings.ReplaceAll(s, `"`, `\"`) + `"` }
+
+// NewTemplateDefaults is a template before its input is applied.
+func NewTemplateDefaults() store.Template {
+	return store.Template{
+		Category: "NVIDIA", ContainerDiskInGb: 50, VolumeInGb: 20, VolumeMountPath: "/workspace",
+		DockerEntrypoint: []string{}, DockerStartCmd: []string{}, Env: map[string]string{},
+		Ports: []string{"8888/http", "22/tcp"},
+	}
+}
+
+// ApplyTemplate validates in and applies it to t (no store access).
+func ApplyTemplate(t *store.Template, in TemplateInput, create bool) error {
+	if in.Name != nil {
+		if strings.TrimSpace(*in.Name) == "" {
+			return invalid("name", "name must not be empty")
+		}
+		t.Name = *in.Name
+	}
+	if in.ImageName != nil {
+		if strings.TrimSpace(*in.ImageName) == "" {
+			return invalid("imageName", "imageName must not be empty")
+		}
+		t.ImageName = *in.ImageName
+	}
+	if create {
+		if in.Name == nil {
+			return invalid("name", "name is required")
+		}
+		if in.ImageName == nil {
+			return invalid("imageName", "imageName is required")
+		}
+		if in.Category != nil {
+			switch *in.Category {
+			case "NVIDIA", "AMD", "CPU":
+				t.Category = *in.Category
+			default:
+				return invalid("category", "category must be NVIDIA, AMD or CPU, got %q", *in.Category)
+			}
+		}
+		if in.IsServerless != nil {
+			t.IsServerless = *in.IsServerless
+		}
+	} else {
+		if in.Category != nil {
+			return invalid("category", "category cannot be changed after a template is created")
+		}
+		if in.IsServerless != nil {
+			return invalid("isServerless", "isServerless cannot be changed after a template is created")
+		}
+	}
+	for _, f := range []struct {
+		name string
+		v    *int
+	}{{"containerDiskInGb", in.ContainerDiskInGb}, {"volumeInGb", in.VolumeInGb}} {
+		if f.v != nil && *f.v < 0 {
+			return invalid(f.name, "%s must not be negative", f.name)
+		}
+	}
+	if in.ContainerDiskInGb != nil {
+		t.ContainerDiskInGb = *in.ContainerDiskInGb
+	}
+	if in.VolumeInGb != nil {
+		t.VolumeInGb = *in.VolumeInGb
+	}
+	if in.VolumeMountPath != nil {
+		if !path.IsAbs(*in.VolumeMountPath) {
+			return invalid("volumeMountPath", "volumeMountPath must be an absolute path, got %q", *in.VolumeMountPath)
+		}
+		t.VolumeMountPath = *in.VolumeMountPath
+	}
+	if in.DockerEntrypoint != nil {
+		t.DockerEntrypoint = in.DockerEntrypoint
+	}
+	if in.DockerStartCmd != nil {
+		t.DockerStartCmd = in.DockerStartCmd
+	}
+	if in.Env != nil {
+		if err := validateEnv(in.Env); err != nil {
+			return err
+		}
+		t.Env = in.Env
+	}
+	if in.Ports != nil {
+		if err := validatePorts(in.Ports); err != nil {
+			return err
+		}
+		t.Ports = append([]string{}, in.Ports...)
+	}
+	if in.Readme != nil {
+		t.Readme = *in.Readme
+	}
+	if in.IsPublic != nil {
+		t.IsPublic = *in.IsPublic
+	}
+	if in.ContainerRegistryAuthID != nil {
+		t.ContainerRegistryAuthID = *in.ContainerRegistryAuthID
+	}
+	return nil
+}
+
+// CreateTemplate validates in and stores a new template.
+func (s *Service) CreateTemplate(_ context.Context, in TemplateInput) (store.Template, error) {
+	t := NewTemplateDefaults()
+	if err := ApplyTemplate(&t, in, true); err != nil {
+		return store.Template{}, err
+	}
+	t.ID = queue.NewID(10)
+	t.CreatedAt = s.now()
+	err := s.cfg.Store.Update(func(tx *store.Tx) error {
+		if err := checkTemplate(tx, t); err != nil {
+			return err
+		}
+		return tx.Apply(store.Put(store.Templates, t.ID, t))
+	})
+	if err != nil {
+		return store.Template{}, err
+	}
+	return t, nil
+}
+
+// TemplateFilter narrows ListTemplates.
+type TemplateFilter struct {
+	// IncludeEndpointBound lists templates an endpoint uses too; RunPod
+	// leaves them out by default.
+	IncludeEndpointBound bool
+}
+
+// ListTemplates lists the operator's templates, oldest first. Berth has no
+// public templates of other users and no official ones.
+func (s *Service) ListTemplates(_ context.Context, f TemplateFilter) ([]store.Template, error) {
+	var ts []store.Template
+	bound := map[string]bool{}
+	err := s.cfg.Store.View(func(tx *store.Tx) error {
+		eps, err := all[store.Endpoint](tx, store.Endpoints)
+		if err != nil {
+			return err
+		}
+		for _, e := range eps {
+			bound[e.TemplateID] = true
+		}
+		ts, err = all[store.Template](tx, store.Templates)
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	out := make([]store.Template, 0, len(ts))
+	for _, t := range ts {
+		if bound[t.ID] && !f.IncludeEndpointBound {
+			continue
+		}
+		out = append(out, t)
+	}
+	byCreated(out, func(t store.Template) time.Time { return t.CreatedAt }, func(t store.Template) string { return t.ID })
+	return out, nil
+}
+
+// GetTemplate returns one template.
+func (s *Service) GetTemplate(_ context.Context, id string) (store.Template, error) {
+	if err := CheckTemplateID(id); err != nil {
+		return store.Template{}, err
+	}
+	var t store.Template
+	err := s.cfg.Store.View(func(tx *store.Tx) error { return getOr404(tx, store.Templates, id, "template", &t) })
+	return t, err
+}
+
+// templateRolls reports whether a template change needs new worker
+// containers: anything but the name, readme and visibility.
+func templateRolls(a, b store.Template) bool {
+	return a.ImageName != b.ImageName || !maps.Equal(a.Env, b.Env) ||
+		!slices.Equal(a.DockerEntrypoint, b.DockerEntrypoint) || !slices.Equal(a.DockerStartCmd, b.DockerStartCmd) ||
+		!slices.Equal(a.Ports, b.Ports) || a.ContainerDiskInGb != b.ContainerDiskInGb || a.VolumeInGb != b.VolumeInGb ||
+		a.VolumeMountPath != b.VolumeMountPath || a.ContainerRegistryAuthID != b.ContainerRegistryAuthID
+}
+
+// checkTemplate checks a template's references and the uniqueness of its
+// name within tx.
+func checkTemplate(tx *store.Tx, t store.Template) error {
+	if t.ContainerRegistryAuthID != "" && tx.GetRaw(store.RegistryAuths, t.ContainerRegistryAuthID) == nil {
+		return invalid("containerRegistryAuthId", "containerRegistryAuthId %q does not exist", t.ContainerRegistryAuthID)
+	}
+	ts, err := all[store.Template](tx, store.Templates)
+	if err != nil {
+		return err
+	}
+	for _, o := range ts {
+		if o.Name == t.Name && o.ID != t.ID {
+			return conflict("a template named %q already exists (%s)", t.Name, o.ID)
+		}
+	}
+	return nil
+}
+
+// UpdateTemplate applies in to template id. A change to what the container
+// runs bumps the version of every endpoint using the template, which rolls
+// its workers.
+func (s *Service) UpdateTemplate(_ context.Context, id string, in TemplateInput) (store.Template, error) {
+	if err := CheckTemplateID(id); err != nil {
+		return store.Template{}, err
+	}
+	if in.Category != nil || in.IsServerless != nil {
+		if err := ApplyTemplate(&store.Template{}, TemplateInput{Category: in.Category, IsServerless: in.IsServerless}, false); err != nil {
+			return store.Template{}, err
+		}
+	}
+	var t store.Template
+	var rolled []string
+	err := s.cfg.Store.Update(func(tx *store.Tx) error {
+		if err := getOr404(tx, store.Templates, id, "template", &t); err != nil {
+			return err
+		}
+		before := t
+		if err := ApplyTemplate(&t, in, false); err != nil {
+			return err
+		}
+		if err := checkTemplate(tx, t); err != nil {
+			return err
+		}
+		ops := []store.Op{store.Put(store.Templates, id, t)}
+		if templateRolls(before, t) {
+			eps, err := all[store.Endpoint](tx, store.Endpoints)
+			if err != nil {
+				return err
+			}
+			for _, e := range eps {
+				if e.TemplateID == id {
+					e.Version++
+					ops = append(ops, store.Put(store.Endpoints, e.ID, e))
+					rolled = append(rolled, e.ID)
+				}
+			}
+		}
+		return tx.Apply(ops...)
+	})
+	if err != nil {
+		return store.Template{}, err
+	}
+	for _, ep := range rolled {
+		s.changed(ep)
+	}
+	return t, nil
+}
+
+// DeleteTemplate refuses (Conflict) while an endpoint or pod uses it.
+func (s *Service) DeleteTemplate(_ context.Context, id string) error {
+	if err := CheckTemplateID(id); err != nil {
+		return err
+	}
+	return s.cfg.Store.Update(func(tx *store.Tx) error {
+		if tx.GetRaw(store.Templates, id) == nil {
+			return notFound("template %s not found", id)
+		}
+		users, err := users(tx,
+			func(e store.Endpoint) bool { return e.TemplateID == id },
+			func(p store.Pod) bool { return p.TemplateID == id })
+		if err != nil {
+			return err
+		}
+		if users != "" {
+			return conflict("template %s is in use by %s; delete them or move them to another template first", id, users)
+		}
+		return tx.Apply(store.Delete(store.Templates, id))
+	})
+}
+
+// users names the endpoints and pods that match, or "": what holds a
+// resource that is about to be deleted.
+func users(tx *store.Tx, endpoint func(store.Endpoint) bool, pod func(store.Pod) bool) (string, error) {
+	eps, err := all[store.Endpoint](tx, store.Endpoints)
+	if err != nil {
+		return "", err
+	}
+	pods, err := all[store.Pod](tx, store.Pods)
+	if err != nil {
+		return "", err
+	}
+	var names []string
+	for _, e := range eps {
+		if endpoint(e) {
+			names = append(names, "endpoint "+e.ID)
+		}
+	}
+	for _, p := range pods {
+		if pod(p) {
+			names = append(names, "pod "+p.ID)
+		}
+	}
+	return strings.Join(names, ", "), nil
+}
