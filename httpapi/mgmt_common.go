@@ -1,16 +1,10 @@
 package httpapi
 
 import (
-	"cmp"
-	"encoding/json"
-	"fmt"
 	"net/http"
 	"slices"
 	"strconv"
 	"strings"
-	"time"
-
-	"berth/store"
 )
 
 // Helpers shared by the management handlers.
@@ -65,30 +59,6 @@ func queryEnum(r *http.Request, name, def string, values ...string) (string, err
 		return "", bad("%s must be one of %s, got %q", name, strings.Join(values, ", "), v)
 	}
 	return v, nil
-}
-
-// all decodes every record of bucket.
-func all[T any](tx *store.Tx, bucket string) ([]T, error) {
-	var out []T
-	err := tx.ForEach(bucket, func(key string, raw []byte) error {
-		var v T
-		if err := json.Unmarshal(raw, &v); err != nil {
-			return fmt.Errorf("decode %s %q: %w", bucket, key, err)
-		}
-		out = append(out, v)
-		return nil
-	})
-	return out, err
-}
-
-// byCreated sorts records oldest first, ties by id, so lists are stable.
-func byCreated[T any](list []T, created func(T) time.Time, id func(T) string) {
-	slices.SortFunc(list, func(a, b T) int {
-		if c := created(a).Compare(created(b)); c != 0 {
-			return c
-		}
-		return cmp.Compare(id(a), id(b))
-	})
 }
 
 func noContent(w http.ResponseWriter) { w.WriteHeader(http.StatusNoContent) }

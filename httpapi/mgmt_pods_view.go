@@ -1,13 +1,13 @@
 package httpapi
 
 import (
+	"context"
 	"net/http"
 	goruntime "runtime"
-	"slices"
-	"time"
 
 	"github.com/gorilla/mux"
 
+	"berth/mgmt"
 	"berth/store"
 )
 
@@ -46,20 +46,9 @@ type podRefs struct {
 	templates map[string]store.Template
 }
 
-func loadPodRefs(tx *store.Tx) (podRefs, error) {
-	refs := podRefs{volumes: map[string]store.NetworkVolume{}, templates: map[string]store.Template{}}
-	vs, err := all[store.NetworkVolume](tx, store.Volumes)
-	if err != nil {
-		return refs, err
-	}
-	for _, v := range vs {
-		refs.volumes[v.ID] = v
-	}
-	ts, err := all[store.Template](tx, store.Templates)
-	for _, t := range ts {
-		refs.templates[t.ID] = t
-	}
-	return refs, err
+func (s *Server) loadPodRefs(ctx context.Context) (podRefs, error) {
+	sn, err := s.mg.Snapshot(ctx)
+	return podRefs{volumes: sn.Volumes, templates: sn.Templates}, err
 }
 
 func (s *Server) viewPod(p store.Pod, flags map[string]bool, refs podRefs, prices Prices) podView {
@@ -73,7 +62,7 @@ func (s *Server) viewPod(p store.Pod, flags map[string]bool, refs podRefs, price
 	v.CostPerHr = prices.Hourly(gpuType, gpus, p.VCPUCount)
 	v.AdjustedCostPerHr = v.CostPerHr
 	if flags["includeMachine"] {
-		m := &machineView{DataCenterID: DataCenterID, Location: "local", CPUCount: goruntime.NumCPU(), SecureCloud: true, SupportPublicIP: true}
+		m := &machineView{DataCenterID: mgmt.DataCenterID, Location: "local", CPUCount: goruntime.NumCPU(), SecureCloud: true, SupportPublicIP: true}
 		if p.GPU != nil {
 			m.GPUTypeID, m.GPUDisplayName = p.GPU.ID, p.GPU.DisplayName
 		}
@@ -100,7 +89,7 @@ func (s *Server) writePod(w http.ResponseWriter, r *http.Request, code int, p st
 	var refs podRefs
 	if flags["includeNetworkVolume"] || flags["includeTemplate"] {
 		var err error
-		if err = s.cfg.Store.View(func(tx *store.Tx) error { refs, err = loadPodRefs(tx); return err }); err != nil {
+		if refs, err = s.loadPodRefs(r.Context()); err != nil {
 			s.internal(w, r, err)
 			return
 		}
@@ -122,44 +111,19 @@ func (s *Server) getPod(w http.ResponseWriter, r *http.Request) {
 	s.writePod(w, r, http.StatusOK, p, flags)
 }
 
-// podFilter holds GET /pods' filters.
-type podFilter struct {
-	computeType, desiredStatus, endpointID, id, imageName, name, volumeID, templateID string
-	cpuFlavors, dataCenters, gpuTypes                                                 []string
-}
-
-func parsePodFilter(r *http.Request) (podFilter, error) {
+func parsePodFilter(r *http.Request) (mgmt.PodFilter, error) {
 	q := r.URL.Query()
-	f := podFilter{
-		endpointID: q.Get("endpointId"), id: q.Get("id"), imageName: q.Get("imageName"), name: q.Get("name"),
-		volumeID: q.Get("networkVolumeId"), templateID: q.Get("templateId"),
-		cpuFlavors: queryList(r, "cpuFlavorId"), dataCenters: queryList(r, "dataCenterId"), gpuTypes: queryList(r, "gpuTypeId"),
+	f := mgmt.PodFilter{
+		EndpointID: q.Get("endpointId"), ID: q.Get("id"), ImageName: q.Get("imageName"), Name: q.Get("name"),
+		NetworkVolumeID: q.Get("networkVolumeId"), TemplateID: q.Get("templateId"),
+		CPUFlavorIDs: queryList(r, "cpuFlavorId"), DataCenterIDs: queryList(r, "dataCenterId"), GPUTypeIDs: queryList(r, "gpuTypeId"),
 	}
 	var err error
-	if f.computeType, err = queryEnum(r, "computeType", "", "GPU", "CPU"); err != nil {
+	if f.ComputeType, err = queryEnum(r, "computeType", "", "GPU", "CPU"); err != nil {
 		return f, err
 	}
-	f.desiredStatus, err = queryEnum(r, "desiredStatus", "", store.PodRunning, store.PodExited, store.PodTerminated)
+	f.DesiredStatus, err = queryEnum(r, "desiredStatus", "", store.PodRunning, store.PodExited, store.PodTerminated)
 	return f, err
-}
-
-// match checks the filters against one pod or worker's values.
-func (f podFilter) match(computeType, desired, endpointID, id, image, name, volume, template string, cpuFlavors, gpuTypes []string) bool {
-	eq := func(want, got string) bool { return want == "" || want == got }
-	anyOf := func(want, got []string) bool {
-		if len(want) == 0 {
-			return true
-		}
-		for _, g := range got {
-			if slices.Contains(want, g) {
-				return true
-			}
-		}
-		return false
-	}
-	return eq(f.computeType, computeType) && eq(f.desiredStatus, desired) && eq(f.endpointID, endpointID) &&
-		eq(f.id, id) && eq(f.imageName, image) && eq(f.name, name) && eq(f.volumeID, volume) && eq(f.templateID, template) &&
-		anyOf(f.cpuFlavors, cpuFlavors) && anyOf(f.gpuTypes, gpuTypes) && anyOf(f.dataCenters, []string{DataCenterID})
 }
 
 // listPods lists pods, and serverless workers as pods with
@@ -175,49 +139,32 @@ func (s *Server) listPods(w http.ResponseWriter, r *http.Request) {
 		s.mgmtErr(w, r, err)
 		return
 	}
-	var pods []store.Pod
-	var eps []store.Endpoint
-	var refs podRefs
-	err = s.cfg.Store.View(func(tx *store.Tx) error {
-		var err error
-		if pods, err = all[store.Pod](tx, store.Pods); err != nil {
-			return err
-		}
-		if eps, err = all[store.Endpoint](tx, store.Endpoints); err != nil {
-			return err
-		}
-		refs, err = loadPodRefs(tx)
-		return err
-	})
+	sn, err := s.mg.Snapshot(r.Context())
 	if err != nil {
 		s.internal(w, r, err)
 		return
 	}
-	byCreated(pods, func(p store.Pod) time.Time { return p.CreatedAt }, func(p store.Pod) string { return p.ID })
+	refs := podRefs{volumes: sn.Volumes, templates: sn.Templates}
 	prices := s.mg.PricesOrZero()
 	out := []any{}
-	for _, p := range pods {
-		gpus := p.GPUTypeIDs
-		if p.GPU != nil {
-			gpus = []string{p.GPU.ID}
-		}
-		if f.match(p.ComputeType, p.DesiredStatus, "", p.ID, p.ImageName, p.Name, p.NetworkVolumeID, p.TemplateID, p.CPUFlavorIDs, gpus) {
+	for _, p := range sn.Pods {
+		if f.Matches(mgmt.FactsOf(p)) {
 			out = append(out, s.viewPod(p, flags, refs, prices))
 		}
 	}
 	if flags["includeWorkers"] {
-		byCreated(eps, func(e store.Endpoint) time.Time { return e.CreatedAt }, func(e store.Endpoint) string { return e.ID })
-		for _, e := range eps {
+		for _, e := range sn.Endpoints {
 			image := refs.templates[e.TemplateID].ImageName
 			for _, wv := range s.endpointWorkers(&e) {
-				gpus := e.GPUTypeIDs
+				facts := mgmt.EndpointFacts(e)
 				if wv.GPU != nil {
-					gpus = []string{wv.GPU.ID}
+					facts.GPUTypeIDs = []string{wv.GPU.ID}
 				}
 				if wv.ImageName == "" {
 					wv.Image, wv.ImageName = image, image
 				}
-				if f.match(e.ComputeType, wv.DesiredStatus, e.ID, wv.ID, wv.ImageName, wv.Name, e.NetworkVolumeID, e.TemplateID, e.CPUFlavorIDs, gpus) {
+				facts.DesiredStatus, facts.ID, facts.ImageName, facts.Name = wv.DesiredStatus, wv.ID, wv.ImageName, wv.Name
+				if f.Matches(facts) {
 					out = append(out, wv)
 				}
 			}

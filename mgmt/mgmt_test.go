@@ -1,0 +1,328 @@
+package mgmt_test
+
+import (
+	"context"
+	"errors"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jonboulle/clockwork"
+
+	"berth/mgmt"
+	"berth/store"
+)
+
+func ptr[T any](v T) *T { return &v }
+
+// newService opens a Service on a temporary bbolt file, checked for
+// consistency after the test.
+func newService(t *testing.T, mod ...func(*mgmt.Config)) (*mgmt.Service, *store.DB) {
+	t.Helper()
+	dir := t.TempDir()
+	db, err := store.Open(filepath.Join(dir, "berth.db"), store.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := db.Close(); err != nil {
+			t.Errorf("close: %v", err)
+		}
+	})
+	cfg := mgmt.Config{Store: db, Clock: clockwork.NewFakeClockAt(time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)), DataDir: dir}
+	for _, m := range mod {
+		m(&cfg)
+	}
+	return mgmt.New(cfg), db
+}
+
+// wantErr checks err is a *mgmt.Error of kind naming field (when given)
+// with words in its message.
+func wantErr(t *testing.T, err error, kind mgmt.Kind, field string, words ...string) {
+	t.Helper()
+	var me *mgmt.Error
+	if !errors.As(err, &me) {
+		t.Fatalf("got %v (%T), want a *mgmt.Error of kind %v", err, err, kind)
+	}
+	if me.Kind != kind || (field != "" && me.Field != field) {
+		t.Fatalf("got kind %v field %q (%s), want kind %v field %q", me.Kind, me.Field, me.Msg, kind, field)
+	}
+	for _, w := range words {
+		if !strings.Contains(me.Msg, w) {
+			t.Errorf("message %q lacks %q", me.Msg, w)
+		}
+	}
+}
+
+func TestTemplateRules(t *testing.T) {
+	s, _ := newService(t)
+	ctx := context.Background()
+	cases := []struct {
+		name  string
+		in    mgmt.TemplateInput
+		field string
+	}{
+		{"no name", mgmt.TemplateInput{ImageName: ptr("a")}, "name"},
+		{"no image", mgmt.TemplateInput{Name: ptr("n")}, "imageName"},
+		{"blank image", mgmt.TemplateInput{Name: ptr("n"), ImageName: ptr(" ")}, "imageName"},
+		{"category", mgmt.TemplateInput{Name: ptr("n"), ImageName: ptr("a"), Category: ptr("TPU")}, "category"},
+		{"disk", mgmt.TemplateInput{Name: ptr("n"), ImageName: ptr("a"), VolumeInGb: ptr(-1)}, "volumeInGb"},
+		{"mount", mgmt.TemplateInput{Name: ptr("n"), ImageName: ptr("a"), VolumeMountPath: ptr("ws")}, "volumeMountPath"},
+		{"ports", mgmt.TemplateInput{Name: ptr("n"), ImageName: ptr("a"), Ports: mgmt.SplitPorts("8888/http,22/udp")}, "ports"},
+		{"port range", mgmt.TemplateInput{Name: ptr("n"), ImageName: ptr("a"), Ports: []string{"70000/tcp"}}, "ports"},
+		{"env", mgmt.TemplateInput{Name: ptr("n"), ImageName: ptr("a"), Env: map[string]string{"A=B": "x"}}, "env"},
+		{"registry", mgmt.TemplateInput{Name: ptr("n"), ImageName: ptr("a"), ContainerRegistryAuthID: ptr("nope")}, "containerRegistryAuthId"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			_, err := s.CreateTemplate(ctx, c.in)
+			wantErr(t, err, mgmt.Invalid, c.field, c.field)
+		})
+	}
+	if ts, _ := s.ListTemplates(ctx, mgmt.TemplateFilter{IncludeEndpointBound: true}); len(ts) != 0 {
+		t.Fatalf("%d templates stored after refused creates", len(ts))
+	}
+
+	tpl, err := s.CreateTemplate(ctx, mgmt.TemplateInput{Name: ptr("t"), ImageName: ptr("alpine:3")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tpl.ContainerDiskInGb != 50 || tpl.VolumeMountPath != "/workspace" || !slices.Equal(tpl.Ports, []string{"8888/http", "22/tcp"}) {
+		t.Errorf("defaults not applied: %+v", tpl)
+	}
+	_, err = s.CreateTemplate(ctx, mgmt.TemplateInput{Name: ptr("t"), ImageName: ptr("b")})
+	wantErr(t, err, mgmt.Conflict, "", "already exists")
+	_, err = s.UpdateTemplate(ctx, tpl.ID, mgmt.TemplateInput{Category: ptr("CPU")})
+	wantErr(t, err, mgmt.Invalid, "category", "cannot be changed")
+	_, err = s.GetTemplate(ctx, "BAD")
+	wantErr(t, err, mgmt.Invalid, "templateId")
+	_, err = s.GetTemplate(ctx, "zzzzzzzzzz")
+	wantErr(t, err, mgmt.NotFound, "", "not found")
+
+	// A change to what runs rolls the endpoints using it.
+	var changed []string
+	s2, _ := newService(t, func(c *mgmt.Config) { c.EndpointChanged = func(id string) { changed = append(changed, id) } })
+	tpl2, _ := s2.CreateTemplate(ctx, mgmt.TemplateInput{Name: ptr("t"), ImageName: ptr("alpine:3")})
+	ep, err := s2.CreateEndpoint(ctx, mgmt.EndpointInput{TemplateID: &tpl2.ID})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s2.UpdateTemplate(ctx, tpl2.ID, mgmt.TemplateInput{Readme: ptr("hi")}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s2.UpdateTemplate(ctx, tpl2.ID, mgmt.TemplateInput{ImageName: ptr("alpine:4")}); err != nil {
+		t.Fatal(err)
+	}
+	eps, _, _ := s2.Endpoints(ctx, ep.ID, false)
+	if eps[0].Version != 2 || !slices.Equal(changed, []string{ep.ID, ep.ID}) {
+		t.Errorf("after an image change: version %d, changed %q; want 2 and [create, roll]", eps[0].Version, changed)
+	}
+	wantErr(t, s2.DeleteTemplate(ctx, tpl2.ID), mgmt.Conflict, "", "endpoint "+ep.ID)
+}
+
+func TestEndpointRules(t *testing.T) {
+	s, _ := newService(t)
+	ctx := context.Background()
+	tpl, _ := s.CreateTemplate(ctx, mgmt.TemplateInput{Name: ptr("t"), ImageName: ptr("a")})
+	with := func(f func(*mgmt.EndpointInput)) mgmt.EndpointInput {
+		in := mgmt.EndpointInput{TemplateID: &tpl.ID}
+		f(&in)
+		return in
+	}
+	for _, c := range []struct {
+		name  string
+		in    mgmt.EndpointInput
+		field string
+	}{
+		{"no template", mgmt.EndpointInput{}, "templateId"},
+		{"missing template", mgmt.EndpointInput{TemplateID: ptr("zzzzzzzzzz")}, "templateId"},
+		{"computeType", with(func(i *mgmt.EndpointInput) { i.ComputeType = ptr("TPU") }), "computeType"},
+		{"idleTimeout", with(func(i *mgmt.EndpointInput) { i.IdleTimeout = ptr(0) }), "idleTimeout"},
+		{"workers", with(func(i *mgmt.EndpointInput) { i.WorkersMin, i.WorkersMax = ptr(4), ptr(2) }), "workersMin"},
+		{"gpuCount", with(func(i *mgmt.EndpointInput) { i.GPUCount = ptr(0) }), "gpuCount"},
+		{"executionTimeoutMs", with(func(i *mgmt.EndpointInput) { i.ExecutionTimeoutMs = ptr(int64(1)) }), "executionTimeoutMs"},
+		{"gpu id", with(func(i *mgmt.EndpointInput) { i.GPUTypeIDs = []string{"A,B"} }), "gpuTypeIds"},
+		{"data centre", with(func(i *mgmt.EndpointInput) { i.DataCenterIDs = []string{"eu-ro-1"} }), "dataCenterIds"},
+		{"volume", with(func(i *mgmt.EndpointInput) { i.NetworkVolumeID = ptr("nope") }), "networkVolumeId"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			_, err := s.CreateEndpoint(ctx, c.in)
+			wantErr(t, err, mgmt.Invalid, c.field, c.field)
+		})
+	}
+	// GraphQL's gpuIds, translated by its adapter, and unknown ids.
+	ep, err := s.CreateEndpoint(ctx, with(func(i *mgmt.EndpointInput) {
+		i.GPUTypeIDs = []string{"AMPERE_16", "-NVIDIA RTX A4000", "FUTURE_999"}
+		i.DataCenterIDs = []string{"EU-RO-1", "XX-NEW-9"}
+	}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ep.Version != 1 || ep.Name != ep.ID || ep.WorkersMax != 3 || len(ep.Warnings) != 2 {
+		t.Errorf("created %+v; want version 1, name = id, workersMax 3, 2 warnings", ep)
+	}
+	_, err = s.UpdateEndpoint(ctx, ep.ID, mgmt.EndpointInput{ComputeType: ptr("CPU")})
+	wantErr(t, err, mgmt.Invalid, "computeType", "cannot be changed")
+	up, err := s.UpdateEndpoint(ctx, ep.ID, mgmt.EndpointInput{WorkersMax: ptr(5)})
+	if err != nil || up.Version != 1 || len(up.Warnings) != 2 {
+		t.Errorf("scaling change: %+v, %v; want version 1, warnings kept", up, err)
+	}
+	up, err = s.UpdateEndpoint(ctx, ep.ID, mgmt.EndpointInput{GPUTypeIDs: []string{"ADA_24"}})
+	if err != nil || up.Version != 2 || len(up.Warnings) != 1 {
+		t.Errorf("GPU change: %+v, %v; want version 2, the data-centre warning only", up, err)
+	}
+	wantErr(t, s.DeleteEndpoint(ctx, "nope"), mgmt.NotFound, "")
+}
+
+func TestVolumesAndRegistry(t *testing.T) {
+	s, _ := newService(t)
+	ctx := context.Background()
+	for _, c := range []struct {
+		in    mgmt.VolumeInput
+		field string
+	}{
+		{mgmt.VolumeInput{Size: ptr(1), DataCenterID: ptr("EU-RO-1")}, "name"},
+		{mgmt.VolumeInput{Name: ptr("v"), DataCenterID: ptr("EU-RO-1")}, "size"},
+		{mgmt.VolumeInput{Name: ptr("v"), Size: ptr(mgmt.MaxVolumeGB + 1), DataCenterID: ptr("EU-RO-1")}, "size"},
+		{mgmt.VolumeInput{Name: ptr("v"), Size: ptr(1)}, "dataCenterId"},
+		{mgmt.VolumeInput{Name: ptr("v"), Size: ptr(1), DataCenterID: ptr("the moon")}, "dataCenterId"},
+	} {
+		_, err := s.CreateVolume(ctx, c.in)
+		wantErr(t, err, mgmt.Invalid, c.field, c.field)
+	}
+	v, err := s.CreateVolume(ctx, mgmt.VolumeInput{Name: ptr("v"), Size: ptr(10), DataCenterID: ptr("US-TX-3")})
+	if err != nil || v.DataCenterID != "US-TX-3" {
+		t.Fatalf("create: %+v, %v", v, err)
+	}
+	_, err = s.UpdateVolume(ctx, v.ID, mgmt.VolumeInput{Size: ptr(5)})
+	wantErr(t, err, mgmt.Invalid, "size", "only grow")
+	if err := s.DeleteVolume(ctx, v.ID); err != nil {
+		t.Fatal(err)
+	}
+
+	_, err = s.CreateRegistryAuth(ctx, mgmt.RegistryAuthInput{Name: ptr("r"), Username: ptr("u")})
+	wantErr(t, err, mgmt.Invalid, "password")
+	a, err := s.CreateRegistryAuth(ctx, mgmt.RegistryAuthInput{Name: ptr("r"), Username: ptr("u"), Password: ptr("p")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.CreateTemplate(ctx, mgmt.TemplateInput{Name: ptr("t"), ImageName: ptr("a"), ContainerRegistryAuthID: &a.ID}); err != nil {
+		t.Fatal(err)
+	}
+	wantErr(t, s.DeleteRegistryAuth(ctx, a.ID), mgmt.Conflict, "", "template")
+}
+
+// fakeRuntime fails every start with err.
+type fakeRuntime struct{ err error }
+
+func (f fakeRuntime) StartPod(context.Context, store.Pod) (mgmt.PodState, error) {
+	return mgmt.PodState{}, f.err
+}
+func (f fakeRuntime) StopPod(context.Context, string) error { return f.err }
+func (f fakeRuntime) ResetPod(context.Context, store.Pod) (mgmt.PodState, error) {
+	return mgmt.PodState{}, f.err
+}
+func (f fakeRuntime) RemovePod(context.Context, string) error { return nil }
+
+func TestPodRuntimeErrorKinds(t *testing.T) {
+	ctx := context.Background()
+	for _, c := range []struct {
+		rt   mgmt.PodRuntime
+		kind mgmt.Kind
+	}{
+		{nil, mgmt.Unavailable},
+		{fakeRuntime{errors.Join(mgmt.ErrPodCapacity, errors.New("2 of 2 held"))}, mgmt.Conflict},
+		{fakeRuntime{errors.Join(mgmt.ErrPodInvalid, errors.New("no such image"))}, mgmt.Invalid},
+		{fakeRuntime{errors.New("docker said no")}, mgmt.Unavailable},
+		{fakeRuntime{nil}, 0},
+	} {
+		s, _ := newService(t, func(cfg *mgmt.Config) { cfg.Pods = c.rt })
+		p, err := s.CreatePod(ctx, mgmt.PodInput{PodFields: mgmt.PodFields{ImageName: ptr("alpine:3")}})
+		if got := mgmt.KindOf(err); got != c.kind {
+			t.Errorf("runtime %v: kind %v (%v), want %v", c.rt, got, err, c.kind)
+		}
+		if c.kind == 0 {
+			if p.DesiredStatus != store.PodRunning {
+				t.Errorf("started pod: %+v", p)
+			}
+			continue
+		}
+		if _, err := s.GetPod(ctx, p.ID); mgmt.KindOf(err) != mgmt.NotFound {
+			t.Errorf("a pod that failed to start was kept: %v", err)
+		}
+	}
+	s, _ := newService(t, func(cfg *mgmt.Config) { cfg.Pods = fakeRuntime{} })
+	_, err := s.CreatePod(ctx, mgmt.PodInput{PodFields: mgmt.PodFields{ImageName: ptr("a")}, VolumeEncrypted: ptr(true)})
+	wantErr(t, err, mgmt.Unsupported, "volumeEncrypted")
+	p, _ := s.CreatePod(ctx, mgmt.PodInput{PodFields: mgmt.PodFields{ImageName: ptr("a"), Locked: ptr(true)}})
+	_, err = s.DoPodAction(ctx, p.ID, "stop")
+	wantErr(t, err, mgmt.Conflict, "", "locked")
+	_, err = s.DoPodAction(ctx, p.ID, "explode")
+	wantErr(t, err, mgmt.Invalid, "action")
+}
+
+func TestBillingQuery(t *testing.T) {
+	s, _ := newService(t)
+	ctx := context.Background()
+	for _, c := range []struct {
+		q     mgmt.BillingQuery
+		field string
+	}{
+		{mgmt.BillingQuery{Bucket: "minute"}, "bucketSize"},
+		{mgmt.BillingQuery{Kind: mgmt.BillPods, Grouping: "endpointId"}, "grouping"},
+		{mgmt.BillingQuery{Start: time.Date(2026, 2, 1, 0, 0, 0, 0, time.UTC), End: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}, "startTime"},
+	} {
+		_, err := s.Billing(ctx, c.q)
+		wantErr(t, err, mgmt.Invalid, c.field)
+	}
+	b, err := s.Billing(ctx, mgmt.BillingQuery{Kind: mgmt.BillVolumes})
+	if err != nil || b.Volumes == nil || len(b.Volumes) != 0 {
+		t.Errorf("empty volume billing: %+v, %v; want an empty, non-nil list", b, err)
+	}
+}
+
+func TestSplitHelpers(t *testing.T) {
+	for _, c := range []struct {
+		in   string
+		want []string
+		ok   bool
+	}{
+		{`python handler.py --port 8000`, []string{"python", "handler.py", "--port", "8000"}, true},
+		{`bash -c "echo hi; sleep 1"`, []string{"bash", "-c", "echo hi; sleep 1"}, true},
+		{`''`, []string{""}, true},
+		{``, []string{}, true},
+		{`bash -c "unclosed`, nil, false},
+	} {
+		got, err := mgmt.SplitArgs(c.in)
+		if (err == nil) != c.ok || !slices.Equal(got, c.want) {
+			t.Errorf("SplitArgs(%q) = %q, %v; want %q", c.in, got, err, c.want)
+		}
+	}
+	if got := mgmt.SplitPorts(" 8888/http, ,22/tcp"); !slices.Equal(got, []string{"8888/http", "22/tcp"}) {
+		t.Errorf("SplitPorts = %q", got)
+	}
+}
+
+func TestPodFilter(t *testing.T) {
+	p := store.Pod{ID: "p1", ComputeType: "GPU", DesiredStatus: store.PodRunning, DataCenterIDs: []string{"EU-RO-1"},
+		GPUTypeIDs: []string{"ADA_24"}, GPU: &store.PodGPU{ID: "NVIDIA GeForce RTX 4090"}}
+	for _, c := range []struct {
+		f    mgmt.PodFilter
+		want bool
+	}{
+		{mgmt.PodFilter{}, true},
+		{mgmt.PodFilter{DataCenterIDs: []string{"EU-RO-1"}}, true},
+		{mgmt.PodFilter{DataCenterIDs: []string{mgmt.DataCenterID}}, true},
+		{mgmt.PodFilter{DataCenterIDs: []string{"US-TX-3"}}, false},
+		{mgmt.PodFilter{GPUTypeIDs: []string{"NVIDIA GeForce RTX 4090"}}, true},
+		{mgmt.PodFilter{ComputeType: "CPU"}, false},
+		{mgmt.PodFilter{DesiredStatus: store.PodRunning, ID: "p1"}, true},
+	} {
+		if got := c.f.Matches(mgmt.FactsOf(p)); got != c.want {
+			t.Errorf("%+v: got %v, want %v", c.f, got, c.want)
+		}
+	}
+	wantErr(t, mgmt.PodFilter{ComputeType: "TPU"}.Check(), mgmt.Invalid, "computeType")
+}
