@@ -72,6 +72,6 @@ func notFound(format string, a ...any) error { return newErr(NotFound, "", forma
 
 func conflict(format string, a ...any) error { return newErr(Conflict, "", format, a...) }
 
-// Invalid returns an Invalid error; adapters use it for their own decoding
-// failures so one error mapper serves both.
+// InvalidInput returns an Invalid error about field; adapters use it for
+// their own decoding failures so one error mapper serves both.
 func InvalidInput(field, format string, a ...any) error { return invalid(field, format, a...) }
