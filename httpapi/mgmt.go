@@ -147,6 +147,7 @@ func (p *PortsField) list() []string {
 type EndpointInput struct {
 	Name                *string           `json:"name"`
 	TemplateID          *string           `json:"templateId"`
+	Type                *string           `json:"type"`
 	ComputeType         *string           `json:"computeType"`
 	GPUTypeIDs          []string          `json:"gpuTypeIds"`
 	GPUCount            *int              `json:"gpuCount"`

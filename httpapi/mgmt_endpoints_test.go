@@ -42,6 +42,8 @@ func TestEndpointCreateValidation(t *testing.T) {
 		{"no template", J{"name": "x"}, []string{"templateId"}},
 		{"missing template", J{"templateId": "zzzzzzzzzz"}, []string{"templateId", "does not exist"}},
 		{"computeType", ok(J{"computeType": "TPU"}), []string{"computeType"}},
+		{"endpoint type", ok(J{"type": "SERVERLESS"}), []string{"type", "LOAD_BALANCER"}},
+		{"lb scaler", ok(J{"type": "LOAD_BALANCER", "scalerType": "QUEUE_DELAY"}), []string{"scalerType", "REQUEST_COUNT"}},
 		{"idleTimeout low", ok(J{"idleTimeout": 0}), []string{"idleTimeout"}},
 		{"idleTimeout high", ok(J{"idleTimeout": 3601}), []string{"idleTimeout"}},
 		{"scalerValue", ok(J{"scalerValue": 0}), []string{"scalerValue"}},
@@ -76,7 +78,7 @@ func TestEndpointListGetIncludes(t *testing.T) {
 	tpl := e.newTemplate("t", "alpine:3", nil)
 	a := e.newEndpoint(tpl.ID, J{"name": "first", "gpuTypeIds": []string{"NVIDIA A40"}, "workersMax": 5})
 	b := e.newEndpoint(tpl.ID, nil)
-	if len(a.ID) != 14 || a.Version != 1 || a.Name != "first" || b.Name != b.ID {
+	if len(a.ID) != 14 || a.Version != 1 || a.Name != "first" || b.Name != b.ID || a.Type != "QUEUE" {
 		t.Errorf("created %+v / %+v", a, b)
 	}
 	var list []endpointJSON
@@ -159,6 +161,7 @@ func TestEndpointUpdate(t *testing.T) {
 		word string
 	}{
 		{J{"computeType": "CPU"}, "computeType"},
+		{J{"type": "LOAD_BALANCER"}, "type"},
 		{J{"templateId": "zzzzzzzzzz"}, "templateId"},
 		{J{"workersMin": 7}, "workersMin"},
 		{J{"idleTimeout": 0}, "idleTimeout"},
@@ -261,4 +264,24 @@ func TestRunPodIDsAccepted(t *testing.T) {
 	if v.DataCenterID != "EU-RO-1" {
 		t.Errorf("volume: dataCenterId %q, want EU-RO-1 as sent", v.DataCenterID)
 	}
+}
+
+func TestLoadBalancerEndpointType(t *testing.T) {
+	e := newValidatingServer(t)
+	tpl := e.newTemplate("t", "alpine:3", nil)
+	lb := e.newEndpoint(tpl.ID, J{"type": "LOAD_BALANCER"})
+	if lb.Type != "LOAD_BALANCER" || lb.ScalerType != "REQUEST_COUNT" {
+		t.Fatalf("created %+v; want type LOAD_BALANCER, scalerType REQUEST_COUNT", lb)
+	}
+	var got store.Endpoint
+	e.must(200, "GET", "/v1/endpoints/"+lb.ID, nil, &got)
+	if got.Type != "LOAD_BALANCER" {
+		t.Errorf("read back type %q", got.Type)
+	}
+	e.must(200, "PATCH", "/v1/endpoints/"+lb.ID, J{"type": "LOAD_BALANCER", "workersMax": 2}, &got)
+	if got.Type != "LOAD_BALANCER" || got.WorkersMax != 2 {
+		t.Errorf("after a PATCH repeating the type: %+v", got)
+	}
+	e.mustErr(400, "PATCH", "/v1/endpoints/"+lb.ID, J{"type": "QUEUE"}, "type", "cannot be changed")
+	e.mustErr(400, "PATCH", "/v1/endpoints/"+lb.ID, J{"scalerType": "QUEUE_DELAY"}, "scalerType")
 }

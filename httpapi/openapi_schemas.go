@@ -60,6 +60,7 @@ func schemas() obj {
 		"userId":              strS("Always \"berth\"."),
 		"templateId":          strS(""),
 		"version":             intS("Bumped when the template's container settings, templateId, env, GPUs, CPUs or volumes change; workers of an older version are rolled."),
+		"type":                enumS("QUEUE: jobs through the queue; LOAD_BALANCER: requests proxied to the workers' own HTTP servers.", "QUEUE", "LOAD_BALANCER"),
 		"computeType":         enumS("", "GPU", "CPU"),
 		"gpuTypeIds":          strArr("In order of preference."),
 		"gpuCount":            intS(""),
@@ -84,13 +85,14 @@ func schemas() obj {
 		"template":            ref("Template"),
 		"workers":             obj{"type": "array", "items": ref("Worker"), "description": "With includeWorkers=true."},
 		"status":              ref("EndpointStatus"),
-	}, "id", "name", "userId", "templateId", "version", "computeType", "gpuTypeIds", "gpuCount", "vcpuCount",
+	}, "id", "name", "userId", "templateId", "version", "type", "computeType", "gpuTypeIds", "gpuCount", "vcpuCount",
 		"allowedCudaVersions", "dataCenterIds", "idleTimeout", "scalerType", "scalerValue", "workersMin", "workersMax",
 		"flashboot", "executionTimeoutMs", "env", "createdAt")
 
 	endpointFields := obj{
 		"name":                strS(""),
 		"templateId":          strS("Must name an existing template."),
+		"type":                enumS("[QUEUE]; set on create only (an update may repeat it). LOAD_BALANCER implies scalerType REQUEST_COUNT.", "QUEUE", "LOAD_BALANCER"),
 		"gpuTypeIds":          strArr("RunPod GPU type ids in order of preference."),
 		"gpuCount":            withMin(intS("[1]"), 1),
 		"cpuFlavorIds":        strArr(""),

@@ -16,6 +16,7 @@ import (
 type EndpointInput struct {
 	Name                *string
 	TemplateID          *string
+	Type                *string // QUEUE or LOAD_BALANCER; creation-only
 	ComputeType         *string // GPU or CPU
 	GPUTypeIDs          []string
 	GPUCount            *int
@@ -41,7 +42,7 @@ type EndpointInput struct {
 // defaults).
 func NewEndpointDefaults() store.Endpoint {
 	return store.Endpoint{
-		ComputeType: "GPU", GPUCount: 1, VCPUCount: 2, IdleTimeout: 5, ScalerType: "QUEUE_DELAY", ScalerValue: 4,
+		Type: store.EndpointQueue, ComputeType: "GPU", GPUCount: 1, VCPUCount: 2, IdleTimeout: 5, ScalerType: "QUEUE_DELAY", ScalerValue: 4,
 		WorkersMin: 0, WorkersMax: 3, ExecutionTimeoutMs: queue.DefaultExecTimeout.Milliseconds(),
 		GPUTypeIDs: []string{}, AllowedCudaVersions: []string{}, DataCenterIDs: []string{DataCenterID}, Env: map[string]string{},
 	}
@@ -62,8 +63,25 @@ func ApplyEndpoint(e *store.Endpoint, in EndpointInput, create bool) error {
 				return invalid("computeType", "computeType must be GPU or CPU, got %q", *in.ComputeType)
 			}
 		}
-	} else if in.ComputeType != nil {
-		return invalid("computeType", "computeType cannot be changed after an endpoint is created")
+		if in.Type != nil {
+			switch *in.Type {
+			case store.EndpointQueue:
+				e.Type = store.EndpointQueue
+			case store.EndpointLoadBalancer:
+				// RunPod scales load-balancing workers on in-flight requests only.
+				e.Type, e.ScalerType = store.EndpointLoadBalancer, "REQUEST_COUNT"
+			default:
+				return invalid("type", "type must be QUEUE or LOAD_BALANCER, got %q", *in.Type)
+			}
+		}
+	} else {
+		if in.ComputeType != nil {
+			return invalid("computeType", "computeType cannot be changed after an endpoint is created")
+		}
+		// The same type again is accepted: a client may PATCH back a whole record.
+		if in.Type != nil && *in.Type != endpointType(e) {
+			return invalid("type", "type cannot be changed after an endpoint is created (it is %s)", endpointType(e))
+		}
 	}
 	if in.Name != nil {
 		e.Name = *in.Name
@@ -137,6 +155,9 @@ func ApplyEndpoint(e *store.Endpoint, in EndpointInput, create bool) error {
 			return invalid("scalerType", "scalerType must be QUEUE_DELAY or REQUEST_COUNT, got %q", *in.ScalerType)
 		}
 	}
+	if e.LoadBalancer() && e.ScalerType != "REQUEST_COUNT" {
+		return invalid("scalerType", "scalerType of a LOAD_BALANCER endpoint must be REQUEST_COUNT, got %q", e.ScalerType)
+	}
 	if in.ScalerValue != nil {
 		if *in.ScalerValue < 1 {
 			return invalid("scalerValue", "scalerValue must be at least 1, got %d", *in.ScalerValue)
@@ -176,6 +197,14 @@ func ApplyEndpoint(e *store.Endpoint, in EndpointInput, create bool) error {
 	}
 	e.Warnings = warn
 	return nil
+}
+
+// endpointType is e's type, QUEUE for records older than the field.
+func endpointType(e *store.Endpoint) string {
+	if e.Type == "" {
+		return store.EndpointQueue
+	}
+	return e.Type
 }
 
 // fieldWarnings keeps the warnings about field.
@@ -253,6 +282,7 @@ func (s *Service) UpdateEndpoint(_ context.Context, id string, in EndpointInput)
 		if err := getOr404(tx, store.Endpoints, id, "endpoint", &e); err != nil {
 			return err
 		}
+		e.Type = endpointType(&e)
 		before := e
 		if err := ApplyEndpoint(&e, in, false); err != nil {
 			return err
@@ -320,6 +350,9 @@ func (s *Service) Endpoints(_ context.Context, id string, withTemplates bool) ([
 		}
 		return nil
 	})
+	for i := range eps {
+		eps[i].Type = endpointType(&eps[i])
+	}
 	byCreated(eps, func(e store.Endpoint) time.Time { return e.CreatedAt }, func(e store.Endpoint) string { return e.ID })
 	return eps, tmpl, err
 }

@@ -139,6 +139,8 @@ func TestEndpointRules(t *testing.T) {
 		{"no template", mgmt.EndpointInput{}, "templateId"},
 		{"missing template", mgmt.EndpointInput{TemplateID: ptr("zzzzzzzzzz")}, "templateId"},
 		{"computeType", with(func(i *mgmt.EndpointInput) { i.ComputeType = ptr("TPU") }), "computeType"},
+		{"type", with(func(i *mgmt.EndpointInput) { i.Type = ptr("SERVERLESS") }), "type"},
+		{"lb scaler", with(func(i *mgmt.EndpointInput) { i.Type, i.ScalerType = ptr("LOAD_BALANCER"), ptr("QUEUE_DELAY") }), "scalerType"},
 		{"idleTimeout", with(func(i *mgmt.EndpointInput) { i.IdleTimeout = ptr(0) }), "idleTimeout"},
 		{"workers", with(func(i *mgmt.EndpointInput) { i.WorkersMin, i.WorkersMax = ptr(4), ptr(2) }), "workersMin"},
 		{"gpuCount", with(func(i *mgmt.EndpointInput) { i.GPUCount = ptr(0) }), "gpuCount"},
@@ -165,6 +167,20 @@ func TestEndpointRules(t *testing.T) {
 	}
 	_, err = s.UpdateEndpoint(ctx, ep.ID, mgmt.EndpointInput{ComputeType: ptr("CPU")})
 	wantErr(t, err, mgmt.Invalid, "computeType", "cannot be changed")
+	if ep.Type != "QUEUE" || ep.ScalerType != "QUEUE_DELAY" {
+		t.Errorf("default type %q scaler %q; want QUEUE, QUEUE_DELAY", ep.Type, ep.ScalerType)
+	}
+	_, err = s.UpdateEndpoint(ctx, ep.ID, mgmt.EndpointInput{Type: ptr("LOAD_BALANCER")})
+	wantErr(t, err, mgmt.Invalid, "type", "cannot be changed")
+	if _, err := s.UpdateEndpoint(ctx, ep.ID, mgmt.EndpointInput{Type: ptr("QUEUE")}); err != nil {
+		t.Errorf("repeating the type: %v", err)
+	}
+	lb, err := s.CreateEndpoint(ctx, with(func(i *mgmt.EndpointInput) { i.Type = ptr("LOAD_BALANCER") }))
+	if err != nil || lb.Type != "LOAD_BALANCER" || lb.ScalerType != "REQUEST_COUNT" || !lb.LoadBalancer() {
+		t.Errorf("load-balancing endpoint %+v, %v; want type LOAD_BALANCER, scaler REQUEST_COUNT", lb, err)
+	}
+	_, err = s.UpdateEndpoint(ctx, lb.ID, mgmt.EndpointInput{ScalerType: ptr("QUEUE_DELAY")})
+	wantErr(t, err, mgmt.Invalid, "scalerType", "REQUEST_COUNT")
 	up, err := s.UpdateEndpoint(ctx, ep.ID, mgmt.EndpointInput{WorkersMax: ptr(5)})
 	if err != nil || up.Version != 1 || len(up.Warnings) != 2 {
 		t.Errorf("scaling change: %+v, %v; want version 1, warnings kept", up, err)

@@ -30,11 +30,14 @@ type Template struct {
 
 // Endpoint is a serverless endpoint (RunPod REST v1 shape).
 type Endpoint struct {
-	ID                  string            `json:"id"`
-	Name                string            `json:"name"`
-	UserID              string            `json:"userId"`
-	TemplateID          string            `json:"templateId"`
-	Version             int               `json:"version"`
+	ID         string `json:"id"`
+	Name       string `json:"name"`
+	UserID     string `json:"userId"`
+	TemplateID string `json:"templateId"`
+	Version    int    `json:"version"`
+	// Type is QUEUE or LOAD_BALANCER; "" (records older than the field)
+	// reads as QUEUE.
+	Type                string            `json:"type"`
 	ComputeType         string            `json:"computeType"`
 	GPUTypeIDs          []string          `json:"gpuTypeIds"`
 	GPUCount            int               `json:"gpuCount"`
@@ -59,6 +62,16 @@ type Endpoint struct {
 	// type or data centre), so they match nothing or only this host.
 	Warnings []string `json:"warnings,omitempty"`
 }
+
+// Endpoint types: queue-based (jobs) or load balancing (requests go
+// straight to the workers' own HTTP servers).
+const (
+	EndpointQueue        = "QUEUE"
+	EndpointLoadBalancer = "LOAD_BALANCER"
+)
+
+// LoadBalancer reports whether e is a load-balancing endpoint.
+func (e *Endpoint) LoadBalancer() bool { return e.Type == EndpointLoadBalancer }
 
 // JobStatus is a job's state.
 type JobStatus string
