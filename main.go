@@ -37,6 +37,7 @@ const usage = `berth — the RunPod serverless platform on one machine
 Usage:
   berth serve [--addr 127.0.0.1:8080] [--data ./berth-data] [--rate-limits on|off]
   berth version
+  berth check [--data ./berth-data]   full consistency check of berth.db (run it with serve stopped)
   berth worker-env ENDPOINT_ID          print export lines for a worker run outside Docker
   berth template create NAME IMAGE      create a serverless template
   berth endpoint create TEMPLATE_ID     create an endpoint (workersMin 0, workersMax 3)
@@ -59,6 +60,8 @@ func main() {
 	switch cmd, args := os.Args[1], os.Args[2:]; cmd {
 	case "serve":
 		err = serve(args)
+	case "check":
+		err = check(args)
 	case "version", "--version":
 		fmt.Println("berth", version)
 	case "help", "-h", "--help":
@@ -174,6 +177,25 @@ func serve(args []string) error {
 	sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	return srv.Shutdown(sctx)
+}
+
+// check runs the full consistency check of the database file. serve runs
+// the cheaper checks (header, length, page tree) at every start.
+func check(args []string) error {
+	fs := flag.NewFlagSet("check", flag.ContinueOnError)
+	data := fs.String("data", envOr("BERTH_DATA", "./berth-data"), "data directory")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	path := filepath.Join(*data, "berth.db")
+	if err := store.Check(path); err != nil {
+		if errors.Is(err, store.ErrLocked) {
+			return fmt.Errorf("%w (stop 'berth serve' first)", err)
+		}
+		return err
+	}
+	fmt.Println(path + ": ok")
+	return nil
 }
 
 // apiKeyHash returns the hash of the operator's key: BERTH_API_KEY when set,

@@ -14,7 +14,6 @@ import (
 	"time"
 
 	bolt "go.etcd.io/bbolt"
-	berrors "go.etcd.io/bbolt/errors"
 )
 
 // Bucket names. Every bucket is created on Open.
@@ -105,19 +104,12 @@ func Open(path string, opts Options) (*DB, error) {
 	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
 		return nil, fmt.Errorf("create data directory: %w", err)
 	}
-	b, err := bolt.Open(path, 0o600, &bolt.Options{
+	b, err := openBolt(path, &bolt.Options{
 		Timeout:        time.Second,
 		NoFreelistSync: true,
 		FreelistType:   bolt.FreelistMapType,
 		NoSync:         opts.NoSync,
-	})
-	if errors.Is(err, berrors.ErrTimeout) {
-		return nil, fmt.Errorf("open %s: %w", path, ErrLocked)
-	}
-	if err != nil {
-		return nil, fmt.Errorf("open %s: %w", path, err)
-	}
-	err = b.Update(func(tx *bolt.Tx) error {
+	}, func(tx *bolt.Tx) error {
 		for _, name := range allBuckets {
 			if _, err := tx.CreateBucketIfNotExists([]byte(name)); err != nil {
 				return fmt.Errorf("create bucket %s: %w", name, err)
@@ -126,7 +118,6 @@ func Open(path string, opts Options) (*DB, error) {
 		return nil
 	})
 	if err != nil {
-		b.Close()
 		return nil, err
 	}
 	db := &DB{bolt: b, wake: make(chan struct{}, 1), done: make(chan struct{}), maxBatch: 4096}

@@ -1,0 +1,108 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"berth/store"
+)
+
+// buildBerth builds the berth binary into the test's temp dir.
+func buildBerth(t *testing.T) string {
+	t.Helper()
+	bin := filepath.Join(t.TempDir(), "berth")
+	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
+		t.Fatalf("build berth: %v\n%s", err, out)
+	}
+	return bin
+}
+
+// TestServeRefusesDamagedDatabase runs the real binary on a berth.db that
+// was truncated or had pages zeroed: 'berth serve' must exit non-zero at
+// once with a message naming the file and the damage, and leave the file as
+// it was; 'berth check' must report the same and succeed on a sound file.
+func TestServeRefusesDamagedDatabase(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs the binary")
+	}
+	bin := buildBerth(t)
+	run := func(args ...string) (string, int) {
+		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+		defer cancel()
+		cmd := exec.CommandContext(ctx, bin, args...)
+		cmd.Env = append(os.Environ(), "BERTH_API_KEY=k")
+		out, err := cmd.CombinedOutput()
+		var exit *exec.ExitError
+		if errors.As(err, &exit) {
+			return string(out), exit.ExitCode()
+		}
+		if err != nil {
+			t.Fatalf("%v: %v\n%s", args, err, out)
+		}
+		return string(out), 0
+	}
+	page := int64(os.Getpagesize())
+	for _, tc := range []struct {
+		name   string
+		damage func(path string, size int64) error
+		want   string
+	}{
+		{"truncated", func(path string, _ int64) error { return os.Truncate(path, 8*page) }, "truncated"},
+		{"zeroed pages", func(path string, size int64) error {
+			f, err := os.OpenFile(path, os.O_WRONLY, 0)
+			if err != nil {
+				return err
+			}
+			defer f.Close()
+			from := size / 2 / page * page
+			_, err = f.WriteAt(make([]byte, size-from), from)
+			return err
+		}, "page tree is broken"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			data := t.TempDir()
+			path := filepath.Join(data, "berth.db")
+			db, err := store.Open(path, store.Options{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for i := 0; i < 4000; i++ {
+				db.WriteAsync(store.PutRaw(store.Meta, fmt.Sprintf("filler-%06d", i), []byte(strings.Repeat("y", 200))))
+			}
+			if err := db.Close(); err != nil {
+				t.Fatal(err)
+			}
+			if out, code := run("check", "--data", data); code != 0 || !strings.Contains(out, path+": ok") {
+				t.Fatalf("check of the sound file: exit %d\n%s", code, out)
+			}
+			info, _ := os.Stat(path)
+			if err := tc.damage(path, info.Size()); err != nil {
+				t.Fatal(err)
+			}
+			before, _ := os.ReadFile(path)
+
+			out, code := run("serve", "--addr", "127.0.0.1:0", "--data", data)
+			if code == 0 || !strings.Contains(out, path) || !strings.Contains(out, tc.want) || !strings.Contains(out, "berth check") {
+				t.Errorf("serve: exit %d; want non-zero and a message naming %s, %q and 'berth check':\n%s", code, path, tc.want, out)
+			}
+			if strings.Contains(out, "goroutine ") || strings.Contains(out, "berth serving") {
+				t.Errorf("serve crashed or served instead of refusing:\n%s", out)
+			}
+			if after, _ := os.ReadFile(path); string(after) != string(before) {
+				t.Error("serve changed the damaged file")
+			}
+
+			out, code = run("check", "--data", data)
+			if code == 0 || !strings.Contains(out, path) || !strings.Contains(out, tc.want) {
+				t.Errorf("check: exit %d; want non-zero and a message naming %s and %q:\n%s", code, path, tc.want, out)
+			}
+		})
+	}
+}

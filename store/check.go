@@ -1,0 +1,178 @@
+package store
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"runtime/debug"
+	"strings"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+	berrors "go.etcd.io/bbolt/errors"
+)
+
+// ErrCorrupt is returned by Open and Check when the file is damaged: its
+// header pages are invalid, it is shorter than its header says, or its page
+// tree is broken. Berth refuses to serve from such a file rather than guess.
+var ErrCorrupt = errors.New("database file is corrupt")
+
+// corrupt wraps a finding about path as ErrCorrupt with advice.
+func corrupt(path, what string) error {
+	return fmt.Errorf("%w: %s: %s", ErrCorrupt, path, what)
+}
+
+// preflight finds the damage that bbolt would otherwise meet as a crash or
+// silently paper over, before the read-write open:
+//   - a zero-length file, which bbolt would initialise as a new, empty
+//     database;
+//   - invalid header (meta) pages, which bbolt reports;
+//   - a file shorter than its header says: reading pages past the end of a
+//     truncated file faults, which no recover can catch;
+//   - a broken page tree: bbolt's read-write open (with NoFreelistSync)
+//     rebuilds the free list by walking every page on a goroutine of its own
+//     and panics there on a page that is not what its parent says, which
+//     kills the process. walk makes the same visit on this goroutine, where
+//     the panic is caught.
+//
+// The walk reads every page, as bbolt's own open walk does right after it;
+// the README gives its cost. A missing file is fine: Open creates it.
+func preflight(path string) error {
+	info, err := os.Stat(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("open %s: %w", path, err)
+	}
+	if info.IsDir() {
+		return fmt.Errorf("open %s: is a directory", path)
+	}
+	if info.Size() == 0 {
+		return corrupt(path, "the file is empty (0 bytes): it was truncated")
+	}
+	b, err := bolt.Open(path, 0o600, &bolt.Options{ReadOnly: true, Timeout: time.Second})
+	if err != nil {
+		return openErr(path, err)
+	}
+	defer b.Close()
+	return b.View(func(tx *bolt.Tx) error {
+		if hwm := tx.Size(); info.Size() < hwm {
+			return corrupt(path, fmt.Sprintf("the file is truncated: it is %d bytes but its header says its pages reach %d bytes", info.Size(), hwm))
+		}
+		return walk(path, tx)
+	})
+}
+
+// walk visits every branch and leaf page of every bucket through cursors,
+// turning bbolt's panics on a broken page into ErrCorrupt.
+func walk(path string, tx *bolt.Tx) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = corrupt(path, fmt.Sprintf("its page tree is broken (%v)", r))
+		}
+	}()
+	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
+	var visit func(b *bolt.Bucket)
+	visit = func(b *bolt.Bucket) {
+		c := b.Cursor()
+		for k, v := c.First(); k != nil; k, v = c.Next() {
+			if v == nil {
+				if child := b.Bucket(k); child != nil {
+					visit(child)
+				}
+			}
+		}
+	}
+	return tx.ForEach(func(_ []byte, b *bolt.Bucket) error { visit(b); return nil })
+}
+
+// openErr maps bbolt's open errors to Berth's.
+func openErr(path string, err error) error {
+	switch {
+	case errors.Is(err, berrors.ErrTimeout):
+		return fmt.Errorf("open %s: %w", path, ErrLocked)
+	case errors.Is(err, berrors.ErrInvalid), errors.Is(err, berrors.ErrChecksum):
+		return corrupt(path, "neither header (meta) page is valid: "+err.Error())
+	case errors.Is(err, berrors.ErrVersionMismatch):
+		return corrupt(path, "not a bbolt file of a known version: "+err.Error())
+	}
+	return fmt.Errorf("open %s: %w", path, err)
+}
+
+// advice is what Open adds to ErrCorrupt: Berth never repairs by itself.
+const advice = "; Berth will not start on it: run 'berth check' for a full report, then restore a backup or move the file away to start empty"
+
+// openBolt opens the file read-write and runs init in a write transaction.
+// With NoFreelistSync bbolt rebuilds the free list at open by walking every
+// reachable page and panics on what that walk finds broken; that panic, or
+// one from init meeting a broken page, becomes ErrCorrupt here.
+func openBolt(path string, o *bolt.Options, init func(*bolt.Tx) error) (b *bolt.DB, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			if b != nil {
+				b.Close()
+			}
+			b, err = nil, corrupt(path, fmt.Sprintf("its page tree is broken (%v)", r))
+		}
+		if errors.Is(err, ErrCorrupt) {
+			err = fmt.Errorf("%w%s", err, advice)
+		}
+	}()
+	if err := preflight(path); err != nil {
+		return nil, err
+	}
+	// A page pointer past the mapping faults; on this goroutine that is a
+	// panic (caught above) rather than a crash.
+	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
+	if b, err = bolt.Open(path, 0o600, o); err != nil {
+		return nil, openErr(path, err)
+	}
+	if err := b.Update(init); err != nil {
+		b.Close()
+		return nil, err
+	}
+	return b, nil
+}
+
+// Check runs bbolt's full consistency check (every page reachable once, key
+// order, free list) on the file at path, read-only, after the same header
+// and length checks Open makes. It needs the file not to be open read-write
+// elsewhere: a running Berth holds it, and Check then fails with ErrLocked.
+// The error lists every problem found, at most maxProblems of them.
+func Check(path string) error {
+	if _, err := os.Stat(path); err != nil {
+		return fmt.Errorf("check %s: %w", path, err)
+	}
+	if err := preflight(path); err != nil {
+		return err
+	}
+	b, err := bolt.Open(path, 0o600, &bolt.Options{ReadOnly: true, Timeout: time.Second})
+	if err != nil {
+		return openErr(path, err)
+	}
+	defer b.Close()
+	var problems []string
+	n := 0
+	err = b.View(func(tx *bolt.Tx) error {
+		for e := range tx.Check() {
+			if n++; n <= maxProblems {
+				problems = append(problems, e.Error())
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("check %s: %w", path, err)
+	}
+	if n == 0 {
+		return nil
+	}
+	more := ""
+	if n > maxProblems {
+		more = fmt.Sprintf("\n  … and %d more", n-maxProblems)
+	}
+	return corrupt(path, fmt.Sprintf("%d problem(s):\n  %s%s", n, strings.Join(problems, "\n  "), more))
+}
+
+const maxProblems = 20

@@ -1,0 +1,138 @@
+package store_test
+
+import (
+	"errors"
+	"fmt"
+	"math/rand"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"berth/store"
+)
+
+// filledDB writes n job records into a new database file, closes it and
+// returns its path and size.
+func filledDB(t *testing.T, n int) (string, int64) {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "berth.db")
+	db, err := store.Open(path, store.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	val := []byte(strings.Repeat("x", 300))
+	for i := 0; i < n; i += 500 {
+		ops := make([]store.Op, 0, 500)
+		for j := i; j < i+500 && j < n; j++ {
+			ops = append(ops, store.PutRaw(store.Jobs, fmt.Sprintf("job-%08d", j), val))
+		}
+		if err := db.Write(ops...); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
+	info, err := os.Stat(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return path, info.Size()
+}
+
+// overwrite writes fill over [from, to) of the file.
+func overwrite(t *testing.T, path string, from, to int64, fill func([]byte)) {
+	t.Helper()
+	f, err := os.OpenFile(path, os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	buf := make([]byte, to-from)
+	fill(buf)
+	if _, err := f.WriteAt(buf, from); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestOpenRefusesDamagedFiles damages a real database file the ways disks
+// and interrupted copies do and checks that Open (what 'berth serve' calls)
+// and Check both refuse it with ErrCorrupt, naming the file and the damage,
+// instead of crashing or starting empty.
+func TestOpenRefusesDamagedFiles(t *testing.T) {
+	page := int64(os.Getpagesize())
+	zero := func(b []byte) { clear(b) }
+	for _, tc := range []struct {
+		name   string
+		damage func(t *testing.T, path string, size int64)
+		want   string
+	}{
+		{"empty", func(t *testing.T, path string, _ int64) { os.Truncate(path, 0) }, "empty (0 bytes)"},
+		// bbolt grows the file ahead of its high-water mark, so the cut
+		// must be well inside the data to be a truncation.
+		{"truncated to 8 pages", func(t *testing.T, path string, _ int64) { os.Truncate(path, 8*page) }, "truncated"},
+		{"truncated mid-page", func(t *testing.T, path string, _ int64) { os.Truncate(path, 20*page+100) }, "truncated"},
+		{"shorter than a header", func(t *testing.T, path string, _ int64) { os.Truncate(path, 100) }, "header"},
+		{"both header pages overwritten", func(t *testing.T, path string, _ int64) {
+			overwrite(t, path, 0, 2*page, func(b []byte) {
+				for i := range b {
+					b[i] = 0xA5
+				}
+			})
+		}, "header (meta) page"},
+		{"second half zeroed", func(t *testing.T, path string, size int64) {
+			overwrite(t, path, size/2/page*page, size, zero)
+		}, "page tree is broken"},
+		{"second half random", func(t *testing.T, path string, size int64) {
+			overwrite(t, path, size/2/page*page, size, func(b []byte) { rand.New(rand.NewSource(1)).Read(b) })
+		}, "page tree is broken"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			path, size := filledDB(t, 5000)
+			if err := store.Check(path); err != nil {
+				t.Fatalf("the undamaged file fails the check: %v", err)
+			}
+			tc.damage(t, path, size)
+			db, err := store.Open(path, store.Options{})
+			if err == nil {
+				db.Close()
+				t.Fatal("Open accepted the damaged file")
+			}
+			for _, e := range []error{err, store.Check(path)} {
+				if !errors.Is(e, store.ErrCorrupt) {
+					t.Fatalf("got %v, want ErrCorrupt", e)
+				}
+				if msg := e.Error(); !strings.Contains(msg, path) || !strings.Contains(msg, tc.want) {
+					t.Errorf("message %q should name %s and say %q", msg, path, tc.want)
+				}
+			}
+			if !strings.Contains(err.Error(), "berth check") {
+				t.Errorf("Open's message %q should point to 'berth check'", err)
+			}
+			if info, _ := os.Stat(path); info.Size() == 0 && tc.name != "empty" {
+				t.Error("the damaged file was emptied")
+			}
+		})
+	}
+}
+
+func TestCheckHealthyAndMissing(t *testing.T) {
+	path, _ := filledDB(t, 2000)
+	if err := store.Check(path); err != nil {
+		t.Fatalf("healthy file: %v", err)
+	}
+	// Open after Check works: Check holds no lock once done.
+	db, err := store.Open(path, store.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// While Berth holds the file, Check says so.
+	if err := store.Check(path); !errors.Is(err, store.ErrLocked) {
+		t.Errorf("Check on an open file: got %v, want ErrLocked", err)
+	}
+	db.Close()
+	if err := store.Check(filepath.Join(t.TempDir(), "nope.db")); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("missing file: got %v, want ErrNotExist", err)
+	}
+}
