@@ -24,6 +24,7 @@ func (s *Server) mgmtRoutes(v1 *mux.Router, admin func(name string, h http.Handl
 		v1.Handle(path, admin(name, h)).Methods(method)
 	}
 	route(get, "/openapi.json", "openapi", s.openapiDoc)
+	route(get, "/docs", "docs", s.docsPage)
 
 	route(post, "/templates", "templates.create", s.createTemplate)
 	route(get, "/templates", "templates.list", s.listTemplates)

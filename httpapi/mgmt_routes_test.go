@@ -125,6 +125,7 @@ func TestEveryRoute(t *testing.T) {
 	// Docs and metrics.
 	e.must(200, "GET", "/v1/openapi.json", nil, nil)
 	e.must(200, "GET", "/v2/openapi.json", nil, nil)
+	e.must(200, "GET", "/v1/docs", nil, nil)
 
 	// Management: every resource through its life.
 	auth := e.newRegistryAuth("hub", "me", "pw")

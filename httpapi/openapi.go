@@ -2,8 +2,10 @@ package httpapi
 
 import (
 	"encoding/json"
+	"html/template"
 	"maps"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 )
@@ -177,4 +179,31 @@ func (s *Server) openapiDoc(w http.ResponseWriter, r *http.Request) {
 	}
 	w.Header().Set("Content-Type", "application/json")
 	w.Write(b)
+}
+
+var docsTmpl = template.Must(template.New("docs").Parse(`<!doctype html>
+<html><head><meta charset="utf-8"><title>Berth API</title>
+<style>body{font-family:sans-serif;margin:2em}td{padding:.2em .8em}code{white-space:nowrap}</style></head>
+<body><h1>Berth API</h1><p>{{.Desc}}</p><p>The machine-readable document: <a href="openapi.json">openapi.json</a>.</p>
+<table>{{range .Ops}}<tr><td><code>{{.Method}} {{.Path}}</code></td><td>{{.Summary}}</td></tr>{{end}}</table></body></html>
+`))
+
+// docsPage serves the document's operations as a page (GET /v1/docs):
+// RunPod's v1 has an interactive one there; Berth, with no internet for a
+// UI bundle, lists them.
+func (s *Server) docsPage(w http.ResponseWriter, r *http.Request) {
+	type row struct{ Method, Path, Summary string }
+	var rows []row
+	for _, o := range operations() {
+		rows = append(rows, row{o.method, o.path, o.summary})
+	}
+	slices.SortFunc(rows, func(a, b row) int { return strings.Compare(a.Path+" "+a.Method, b.Path+" "+b.Method) })
+	desc, _ := docOnce()["info"].(obj)["description"].(string)
+	w.Header().Set("Content-Type", "text/html; charset=utf-8")
+	if err := docsTmpl.Execute(w, struct {
+		Desc string
+		Ops  []row
+	}{desc, rows}); err != nil {
+		s.cfg.Logger.Error("docs page", "err", err)
+	}
 }

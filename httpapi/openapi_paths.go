@@ -31,6 +31,9 @@ func operations() []op {
 	ops := []op{
 		{method: get, path: "/v1/openapi.json", id: "GetOpenAPI", tag: "docs", summary: "This document",
 			responses: obj{"200": resp("The OpenAPI 3 document of every Berth route.", obj{"type": "object"})}},
+		{method: get, path: "/v1/docs", id: "GetDocs", tag: "docs", summary: "This document as an HTML page",
+			responses: obj{"200": obj{"description": "Every operation with its summary, linking to /v1/openapi.json.",
+				"content": obj{"text/html": obj{"schema": obj{"type": "string"}}}}}},
 		{method: get, path: "/v2/openapi.json", id: "GetOpenAPIv2", tag: "docs", summary: "This document (the spec's {v2_base_url}/openapi.json)",
 			responses: obj{"200": resp("The OpenAPI 3 document of every Berth route.", obj{"type": "object"})}},
 		{method: get, path: "/metrics", id: "Metrics", tag: "metrics", summary: "Prometheus metrics: requests, latency, queue depth and workers per endpoint",

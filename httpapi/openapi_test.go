@@ -140,6 +140,8 @@ type testEnv struct {
 
 	mu   sync.Mutex
 	seen map[string]int // operation ids validated
+
+	client *http.Client // nil: http.DefaultClient (conformant sets one)
 }
 
 // newValidatingServer starts Berth on a fresh data dir; mods adjust the
@@ -149,6 +151,8 @@ func newValidatingServer(t *testing.T, mods ...func(*httpapi.Config)) *testEnv {
 	t.Helper()
 	e := &testEnv{t: t, dir: t.TempDir(), mods: mods, seen: map[string]int{}}
 	e.open()
+	// Every exchange is also held to RunPod's documents (conformance_test.go).
+	e.conformant(false)
 	t.Cleanup(e.close)
 	return e
 }
@@ -244,7 +248,11 @@ func (e *testEnv) callWith(method, path string, body any, headers map[string]str
 	for k, v := range headers {
 		req.Header.Set(k, v)
 	}
-	res, err := http.DefaultClient.Do(req)
+	client := e.client
+	if client == nil {
+		client = http.DefaultClient
+	}
+	res, err := client.Do(req)
 	if err != nil {
 		e.t.Fatalf("%s %s: %v", method, path, err)
 	}
