@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -11,10 +12,16 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
 	"path/filepath"
 	"regexp"
+	goruntime "runtime"
+	"sync/atomic"
 	"time"
 
+	"github.com/coreos/go-systemd/v22/daemon"
+
+	"berth/cli"
 	"berth/gpu"
 	"berth/httpapi"
 	"berth/queue"
@@ -23,6 +30,125 @@ import (
 )
 
 const pingInterval = 10 * time.Second
+
+// serve runs the server until ctx ends (SIGINT/SIGTERM).
+func serve(ctx context.Context, o cli.ServeOptions) error {
+	log := o.Logger
+	if os.Getenv("GOMAXPROCS") == "" {
+		goruntime.GOMAXPROCS(store.Procs())
+	}
+
+	db, err := store.Open(filepath.Join(o.Data, "berth.db"), store.Options{})
+	if err != nil {
+		return err
+	}
+	defer db.Close()
+	keyHash, err := apiKeyHash(db, log)
+	if err != nil {
+		return err
+	}
+
+	var sup atomic.Pointer[runtime.Supervisor]
+	q := queue.New(db, queue.Config{Logger: log, WorkerTimeout: o.WorkerTimeout, ReconcileGrace: o.ReconcileGrace, MaxAttempts: o.MaxAttempts,
+		OnQueueChange: func(id string) {
+			if s := sup.Load(); s != nil {
+				s.Notify(id)
+			}
+		},
+		OnStopPod: func(ep, w string) {
+			if s := sup.Load(); s != nil {
+				s.Recycle(ep, w)
+			}
+		},
+	})
+	if err := q.Start(context.Background()); err != nil {
+		return err
+	}
+	s, gpus, workerLn, err := startRuntime(context.Background(), log, db, q, o.Addr, o.Data)
+	if err != nil {
+		q.Stop()
+		return fmt.Errorf("start the container runtime: %w", err)
+	}
+	cfg := httpapi.Config{
+		Store: db, Queue: q, Logger: log, APIKeyHash: keyHash, DataDir: o.Data,
+		RateLimits: o.RateLimits, Version: version, PingInterval: pingInterval,
+		GPUs: gpus.Snapshot,
+	}
+	if s != nil {
+		sup.Store(s)
+		defer s.Stop() // containers keep running and are adopted at the next start
+		cfg.Workers, cfg.EndpointChanged, cfg.EndpointDeleted = s.WorkerCounts, s.Notify, s.Notify
+		cfg.WorkerInfo = workerInfo(s)
+		cfg.Pods = podRuntime{s}
+		wireLogsAndStatus(&cfg, s)
+	}
+	api := httpapi.New(cfg)
+	if workerLn != nil {
+		log.Info("worker protocol for containers", "addr", workerLn.Addr().String())
+		go http.Serve(workerLn, workerOnly(api.Handler()))
+	}
+
+	ln, err := net.Listen("tcp", o.Addr)
+	if err != nil {
+		q.Stop()
+		return err
+	}
+	srv := &http.Server{Handler: api.Handler(), ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 120 * time.Second}
+	log.Info("berth serving", "addr", ln.Addr().String(), "data", o.Data, "version", version, "rateLimits", o.RateLimits)
+
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(ln) }()
+	// systemd Type=notify: ready once the listener accepts (a no-op
+	// outside systemd: NOTIFY_SOCKET is unset).
+	if ok, err := daemon.SdNotify(false, daemon.SdNotifyReady); err != nil {
+		log.Warn("sd_notify", "err", err)
+	} else if ok {
+		log.Info("told systemd we are ready")
+	}
+	if o.Ready != nil {
+		o.Ready(ln.Addr().String())
+	}
+	select {
+	case err := <-errc:
+		q.Stop()
+		return err
+	case <-ctx.Done():
+	}
+	log.Info("shutting down")
+	daemon.SdNotify(false, daemon.SdNotifyStopping)
+	if s != nil {
+		s.Stop()
+	}
+	q.Stop() // wakes every long poll
+	sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	return srv.Shutdown(sctx)
+}
+
+// apiKeyHash returns the hash of the operator's key: BERTH_API_KEY when set,
+// otherwise a key generated on first start, stored hashed and printed once.
+func apiKeyHash(db *store.DB, log *slog.Logger) (string, error) {
+	if k := os.Getenv("BERTH_API_KEY"); k != "" {
+		return httpapi.HashKey(k), nil
+	}
+	var stored []byte
+	db.View(func(tx *store.Tx) error { stored = tx.GetRaw(store.Meta, "api_key_hash"); return nil })
+	if stored != nil {
+		log.Info("using the API key generated on first start (set BERTH_API_KEY to use another)")
+		return string(stored), nil
+	}
+	b := make([]byte, 20)
+	if _, err := rand.Read(b); err != nil {
+		return "", err
+	}
+	key := "berth_" + hex.EncodeToString(b)
+	h := httpapi.HashKey(key)
+	if err := db.Write(store.PutRaw(store.Meta, "api_key_hash", []byte(h))); err != nil {
+		return "", err
+	}
+	fmt.Fprintf(os.Stderr, "\nYour Berth API key (shown only this once; only its hash is stored):\n\n    %s\n\nexport BERTH_API_KEY=%s\n\n", key, key)
+	return h, nil
+}
 
 // startRuntime finds the GPUs and, when Docker is reachable, starts the
 // worker supervisor on them. Without a daemon Berth still serves (external

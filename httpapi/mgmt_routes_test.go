@@ -166,6 +166,7 @@ func TestEveryRoute(t *testing.T) {
 			"desired": 1, "unhealthy": false, "reason": "waiting for free GPUs", "failures": 0, "crashes": 0, "attempts": 0}
 	})
 	e.must(200, "GET", "/v1/gpus", nil, nil)
+	e.must(200, "GET", "/v1/backup", nil, nil)
 	e.must(200, "GET", "/v1/endpoints/"+ep.ID+"/workers/zzzzcontainer1/logs?tail=10&jobId=job-a&follow=false", nil, nil)
 	e.must(200, "GET", "/v1/pods/"+pod.ID+"/logs?tail=1", nil, nil)
 	e.mustErr(400, "GET", "/v1/pods/"+pod.ID+"/logs?tail=-1", nil, "tail")

@@ -161,6 +161,9 @@ func operations() []op {
 		{method: get, path: "/v1/gpus", id: "ListGPUs", tag: "berth extensions", summary: "This host's GPUs, their types and holders",
 			desc:      "The GPUs NVML found (also when Docker is not reachable), each with the worker or pod holding it.",
 			responses: obj{"200": resp("By index; [] without GPUs (no NVIDIA driver, or a build without cgo).", arrayOf(ref("GPU")))}},
+		{method: get, path: "/v1/backup", id: "Backup", tag: "berth extensions", summary: "A consistent copy of the database file",
+			desc:      "The bbolt file as of one read transaction (writes go on meanwhile); Content-Length is its size. `berth backup FILE` saves it.",
+			responses: obj{"200": obj{"description": "The database file.", "content": obj{"application/octet-stream": obj{"schema": obj{"type": "string", "format": "binary"}}}}}},
 	}
 	return append(ops, jobOperations()...)
 }

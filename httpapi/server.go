@@ -177,6 +177,7 @@ func (s *Server) routes() {
 	v1.Handle("/endpoints/{endpointId}/workers/{workerId}/logs", admin("endpoints.workerLogs", s.workerLogs)).Methods(http.MethodGet)
 	v1.Handle("/pods/{podId}/logs", admin("pods.logs", s.podLogs)).Methods(http.MethodGet)
 	v1.Handle("/gpus", admin("gpus.list", s.listGPUs)).Methods(http.MethodGet)
+	v1.Handle("/backup", admin("backup", s.backup)).Methods(http.MethodGet)
 	s.router = r
 }
 

@@ -1,0 +1,543 @@
+package cli
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"log/slog"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"berth/gpu"
+	"berth/httpapi"
+	"berth/queue"
+	"berth/store"
+	"berth/worker"
+)
+
+const testKey = "cli-test-key"
+
+// berth is a running Berth (the real HTTP API on a temp bbolt file) with
+// a stand-in container runtime for pods and logs.
+type berth struct {
+	t    *testing.T
+	url  string
+	db   *store.DB
+	pods *fakePods
+
+	mu       sync.Mutex
+	logQuery []string // the log requests' (worker, follow, jobId)
+}
+
+type fakePods struct {
+	mu      sync.Mutex
+	actions []string
+}
+
+func (f *fakePods) record(s string) { f.mu.Lock(); f.actions = append(f.actions, s); f.mu.Unlock() }
+func (f *fakePods) StartPod(_ context.Context, p store.Pod) (httpapi.PodState, error) {
+	f.record("start " + p.ID)
+	return httpapi.PodState{PortMappings: map[string]int{"8888": 40001}, PublicIP: "127.0.0.1"}, nil
+}
+func (f *fakePods) ResetPod(_ context.Context, p store.Pod) (httpapi.PodState, error) {
+	f.record("reset " + p.ID)
+	return httpapi.PodState{}, nil
+}
+func (f *fakePods) StopPod(_ context.Context, id string) error   { f.record("stop " + id); return nil }
+func (f *fakePods) RemovePod(_ context.Context, id string) error { f.record("remove " + id); return nil }
+
+func startBerth(t *testing.T) *berth {
+	t.Helper()
+	db, err := store.Open(filepath.Join(t.TempDir(), "berth.db"), store.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+	q := queue.New(db, queue.Config{Logger: quiet})
+	if err := q.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	b := &berth{t: t, db: db, pods: &fakePods{}}
+	logs := func(who string) func(ctx context.Context, follow bool, job string) (io.ReadCloser, error) {
+		return func(ctx context.Context, follow bool, job string) (io.ReadCloser, error) {
+			b.mu.Lock()
+			b.logQuery = append(b.logQuery, strings.Join([]string{who, boolStr(follow), job}, " "))
+			b.mu.Unlock()
+			return io.NopCloser(strings.NewReader("hello from " + who + "\nsecond line\n")), nil
+		}
+	}
+	cfg := httpapi.Config{Store: db, Queue: q, Logger: quiet, APIKeyHash: httpapi.HashKey(testKey), RateLimits: false,
+		Pods: b.pods, DataDir: t.TempDir(),
+		GPUs: func() []gpu.Status {
+			return []gpu.Status{{Device: gpu.Device{Index: 0, UUID: "GPU-1", Name: "NVIDIA GeForce RTX 4090", TypeID: "NVIDIA GeForce RTX 4090", MemoryMiB: 24564}, Holder: "w1"}}
+		},
+		WorkerInfo: func(ep string) []httpapi.WorkerInfo {
+			return []httpapi.WorkerInfo{{ID: "container-a", State: "idle"}, {ID: "container-b", State: "running"}}
+		},
+		WorkerLogs: func(ctx context.Context, ep, w string, follow bool, tail int, job string) (io.ReadCloser, error) {
+			if w == "nosuch" {
+				return nil, httpapi.ErrNoSuchWorker
+			}
+			return logs(w)(ctx, follow, job)
+		},
+		PodLogs: func(ctx context.Context, id string, follow bool, tail int) (io.ReadCloser, error) {
+			return logs("pod-"+id)(ctx, follow, "")
+		},
+	}
+	srv := httptest.NewServer(httpapi.New(cfg).Handler())
+	t.Cleanup(func() { srv.Close(); q.Stop(); db.Close() })
+	b.url = srv.URL
+	return b
+}
+
+func boolStr(b bool) string {
+	if b {
+		return "follow"
+	}
+	return "once"
+}
+
+type result struct {
+	stdout, stderr string
+	code           int
+}
+
+// run runs `berth args...` against b with the test key.
+func (b *berth) run(args ...string) result {
+	return b.runWith(map[string]string{"BERTH_API_KEY": testKey}, false, args...)
+}
+
+func (b *berth) runWith(env map[string]string, tty bool, args ...string) result {
+	b.t.Helper()
+	var out, errb bytes.Buffer
+	if _, ok := env["BERTH_URL"]; !ok {
+		env["BERTH_URL"] = b.url
+	}
+	code := Main(args, Options{Version: "test", Stdout: &out, Stderr: &errb, Stdin: strings.NewReader(""),
+		Getenv:     func(k string) string { return env[k] },
+		IsTerminal: func(io.Writer) bool { return tty }})
+	return result{out.String(), errb.String(), code}
+}
+
+// ok runs a command that must succeed and decodes its JSON output into v.
+func (b *berth) ok(v any, args ...string) string {
+	b.t.Helper()
+	r := b.run(args...)
+	if r.code != 0 {
+		b.t.Fatalf("berth %s: exit %d\nstdout: %s\nstderr: %s", strings.Join(args, " "), r.code, r.stdout, r.stderr)
+	}
+	if v != nil {
+		if err := json.Unmarshal([]byte(r.stdout), v); err != nil {
+			b.t.Fatalf("berth %s: output is not JSON: %v\n%s", strings.Join(args, " "), err, r.stdout)
+		}
+	}
+	return r.stdout
+}
+
+// fails runs a command that must exit with code and mention words.
+func (b *berth) fails(code int, words []string, args ...string) {
+	b.t.Helper()
+	r := b.run(args...)
+	if r.code != code {
+		b.t.Fatalf("berth %s: exit %d, want %d\nstdout: %s\nstderr: %s", strings.Join(args, " "), r.code, code, r.stdout, r.stderr)
+	}
+	for _, w := range words {
+		if !strings.Contains(r.stderr, w) {
+			b.t.Errorf("berth %s: stderr lacks %q: %s", strings.Join(args, " "), w, r.stderr)
+		}
+	}
+}
+
+type rec = map[string]any
+
+func TestManagementVerbs(t *testing.T) {
+	b := startBerth(t)
+
+	// Templates: the old positional form and flags for fields.
+	var tpl rec
+	b.ok(&tpl, "template", "create", "cli-tpl", "img:1", "--env", "A=1", "--env", "B=x=y", "--docker-start-cmd", "python", "--docker-start-cmd", "-c", "--docker-start-cmd", "print(1, 2)", "--ports", "8000/http,22/tcp", "--json")
+	tid := tpl["id"].(string)
+	if tpl["imageName"] != "img:1" || tpl["isServerless"] != true {
+		t.Fatalf("template: %v", tpl)
+	}
+	if env := tpl["env"].(rec); env["A"] != "1" || env["B"] != "x=y" {
+		t.Errorf("env: %v", env)
+	}
+	if cmd := tpl["dockerStartCmd"].([]any); len(cmd) != 3 || cmd[2] != "print(1, 2)" {
+		t.Errorf("dockerStartCmd: %v", cmd)
+	}
+	if p := tpl["ports"].([]any); len(p) != 2 {
+		t.Errorf("ports: %v", p)
+	}
+	var list []rec
+	b.ok(&list, "template", "list", "--json")
+	if len(list) != 1 || list[0]["id"] != tid {
+		t.Fatalf("template list: %v", list)
+	}
+	b.ok(&tpl, "template", "update", tid, "--readme", "hi", "--json")
+	if tpl["readme"] != "hi" || tpl["name"] != "cli-tpl" {
+		t.Fatalf("template update: %v", tpl)
+	}
+	b.ok(&tpl, "template", "get", tid, "--json")
+	if tpl["readme"] != "hi" {
+		t.Fatalf("template get: %v", tpl)
+	}
+	// -f FILE with a flag over it.
+	file := filepath.Join(t.TempDir(), "t.json")
+	os.WriteFile(file, []byte(`{"name":"from-file","imageName":"img:2","isServerless":false,"readme":"file"}`), 0o600)
+	var tpl2 rec
+	b.ok(&tpl2, "template", "create", "-f", file, "--readme", "flag", "--json")
+	if tpl2["name"] != "from-file" || tpl2["readme"] != "flag" || tpl2["isServerless"] != false {
+		t.Fatalf("template -f: %v", tpl2)
+	}
+	b.fails(ExitConflict, []string{"409"}, "template", "create", "cli-tpl", "img:3")
+	b.fails(ExitError, []string{"400", "imageName"}, "template", "create", "--name", "noimage")
+	b.fails(ExitUsage, []string{"nothing to change"}, "template", "update", tid)
+	b.fails(ExitUsage, []string{"unknown flag"}, "template", "create", "--imagename", "x")
+
+	// Endpoints.
+	var ep rec
+	b.ok(&ep, "endpoint", "create", tid, "--name", "cli-ep", "--workers-max", "2", "--gpu-type-ids", "ADA_24,AMPERE_16", "--env", "K=V", "--execution-timeout-ms", "60000", "--json")
+	eid := ep["id"].(string)
+	if ep["workersMax"] != 2.0 || len(ep["gpuTypeIds"].([]any)) != 2 || ep["executionTimeoutMs"] != 60000.0 {
+		t.Fatalf("endpoint: %v", ep)
+	}
+	b.ok(&ep, "endpoint", "update", eid, "--workers-min", "1", "--idle-timeout", "7", "--json")
+	if ep["workersMin"] != 1.0 || ep["idleTimeout"] != 7.0 || ep["name"] != "cli-ep" {
+		t.Fatalf("endpoint update: %v", ep)
+	}
+	b.ok(&ep, "endpoint", "get", eid, "--workers", "--json")
+	if ws, _ := ep["workers"].([]any); len(ws) != 2 {
+		t.Fatalf("endpoint get --workers: %v", ep)
+	}
+	out := b.ok(nil, "endpoint", "list", "-o", "table")
+	if !strings.HasPrefix(out, "ID") || !strings.Contains(out, eid) || !strings.Contains(out, "cli-ep") {
+		t.Fatalf("endpoint list table:\n%s", out)
+	}
+	// Piped output without --json is JSON (scripts keep working).
+	b.ok(&list, "endpoint", "ls")
+	if len(list) != 1 {
+		t.Fatalf("endpoint ls: %v", list)
+	}
+	b.fails(ExitNotFound, []string{"404"}, "endpoint", "get", "nosuchendpoint1")
+	b.fails(ExitConflict, []string{"in use"}, "template", "delete", tid)
+
+	// Network volumes.
+	var vol rec
+	b.ok(&vol, "volume", "create", "--name", "models", "--size", "10", "--data-center-id", "BERTH-LOCAL", "--json")
+	vid := vol["id"].(string)
+	b.ok(&vol, "volume", "update", vid, "--size", "20", "--json")
+	if vol["size"] != 20.0 {
+		t.Fatalf("volume update: %v", vol)
+	}
+	b.ok(&list, "volume", "list", "--json")
+	if len(list) != 1 {
+		t.Fatalf("volume list: %v", list)
+	}
+	b.ok(&vol, "volume", "get", vid, "--json")
+	b.ok(nil, "volume", "delete", vid)
+	b.fails(ExitNotFound, nil, "volume", "get", vid)
+
+	// Registry auths (no update).
+	var ra rec
+	b.ok(&ra, "registry", "create", "--name", "ghcr", "--username", "u", "--password", "p", "--json")
+	rid := ra["id"].(string)
+	b.ok(&list, "registry", "list", "--json")
+	if len(list) != 1 || list[0]["id"] != rid {
+		t.Fatalf("registry list: %v", list)
+	}
+	b.ok(&ra, "registry", "get", rid, "--json")
+	if r := b.run("registry", "update", rid); r.code != ExitUsage {
+		t.Fatalf("registry update: %+v", r)
+	}
+	var del rec
+	b.ok(&del, "registry", "delete", rid, "--json")
+
+	// Pods and their verbs.
+	var pod rec
+	b.ok(&pod, "pod", "create", "--name", "nb", "--image-name", "jupyter:1", "--compute-type", "CPU", "--ports", "8888/http", "--wait", "--json")
+	pid := pod["id"].(string)
+	if pod["desiredStatus"] != "RUNNING" {
+		t.Fatalf("pod create: %v", pod)
+	}
+	b.ok(&pod, "pod", "stop", pid, "--json")
+	if pod["desiredStatus"] != "EXITED" {
+		t.Fatalf("pod stop: %v", pod)
+	}
+	b.ok(&pod, "pod", "start", pid, "--json")
+	b.ok(&pod, "pod", "restart", pid, "--json")
+	b.ok(&pod, "pod", "update", pid, "--name", "nb2", "--json")
+	if pod["name"] != "nb2" {
+		t.Fatalf("pod update: %v", pod)
+	}
+	if out := b.ok(nil, "pod", "logs", pid, "-f"); !strings.Contains(out, "hello from pod-"+pid) {
+		t.Fatalf("pod logs: %q", out)
+	}
+	b.ok(&list, "pod", "list", "--json")
+	if len(list) != 1 {
+		t.Fatalf("pod list: %v", list)
+	}
+	b.ok(nil, "pod", "delete", pid)
+	b.pods.mu.Lock()
+	acts := strings.Join(b.pods.actions, ",")
+	b.pods.mu.Unlock()
+	for _, want := range []string{"start " + pid, "stop " + pid, "remove " + pid} {
+		if !strings.Contains(acts, want) {
+			t.Errorf("runtime calls %s lack %q", acts, want)
+		}
+	}
+
+	// Host verbs.
+	var gpus []rec
+	b.ok(&gpus, "gpus", "--json")
+	if len(gpus) != 1 || gpus[0]["holder"] != "w1" {
+		t.Fatalf("gpus: %v", gpus)
+	}
+	if out := b.ok(nil, "gpus", "-o", "table"); !strings.Contains(out, "RTX 4090") || !strings.Contains(out, "HOLDER") {
+		t.Fatalf("gpus table: %s", out)
+	}
+	out = b.ok(nil, "worker-env", eid)
+	for _, want := range []string{"export RUNPOD_WEBHOOK_GET_JOB='" + b.url + "/v2/" + eid + "/job-take/", "export RUNPOD_ENDPOINT_ID='" + eid + "'"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("worker-env lacks %q:\n%s", want, out)
+		}
+	}
+	var v rec
+	b.ok(&v, "version", "--json")
+	if v["version"] != "test" {
+		t.Fatalf("version: %v", v)
+	}
+	if out := b.ok(nil, "completion", "bash"); !strings.Contains(out, "__start_berth") {
+		t.Fatalf("completion: %.200s", out)
+	}
+
+	// Logs: one worker, every worker, follow and job filters reach the server.
+	if out := b.ok(nil, "logs", eid, "container-a", "--job", "job-1", "-f"); !strings.Contains(out, "hello from container-a") {
+		t.Fatalf("logs: %q", out)
+	}
+	out = b.ok(nil, "logs", eid)
+	if !strings.Contains(out, "container-a | hello from container-a") || !strings.Contains(out, "container-b | second line") {
+		t.Fatalf("logs of every worker: %q", out)
+	}
+	b.mu.Lock()
+	q := strings.Join(b.logQuery, ",")
+	b.mu.Unlock()
+	if !strings.Contains(q, "container-a follow job-1") || !strings.Contains(q, "pod-"+pid+" follow") {
+		t.Fatalf("log requests: %s", q)
+	}
+	b.fails(ExitNotFound, []string{"404"}, "logs", eid, "nosuch")
+}
+
+func TestExitCodes(t *testing.T) {
+	b := startBerth(t)
+	b.fails(ExitUsage, []string{"unknown command"}, "frobnicate")
+	b.fails(ExitUsage, []string{"expected ENDPOINT_ID JOB_ID"}, "status", "only-one")
+	b.fails(ExitUsage, []string{"not JSON"}, "run", "ep", "not json")
+	b.fails(ExitUsage, []string{"--output"}, "gpus", "-o", "yaml")
+	if r := b.runWith(map[string]string{"BERTH_API_KEY": "wrong"}, false, "endpoint", "list"); r.code != ExitUnauthorized || !strings.Contains(r.stderr, "401") {
+		t.Fatalf("wrong key: %+v", r)
+	}
+	if r := b.runWith(map[string]string{"BERTH_API_KEY": testKey, "BERTH_URL": "http://127.0.0.1:1"}, false, "endpoint", "list"); r.code != ExitUnreachable {
+		t.Fatalf("unreachable: %+v", r)
+	}
+	// --url beats BERTH_URL.
+	if r := b.runWith(map[string]string{"BERTH_API_KEY": testKey, "BERTH_URL": "http://127.0.0.1:1"}, false, "--url", b.url, "gpus"); r.code != 0 {
+		t.Fatalf("--url: %+v", r)
+	}
+}
+
+// startWorker runs an in-process worker (package worker, the protocol
+// runpod-python speaks) for endpoint ep: input {"fail": "msg"} fails,
+// {"stream": [..]} streams, {"sleep_ms": N} sleeps, anything else is echoed.
+func (b *berth) startWorker(ep string) {
+	var env map[string]string
+	b.ok(&env, "worker-env", ep, "--json")
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	b.t.Cleanup(func() { cancel(); <-done })
+	go func() {
+		defer close(done)
+		worker.Start(ctx, worker.Config{
+			Env:    func(k string) string { return env[k] },
+			Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+			Handler: func(ctx context.Context, job *worker.Job) (any, error) {
+				var in struct {
+					Fail    string `json:"fail"`
+					Stream  []any  `json:"stream"`
+					SleepMS int    `json:"sleep_ms"`
+				}
+				json.Unmarshal(job.Input, &in)
+				if in.SleepMS > 0 {
+					select {
+					case <-time.After(time.Duration(in.SleepMS) * time.Millisecond):
+					case <-ctx.Done():
+						return nil, ctx.Err()
+					}
+				}
+				if in.Fail != "" {
+					return nil, errors.New(in.Fail)
+				}
+				if in.Stream != nil {
+					return worker.Stream(func(yield func(any) error) error {
+						for _, c := range in.Stream {
+							if err := yield(c); err != nil {
+								return err
+							}
+						}
+						return nil
+					}), nil
+				}
+				return job.Input, nil
+			},
+		})
+	}()
+}
+
+func TestJobVerbs(t *testing.T) {
+	b := startBerth(t)
+	var tpl, ep, idle rec
+	b.ok(&tpl, "template", "create", "jobs", "img:1", "--json")
+	b.ok(&ep, "endpoint", "create", tpl["id"].(string), "--json")
+	b.ok(&idle, "endpoint", "create", tpl["id"].(string), "--name", "no-workers", "--json")
+	eid, qid := ep["id"].(string), idle["id"].(string)
+	b.startWorker(eid)
+
+	// run --wait prints the output; the job's own fields are parsed.
+	var job rec
+	b.ok(&job, "run", eid, `{"hello":"world"}`, "--wait", "--json")
+	if job["status"] != "COMPLETED" || job["output"].(rec)["hello"] != "world" {
+		t.Fatalf("run --wait: %v", job)
+	}
+	b.ok(&job, "status", eid, job["id"].(string), "--json")
+	if job["status"] != "COMPLETED" {
+		t.Fatalf("status: %v", job)
+	}
+	// On a terminal: a spinner with the job's state on stderr, a table
+	// and the output on stdout.
+	r := b.runWith(map[string]string{"BERTH_API_KEY": testKey}, true, "run", eid, `{"sleep_ms": 1500}`, "--wait")
+	if r.code != 0 || !strings.Contains(r.stdout, "COMPLETED") || !strings.Contains(r.stdout, `"sleep_ms": 1500`) {
+		t.Fatalf("run --wait on a terminal: %+v", r)
+	}
+	if !strings.Contains(r.stderr, "\r") || !strings.Contains(r.stderr, "job ") || !strings.ContainsAny(r.stderr, strings.Join(spinnerFrames, "")) {
+		t.Fatalf("no spinner on stderr: %q", r.stderr)
+	}
+	// A failed job: exit 4 with the worker's error.
+	r = b.run("run", eid, `{"fail":"boom"}`, "--wait", "--json")
+	if r.code != ExitJobFailed || !strings.Contains(r.stderr, "FAILED") {
+		t.Fatalf("failed job: %+v", r)
+	}
+	json.Unmarshal([]byte(r.stdout), &job)
+	failed := job["id"].(string)
+	var rt rec
+	b.ok(&rt, "retry", eid, failed, "--json")
+	if rt["id"] != failed {
+		t.Fatalf("retry: %v", rt)
+	}
+	// runsync, as before.
+	b.ok(&job, "runsync", eid, `{"n":2}`, "--json")
+	if job["status"] != "COMPLETED" {
+		t.Fatalf("runsync: %v", job)
+	}
+	// stream prints each chunk's output on its own line.
+	b.ok(&job, "run", eid, `{"stream":[{"t":"a"},{"t":"b"},3]}`, "--json")
+	out := b.ok(nil, "stream", eid, job["id"].(string), "-o", "table")
+	if lines := strings.Split(strings.TrimSpace(out), "\n"); len(lines) != 3 || lines[0] != `{"t":"a"}` || lines[2] != "3" {
+		t.Fatalf("stream: %q", out)
+	}
+	b.ok(&job, "run", eid, `{"stream":[1,2]}`, "--json")
+	out = b.ok(nil, "stream", eid, job["id"].(string), "--json")
+	for i, line := range strings.Split(strings.TrimSpace(out), "\n") {
+		var c rec
+		if err := json.Unmarshal([]byte(line), &c); err != nil || c["output"] == nil {
+			t.Fatalf("stream --json line %d: %q", i, line)
+		}
+	}
+
+	// On the endpoint without workers: queue, cancel, purge, health.
+	b.ok(&job, "run", qid, `{"x":1}`, "--json")
+	if job["status"] != "IN_QUEUE" {
+		t.Fatalf("run: %v", job)
+	}
+	b.ok(&job, "cancel", qid, job["id"].(string), "--json")
+	if job["status"] != "CANCELLED" {
+		t.Fatalf("cancel: %v", job)
+	}
+	b.ok(nil, "run", qid, `{"x":2}`)
+	b.ok(nil, "run", qid, `{"x":3}`)
+	var h rec
+	b.ok(&h, "health", qid, "--json")
+	if h["jobs"].(rec)["inQueue"] != 2.0 {
+		t.Fatalf("health: %v", h)
+	}
+	var p rec
+	b.ok(&p, "purge", qid, "--json")
+	if p["removed"] != 2.0 {
+		t.Fatalf("purge: %v", p)
+	}
+	if out := b.ok(nil, "health", qid, "-o", "table"); !strings.Contains(out, "inQueue") || !strings.Contains(out, "KIND") {
+		t.Fatalf("health table: %s", out)
+	}
+	b.fails(ExitNotFound, []string{"404"}, "status", qid, "nosuchjob")
+}
+
+func TestBackup(t *testing.T) {
+	b := startBerth(t)
+	var tpl, ep, job rec
+	b.ok(&tpl, "template", "create", "bk", "img:1", "--json")
+	b.ok(&ep, "endpoint", "create", tpl["id"].(string), "--json")
+	var ids []string
+	for range 5 {
+		b.ok(&job, "run", ep["id"].(string), `{"keep":"me"}`, "--json")
+		ids = append(ids, job["id"].(string))
+	}
+	file := filepath.Join(t.TempDir(), "copy.db")
+	var res rec
+	b.ok(&res, "backup", file, "--json")
+	if res["bytes"].(float64) <= 0 {
+		t.Fatalf("backup: %v", res)
+	}
+	// The copy opens and holds the jobs.
+	cp, err := store.Open(file, store.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cp.Check(); err != nil {
+		t.Fatalf("the copy is not consistent: %v", err)
+	}
+	n := 0
+	cp.Scan(store.Jobs, func(k string, _ []byte) error {
+		for _, id := range ids {
+			if strings.Contains(k, id) {
+				n++
+			}
+		}
+		return nil
+	})
+	cp.Close()
+	if n != len(ids) {
+		t.Fatalf("the copy holds %d of the %d jobs", n, len(ids))
+	}
+
+	// Offline: --data copies a stopped Berth's file; a running one is
+	// refused with a hint.
+	file2 := filepath.Join(t.TempDir(), "copy2.db")
+	r := b.run("backup", file2, "--data", filepath.Dir(b.db.Path()))
+	if r.code == 0 || !strings.Contains(r.stderr, "leave out --data") {
+		t.Fatalf("offline backup of a running Berth: %+v", r)
+	}
+	stopped := t.TempDir()
+	if err := os.Rename(file, filepath.Join(stopped, "berth.db")); err != nil {
+		t.Fatal(err)
+	}
+	b.ok(nil, "backup", file2, "--data", stopped)
+	if _, err := os.Stat(file2); err != nil {
+		t.Fatal(err)
+	}
+}

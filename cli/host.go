@@ -1,0 +1,226 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/url"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"berth/store"
+)
+
+func hostCommands(a *app) []*cobra.Command {
+	gpus := &cobra.Command{Use: "gpus", Short: "List this host's GPUs and what holds them", Args: exactArgs(0, "no arguments"),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			var items []any
+			if err := a.client().Do(cmd.Context(), http.MethodGet, "/v1/gpus", nil, &items); err != nil {
+				return err
+			}
+			return a.printer().List(items, []column{{header: "INDEX", path: "index"}, {header: "NAME", path: "name"},
+				{header: "TYPE", path: "gpuTypeId"}, {header: "MEMORY_MIB", path: "memoryInMiB"}, {header: "HOLDER", path: "holder"},
+				{header: "UUID", path: "uuid"}})
+		}}
+
+	var baseURL string
+	workerEnv := &cobra.Command{Use: "worker-env ENDPOINT_ID", Short: "Print export lines for a worker run outside Docker",
+		Args: exactArgs(1, "ENDPOINT_ID"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			path := "/v1/endpoints/" + url.PathEscape(args[0]) + "/worker-env"
+			if baseURL != "" {
+				path += "?baseUrl=" + url.QueryEscape(baseURL)
+			}
+			var env map[string]string
+			if err := a.client().Do(cmd.Context(), http.MethodGet, path, nil, &env); err != nil {
+				return err
+			}
+			if a.asJSON || a.output == "json" {
+				return a.printer().JSON(env)
+			}
+			keys := make([]string, 0, len(env))
+			for k := range env {
+				keys = append(keys, k)
+			}
+			sort.Strings(keys)
+			for _, k := range keys {
+				fmt.Fprintf(a.o.Stdout, "export %s='%s'\n", k, strings.ReplaceAll(env[k], "'", `'\''`))
+			}
+			return nil
+		}}
+	workerEnv.Flags().StringVar(&baseURL, "base-url", "", "the address the worker reaches Berth at [--url]")
+
+	version := &cobra.Command{Use: "version", Short: "Print berth's version", Args: exactArgs(0, "no arguments"),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if a.asJSON || a.output == "json" {
+				return a.printer().JSON(map[string]string{"version": a.o.Version})
+			}
+			_, err := fmt.Fprintln(a.o.Stdout, "berth", a.o.Version)
+			return err
+		}}
+
+	var dataDir string
+	backup := &cobra.Command{Use: "backup FILE", Short: "Save a consistent copy of Berth's database",
+		Long: `Save a consistent copy of Berth's database to FILE.
+
+By default the running Berth at --url writes it from one read transaction
+(jobs keep flowing meanwhile). With --data DIR the database in DIR is copied
+directly, for a Berth that is stopped. FILE is written beside itself and
+renamed, so it is never half written. Restore: stop Berth, put the copy at
+DATA/berth.db, start Berth.`,
+		Args: exactArgs(1, "FILE"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			var n int64
+			var err error
+			if dataDir != "" {
+				n, err = backupOffline(dataDir, args[0])
+			} else {
+				n, err = backupOnline(cmd.Context(), a, args[0])
+			}
+			if err != nil {
+				return err
+			}
+			if a.asJSON || a.output == "json" {
+				return a.printer().JSON(map[string]any{"file": args[0], "bytes": n})
+			}
+			fmt.Fprintf(a.o.Stderr, "wrote %s (%d bytes)\n", args[0], n)
+			return nil
+		}}
+	backup.Flags().StringVar(&dataDir, "data", "", "copy the database in this data directory instead (Berth stopped)")
+
+	var checkData string
+	check := &cobra.Command{Use: "check", Short: "Run bbolt's full consistency check of berth.db (Berth stopped)",
+		Long: `Run bbolt's full consistency check of DATA/berth.db. Run it with 'berth serve'
+stopped (serve runs the cheaper checks at every start). Exit 0 and "PATH: ok",
+or exit 1 and the problems found.`,
+		Args: exactArgs(0, "no arguments"),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			path := filepath.Join(checkData, "berth.db")
+			if err := store.Check(path); err != nil {
+				if errors.Is(err, store.ErrLocked) {
+					return fmt.Errorf("%w (stop 'berth serve' first)", err)
+				}
+				return err
+			}
+			if a.asJSON || a.output == "json" {
+				return a.printer().JSON(map[string]any{"file": path, "ok": true})
+			}
+			_, err := fmt.Fprintln(a.o.Stdout, path+": ok")
+			return err
+		}}
+	check.Flags().StringVar(&checkData, "data", envOr(a, "BERTH_DATA", "./berth-data"), "data directory [BERTH_DATA]")
+
+	return []*cobra.Command{gpus, workerEnv, version, backup, check, serveCommand(a)}
+}
+
+func envOr(a *app, name, def string) string {
+	if v := a.o.Getenv(name); v != "" {
+		return v
+	}
+	return def
+}
+
+func backupOnline(ctx context.Context, a *app, file string) (int64, error) {
+	resp, err := a.client().Send(ctx, http.MethodGet, "/v1/backup", nil)
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	return store.WriteFileAtomic(file, func(w io.Writer) (int64, error) {
+		n, err := io.Copy(w, resp.Body)
+		if err == nil && resp.ContentLength >= 0 && n != resp.ContentLength {
+			err = fmt.Errorf("backup cut short: %d of %d bytes", n, resp.ContentLength)
+		}
+		return n, err
+	})
+}
+
+func backupOffline(dataDir, file string) (int64, error) {
+	path := filepath.Join(dataDir, "berth.db")
+	if _, err := os.Stat(path); err != nil {
+		return 0, usageErr("--data: %v", err)
+	}
+	db, err := store.Open(path, store.Options{})
+	if err != nil {
+		return 0, fmt.Errorf("%w (is Berth running? then leave out --data)", err)
+	}
+	defer db.Close()
+	return db.BackupFile(file)
+}
+
+// NewLogger builds the server's logger from --log-format and --log-level.
+func NewLogger(w io.Writer, format, level string) (*slog.Logger, error) {
+	var lv slog.Level
+	if err := lv.UnmarshalText([]byte(level)); err != nil {
+		return nil, usageErr("--log-level must be debug, info, warn or error, got %q", level)
+	}
+	opts := &slog.HandlerOptions{Level: lv}
+	switch format {
+	case "text":
+		return slog.New(slog.NewTextHandler(w, opts)), nil
+	case "json":
+		return slog.New(slog.NewJSONHandler(w, opts)), nil
+	}
+	return nil, usageErr("--log-format must be text or json, got %q", format)
+}
+
+func serveCommand(a *app) *cobra.Command {
+	env := func(name, def string) string {
+		if v := a.o.Getenv(name); v != "" {
+			return v
+		}
+		return def
+	}
+	envDur := func(name string, def time.Duration) time.Duration {
+		if d, err := time.ParseDuration(a.o.Getenv(name)); err == nil {
+			return d
+		}
+		return def
+	}
+	envInt := func(name string, def int) int {
+		if n, err := strconv.Atoi(a.o.Getenv(name)); err == nil {
+			return n
+		}
+		return def
+	}
+	var o ServeOptions
+	var limits, logFormat, logLevel string
+	cmd := &cobra.Command{Use: "serve", Short: "Run the Berth server", Args: exactArgs(0, "no arguments"),
+		Long: `Run the Berth server: RunPod's APIs on --addr, jobs in DATA/berth.db,
+worker and pod containers through the Docker daemon (DOCKER_HOST or the
+default socket). Every flag has an environment variable (in brackets).`,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if limits != "on" && limits != "off" {
+				return usageErr("--rate-limits must be on or off, got %q", limits)
+			}
+			o.RateLimits = limits == "on"
+			log, err := NewLogger(a.o.Stderr, logFormat, logLevel)
+			if err != nil {
+				return err
+			}
+			o.Logger = log
+			if a.o.Serve == nil {
+				return fmt.Errorf("serve: not available in this build")
+			}
+			return a.o.Serve(cmd.Context(), o)
+		}}
+	f := cmd.Flags()
+	f.StringVar(&o.Addr, "addr", env("BERTH_ADDR", "127.0.0.1:8080"), "listen address [BERTH_ADDR]")
+	f.StringVar(&o.Data, "data", env("BERTH_DATA", "./berth-data"), "data directory [BERTH_DATA]")
+	f.StringVar(&limits, "rate-limits", env("BERTH_RATE_LIMITS", "on"), "the spec's rate limits: on or off [BERTH_RATE_LIMITS]")
+	f.DurationVar(&o.WorkerTimeout, "worker-timeout", envDur("BERTH_WORKER_TIMEOUT", 60*time.Second), "a worker silent this long is lost and its jobs requeued [BERTH_WORKER_TIMEOUT]")
+	f.DurationVar(&o.ReconcileGrace, "reconcile-grace", envDur("BERTH_RECONCILE_GRACE", 30*time.Second), "a job a worker's pings stop reporting this long after it took it is requeued [BERTH_RECONCILE_GRACE]")
+	f.IntVar(&o.MaxAttempts, "max-attempts", envInt("BERTH_MAX_ATTEMPTS", 3), "times a job is handed to workers that are lost before it fails [BERTH_MAX_ATTEMPTS]")
+	f.StringVar(&logFormat, "log-format", env("BERTH_LOG_FORMAT", "text"), "log format: text or json [BERTH_LOG_FORMAT]")
+	f.StringVar(&logLevel, "log-level", env("BERTH_LOG_LEVEL", "info"), "log level: debug, info, warn or error [BERTH_LOG_LEVEL]")
+	return cmd
+}
