@@ -50,8 +50,11 @@ func (f *fakePods) ResetPod(_ context.Context, p store.Pod) (httpapi.PodState, e
 	f.record("reset " + p.ID)
 	return httpapi.PodState{}, nil
 }
-func (f *fakePods) StopPod(_ context.Context, id string) error   { f.record("stop " + id); return nil }
-func (f *fakePods) RemovePod(_ context.Context, id string) error { f.record("remove " + id); return nil }
+func (f *fakePods) StopPod(_ context.Context, id string) error { f.record("stop " + id); return nil }
+func (f *fakePods) RemovePod(_ context.Context, id string) error {
+	f.record("remove " + id)
+	return nil
+}
 
 func startBerth(t *testing.T) *berth {
 	t.Helper()
@@ -537,6 +540,11 @@ func TestBackup(t *testing.T) {
 		t.Fatal(err)
 	}
 	b.ok(nil, "backup", file2, "--data", stopped)
+	var chk rec
+	b.ok(&chk, "check", "--data", stopped, "--json")
+	if chk["ok"] != true {
+		t.Fatalf("check of the copy: %v", chk)
+	}
 	if _, err := os.Stat(file2); err != nil {
 		t.Fatal(err)
 	}
