@@ -53,13 +53,7 @@ func (s *Server) loadPodRefs(ctx context.Context) (podRefs, error) {
 
 func (s *Server) viewPod(p store.Pod, flags map[string]bool, refs podRefs, prices Prices) podView {
 	v := podView{Pod: p, Image: p.ImageName, ConsumerUserID: "berth"}
-	gpuType, gpus := "", p.GPUCount
-	if p.GPU != nil {
-		gpuType, gpus = p.GPU.ID, p.GPU.Count
-	} else if len(p.GPUTypeIDs) > 0 {
-		gpuType = p.GPUTypeIDs[0]
-	}
-	v.CostPerHr = prices.Hourly(gpuType, gpus, p.VCPUCount)
+	v.CostPerHr = prices.PodHourly(p)
 	v.AdjustedCostPerHr = v.CostPerHr
 	if flags["includeMachine"] {
 		m := &machineView{DataCenterID: mgmt.DataCenterID, Location: "local", CPUCount: goruntime.NumCPU(), SecureCloud: true, SupportPublicIP: true}

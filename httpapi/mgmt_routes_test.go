@@ -45,9 +45,12 @@ func TestEveryRouteNeedsTheKey(t *testing.T) {
 				t.Errorf("%s (%s) with %v: %d, want 401: %s", route, id, hdr, code, out)
 				continue
 			}
-			var m map[string]string
+			var m struct {
+				Message, Error string
+				Errors         []struct{ Message string }
+			}
 			json.Unmarshal(out, &m)
-			if m["message"] == "" && m["error"] == "" {
+			if m.Message == "" && m.Error == "" && (len(m.Errors) == 0 || m.Errors[0].Message == "") {
 				t.Errorf("%s: 401 body without message: %s", route, out)
 			}
 		}
@@ -126,6 +129,20 @@ func TestEveryRoute(t *testing.T) {
 	e.must(200, "GET", "/v1/openapi.json", nil, nil)
 	e.must(200, "GET", "/v2/openapi.json", nil, nil)
 	e.must(200, "GET", "/v1/docs", nil, nil)
+	// GraphQL (graphqlapi tests each operation): a query and a refusal.
+	var gq struct {
+		Data   struct{ Myself struct{ ID string } }
+		Errors []struct{ Message string }
+	}
+	e.must(200, "POST", "/graphql", J{"query": "query { myself { id } }"}, &gq)
+	if gq.Data.Myself.ID != "berth" || len(gq.Errors) != 0 {
+		t.Errorf("/graphql myself: %+v", gq)
+	}
+	e.must(200, "POST", "/graphql", J{"query": "mutation { deleteEndpoint(id: \"nosuchendpoint\") }"}, &gq)
+	if len(gq.Errors) != 1 || !strings.Contains(gq.Errors[0].Message, "not found") {
+		t.Errorf("/graphql refusal: %+v", gq)
+	}
+	e.must(400, "POST", "/graphql", "[1]", nil)
 
 	// Management: every resource through its life.
 	auth := e.newRegistryAuth("hub", "me", "pw")

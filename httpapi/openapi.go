@@ -111,7 +111,10 @@ func document(version string) obj {
 		}
 		rs := maps.Clone(o.responses)
 		errResp := mErr
-		if !strings.HasPrefix(o.path, "/v1/") {
+		switch {
+		case o.path == "/graphql":
+			errResp = func(desc string) obj { return resp(desc, ref("GraphQLResponse")) }
+		case !strings.HasPrefix(o.path, "/v1/"):
 			errResp = jErr
 		}
 		rs["401"] = errResp("Missing or invalid API key.")

@@ -38,6 +38,12 @@ func operations() []op {
 			responses: obj{"200": resp("The OpenAPI 3 document of every Berth route.", obj{"type": "object"})}},
 		{method: get, path: "/metrics", id: "Metrics", tag: "metrics", summary: "Prometheus metrics: requests, latency, queue depth and workers per endpoint",
 			responses: obj{"200": textResp("Prometheus text exposition format.")}},
+		{method: post, path: "/graphql", id: "GraphQL", tag: "graphql", summary: "RunPod's GraphQL API: the management calls of runpod-python and runpodctl",
+			desc: "The schema is graphqlapi/schema.graphql; docs/management.md lists the operations served and refused. " +
+				"GraphQL errors (syntax, validation, a refused mutation) answer 200 with errors[0].message, as RunPod does.",
+			body: body(ref("GraphQLRequest")),
+			responses: obj{"200": resp("data, and errors when any.", ref("GraphQLResponse")),
+				"400": resp("The body is not a GraphQL request.", ref("GraphQLResponse")), "413": resp("Body over 1 MB.", ref("GraphQLResponse"))}},
 
 		// Templates.
 		{method: post, path: "/v1/templates", id: "CreateTemplate", tag: "templates", summary: "Create a template",

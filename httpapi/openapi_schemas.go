@@ -269,6 +269,11 @@ func schemas() obj {
 	return obj{
 		"Error":    object(obj{"message": strS("")}, "message"),
 		"JobError": object(obj{"error": strS("")}, "error"),
+		"GraphQLRequest": object(obj{"query": strS("The GraphQL document."), "variables": obj{"type": "object", "nullable": true},
+			"operationName": obj{"type": "string", "nullable": true}}, "query"),
+		"GraphQLResponse": object(obj{"data": obj{"type": "object", "nullable": true, "description": "Always present; null when nothing ran."},
+			"errors": arrayOf(object(obj{"message": strS(""), "path": arrayOf(obj{}), "locations": arrayOf(obj{"type": "object"}),
+				"extensions": obj{"type": "object", "description": "code (BAD_USER_INPUT, NOT_FOUND, CONFLICT, UNAVAILABLE, UNSUPPORTED) and field."}}, "message"))}, "data"),
 
 		"Template":            template,
 		"TemplateCreateInput": input(templateCreate, "name", "imageName"),

@@ -23,6 +23,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"berth/gpu"
+	"berth/graphqlapi"
 	"berth/mgmt"
 	"berth/queue"
 	"berth/store"
@@ -170,6 +171,14 @@ func (s *Server) routes() {
 	v2.Handle("/purge-queue", job("purge-queue", s.purge)).Methods(http.MethodPost)
 	v2.Handle("/job-take-batch/{workerId}", wk("job-take-batch", s.jobTake(true))).Methods(http.MethodGet)
 
+	// GraphQL (runpod-python's and runpodctl's management calls): see
+	// berth/graphqlapi. Its schema is checked against its resolvers here.
+	gql, err := graphqlapi.New(graphqlapi.Config{Mgmt: s.mg, Logger: s.cfg.Logger, Clock: s.cfg.Clock, GPUs: s.cfg.GPUs})
+	if err != nil {
+		panic(err)
+	}
+	r.Handle("/graphql", admin("graphql", gql.ServeHTTP)).Methods(http.MethodPost)
+
 	// Management (/v1): see mgmt.go.
 	v1 := r.PathPrefix("/v1").Subrouter()
 	s.mgmtRoutes(v1, admin)
@@ -313,8 +322,13 @@ func writeJSON(w http.ResponseWriter, code int, v any) {
 }
 
 // writeErr answers with RunPod's error shapes: management (/v1) errors are
-// {"message": …}; job API and worker errors are {"error": …}.
+// {"message": …}; job API and worker errors are {"error": …}; GraphQL's are
+// {"data": null, "errors": [{"message": …}]}.
 func writeErr(w http.ResponseWriter, r *http.Request, code int, msg string) {
+	if r.URL.Path == "/graphql" {
+		graphqlapi.WriteError(w, code, msg)
+		return
+	}
 	if strings.HasPrefix(r.URL.Path, "/v1/") {
 		writeJSON(w, code, map[string]string{"message": msg})
 		return

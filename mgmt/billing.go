@@ -382,3 +382,15 @@ func (s *Service) Billing(_ context.Context, q BillingQuery) (Bills, error) {
 	})
 	return out, nil
 }
+
+// PodHourly is what a pod costs an hour now: the GPUs it holds (or, when
+// stopped, the first type it asked for) and its vCPUs.
+func (p Prices) PodHourly(pod store.Pod) float64 {
+	gpuType, gpus := "", pod.GPUCount
+	if pod.GPU != nil {
+		gpuType, gpus = pod.GPU.ID, pod.GPU.Count
+	} else if len(pod.GPUTypeIDs) > 0 {
+		gpuType = pod.GPUTypeIDs[0]
+	}
+	return p.Hourly(gpuType, gpus, pod.VCPUCount)
+}

@@ -121,3 +121,31 @@ func (s *Service) DeleteRegistryAuth(_ context.Context, id string) error {
 		return tx.Apply(store.Delete(store.RegistryAuths, id))
 	})
 }
+
+// UpdateRegistryAuth replaces the credential's username and password (both
+// required, as RunPod's updateRegistryAuth takes them); the name stays.
+func (s *Service) UpdateRegistryAuth(_ context.Context, id string, in RegistryAuthInput) (RegistryAuth, error) {
+	if in.Name != nil {
+		return RegistryAuth{}, invalid("name", "name cannot be changed; create a new container registry auth")
+	}
+	for _, f := range []struct {
+		name string
+		v    *string
+	}{{"username", in.Username}, {"password", in.Password}} {
+		if f.v == nil || strings.TrimSpace(*f.v) == "" {
+			return RegistryAuth{}, invalid(f.name, "%s is required", f.name)
+		}
+	}
+	var a store.RegistryAuth
+	err := s.cfg.Store.Update(func(tx *store.Tx) error {
+		if err := getOr404(tx, store.RegistryAuths, id, "container registry auth", &a); err != nil {
+			return err
+		}
+		a.Username, a.Password = *in.Username, *in.Password
+		return tx.Apply(store.Put(store.RegistryAuths, id, a))
+	})
+	if err != nil {
+		return RegistryAuth{}, err
+	}
+	return viewRegistryAuth(a), nil
+}

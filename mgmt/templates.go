@@ -31,6 +31,10 @@ type TemplateInput struct {
 	IsPublic                *bool
 	IsServerless            *bool
 	ContainerRegistryAuthID *string
+	// PortLabels names ports (port number → label); every port must be
+	// one of the template's. nil: not given. Labels of ports removed by
+	// an update are dropped.
+	PortLabels map[string]string
 }
 
 // templateIDRe is the shape of a template id: 10 lowercase alphanumerics,
@@ -134,6 +138,20 @@ func ApplyTemplate(t *store.Template, in TemplateInput, create bool) error {
 			return err
 		}
 		t.Ports = append([]string{}, in.Ports...)
+	}
+	if in.PortLabels != nil {
+		if err := validatePortLabels(in.PortLabels, t.Ports); err != nil {
+			return err
+		}
+		t.PortLabels = maps.Clone(in.PortLabels)
+	}
+	for port := range t.PortLabels {
+		if !slices.ContainsFunc(t.Ports, func(p string) bool { return strings.HasPrefix(p, port+"/") }) {
+			delete(t.PortLabels, port)
+		}
+	}
+	if len(t.PortLabels) == 0 {
+		t.PortLabels = nil
 	}
 	if in.Readme != nil {
 		t.Readme = *in.Readme

@@ -133,6 +133,21 @@ func validatePorts(ports []string) error {
 	return nil
 }
 
+func validatePortLabels(labels map[string]string, ports []string) error {
+	for port, name := range labels {
+		if !slices.ContainsFunc(ports, func(p string) bool { return strings.HasPrefix(p, port+"/") }) {
+			return invalid("portsConfig", "portsConfig: port %q is not one of the template's ports (%s)", port, strings.Join(ports, ","))
+		}
+		if strings.TrimSpace(name) == "" {
+			return invalid("portsConfig", "portsConfig: the label of port %s must not be empty", port)
+		}
+		if len(name) > 64 {
+			return invalid("portsConfig", "portsConfig: the label of port %s must be at most 64 characters", port)
+		}
+	}
+	return nil
+}
+
 func validateEnv(env map[string]string) error {
 	for k := range env {
 		if k == "" || strings.ContainsAny(k, "=\x00") {

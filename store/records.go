@@ -23,6 +23,9 @@ type Template struct {
 	IsRunpod                bool              `json:"isRunpod"`
 	IsServerless            bool              `json:"isServerless"`
 	ContainerRegistryAuthID string            `json:"containerRegistryAuthId,omitempty"`
+	// PortLabels names ports for people (port number → label), as
+	// RunPod's portsConfig does; set through GraphQL.
+	PortLabels map[string]string `json:"portLabels,omitempty"`
 	Earned                  float64           `json:"earned"`
 	RuntimeInMin            int               `json:"runtimeInMin"`
 	CreatedAt               time.Time         `json:"createdAt"`

@@ -1,0 +1,219 @@
+package graphqlapi_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"berth/gpu"
+	"berth/httpapi"
+	"berth/queue"
+	"berth/store"
+)
+
+const testKey = "graphql-test-key"
+
+var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
+
+// env is a real Berth HTTP server on a real bbolt file.
+type env struct {
+	t   *testing.T
+	dir string
+	db  *store.DB
+	q   *queue.Service
+	srv *httptest.Server
+}
+
+type envOpt func(*httpapi.Config)
+
+func newEnv(t *testing.T, opts ...envOpt) *env {
+	t.Helper()
+	e := &env{t: t, dir: t.TempDir()}
+	db, err := store.Open(filepath.Join(e.dir, "berth.db"), store.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	q := queue.New(db, queue.Config{TakeHold: 100 * time.Millisecond, Logger: quiet})
+	if err := q.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	cfg := httpapi.Config{Store: db, Queue: q, Logger: quiet, APIKeyHash: httpapi.HashKey(testKey), Version: "test"}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	e.db, e.q = db, q
+	e.srv = httptest.NewServer(httpapi.New(cfg).Handler())
+	t.Cleanup(func() {
+		e.srv.Close()
+		q.Stop()
+		if err := db.Check(); err != nil {
+			t.Errorf("db check: %v", err)
+		}
+		db.Close()
+	})
+	return e
+}
+
+func withGPUs(devs ...gpu.Status) envOpt {
+	return func(c *httpapi.Config) { c.GPUs = func() []gpu.Status { return devs } }
+}
+
+func withPrices(t *testing.T, p httpapi.Prices) envOpt {
+	return func(c *httpapi.Config) {
+		b, _ := json.Marshal(p)
+		dir := t.TempDir()
+		if err := os.WriteFile(filepath.Join(dir, httpapi.PricesFile), b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		c.DataDir = dir
+	}
+}
+
+// fixture reads a query document from testdata and fills its {{slots}}.
+func fixture(t *testing.T, name string, slots ...string) string {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join("testdata", name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := string(b)
+	for i := 0; i+1 < len(slots); i += 2 {
+		s = strings.ReplaceAll(s, "{{"+slots[i]+"}}", slots[i+1])
+	}
+	if i := strings.Index(s, "{{"); i >= 0 {
+		t.Fatalf("%s: unfilled slot at %q", name, s[i:min(len(s), i+20)])
+	}
+	return s
+}
+
+// gqlReply is a GraphQL response; Raw keeps the body for key checks.
+type gqlReply struct {
+	Code   int
+	Data   map[string]json.RawMessage
+	Errors []struct {
+		Message    string
+		Path       []any
+		Extensions map[string]any
+	}
+	Raw map[string]json.RawMessage
+}
+
+// post sends body as the tools do: POST /graphql, JSON, "Bearer <key>".
+func (e *env) post(auth string, body any) gqlReply {
+	e.t.Helper()
+	b, _ := json.Marshal(body)
+	req, _ := http.NewRequest(http.MethodPost, e.srv.URL+"/graphql", bytes.NewReader(b))
+	req.Header.Set("Content-Type", "application/json")
+	if auth != "" {
+		req.Header.Set("Authorization", auth)
+	}
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	defer res.Body.Close()
+	out, _ := io.ReadAll(res.Body)
+	r := gqlReply{Code: res.StatusCode}
+	if err := json.Unmarshal(out, &r.Raw); err != nil {
+		e.t.Fatalf("reply is not a JSON object: %d %s", res.StatusCode, out)
+	}
+	json.Unmarshal(out, &r)
+	if _, ok := r.Raw["data"]; !ok {
+		e.t.Errorf("reply without a data key (runpod-python needs it): %s", out)
+	}
+	return r
+}
+
+// python sends a document the way runpod-python does: {"query": ...} only.
+func (e *env) python(query string) gqlReply {
+	e.t.Helper()
+	return e.post("Bearer "+testKey, map[string]any{"query": query})
+}
+
+// ctl sends a document the way runpodctl does: with a variables object.
+func (e *env) ctl(query string, vars map[string]any) gqlReply {
+	e.t.Helper()
+	if vars == nil {
+		vars = map[string]any{}
+	}
+	return e.post("Bearer "+testKey, map[string]any{"query": query, "variables": vars})
+}
+
+// ok checks a reply has no errors and decodes data[field] into v.
+func (r gqlReply) ok(t *testing.T, field string, v any) {
+	t.Helper()
+	if r.Code != 200 || len(r.Errors) > 0 {
+		t.Fatalf("%s: %d errors %+v", field, r.Code, r.Errors)
+	}
+	raw, found := r.Data[field]
+	if !found {
+		t.Fatalf("data has no %s: %v", field, r.Data)
+	}
+	if v != nil {
+		if err := json.Unmarshal(raw, v); err != nil {
+			t.Fatalf("%s: %v: %s", field, err, raw)
+		}
+	}
+}
+
+// refused checks a reply is one GraphQL error whose message holds each
+// of words, with data[field] null.
+func (r gqlReply) refused(t *testing.T, field string, words ...string) string {
+	t.Helper()
+	if r.Code != 200 || len(r.Errors) == 0 {
+		t.Fatalf("%s: want an error, got %d %s", field, r.Code, r.Data[field])
+	}
+	msg := r.Errors[0].Message
+	for _, w := range words {
+		if !strings.Contains(msg, w) {
+			t.Errorf("%s: error %q does not say %q", field, msg, w)
+		}
+	}
+	if raw, found := r.Data[field]; found && string(raw) != "null" {
+		t.Errorf("%s: refused but data is %s", field, raw)
+	}
+	return msg
+}
+
+// rest calls /v1 or the job API with the key.
+func (e *env) rest(method, path string, body any, want int, v any) {
+	e.t.Helper()
+	var rd io.Reader
+	if body != nil {
+		b, _ := json.Marshal(body)
+		rd = bytes.NewReader(b)
+	}
+	req, _ := http.NewRequest(method, e.srv.URL+path, rd)
+	req.Header.Set("Authorization", "Bearer "+testKey)
+	req.Header.Set("Content-Type", "application/json")
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	defer res.Body.Close()
+	out, _ := io.ReadAll(res.Body)
+	if res.StatusCode != want {
+		e.t.Fatalf("%s %s: %d, want %d: %s", method, path, res.StatusCode, want, out)
+	}
+	if v != nil {
+		if err := json.Unmarshal(out, v); err != nil {
+			e.t.Fatalf("%s %s: %v: %s", method, path, err, out)
+		}
+	}
+}
+
+// count is how many records a bucket holds.
+func (e *env) count(bucket string) int {
+	n := 0
+	e.db.Scan(bucket, func(string, []byte) error { n++; return nil })
+	return n
+}

@@ -1,0 +1,207 @@
+// Package graphqlapi serves POST /graphql: the management calls that
+// runpod-python (inline query strings) and runpodctl (with variables) send
+// to RunPod's GraphQL API. The schema is schema.graphql, parsed strictly by
+// github.com/graph-gophers/graphql-go against the resolvers here; every
+// resolver calls berth/mgmt, the same rules as /v1 and /v2.
+//
+// The HTTP server (httpapi) mounts the Handler behind the API key.
+package graphqlapi
+
+import (
+	"context"
+	_ "embed"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"strings"
+
+	"github.com/graph-gophers/graphql-go"
+	gqlerrors "github.com/graph-gophers/graphql-go/errors"
+	"github.com/jonboulle/clockwork"
+
+	"berth/gpu"
+	"berth/mgmt"
+)
+
+// Schema is the GraphQL schema served.
+//
+//go:embed schema.graphql
+var Schema string
+
+// maxBody bounds a request body; query documents are small.
+const maxBody = 1 << 20
+
+// Config holds a Handler's dependencies.
+type Config struct {
+	Mgmt   *mgmt.Service
+	Logger *slog.Logger    // default: slog.Default()
+	Clock  clockwork.Clock // default: the real clock
+	// GPUs lists this host's GPUs with their holders. Optional: nil is a
+	// host without GPUs.
+	GPUs func() []gpu.Status
+}
+
+// Handler answers GraphQL requests.
+type Handler struct {
+	schema *graphql.Schema
+	log    *slog.Logger
+}
+
+// New parses the schema against the resolvers: an error means they
+// disagree (a field without a resolver, a wrong Go type).
+func New(cfg Config) (*Handler, error) {
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.Clock == nil {
+		cfg.Clock = clockwork.NewRealClock()
+	}
+	if cfg.GPUs == nil {
+		cfg.GPUs = func() []gpu.Status { return nil }
+	}
+	s, err := graphql.ParseSchema(Schema, &resolver{cfg: cfg}, graphql.UseFieldResolvers(),
+		graphql.MaxDepth(12), graphql.MaxQueryLength(maxBody), graphql.PanicHandler(panicHandler{cfg.Logger}))
+	if err != nil {
+		return nil, fmt.Errorf("graphql schema: %w", err)
+	}
+	return &Handler{schema: s, log: cfg.Logger}, nil
+}
+
+// request is a GraphQL-over-HTTP request body.
+type request struct {
+	Query         string         `json:"query"`
+	OperationName string         `json:"operationName"`
+	Variables     map[string]any `json:"variables"`
+}
+
+// response always carries "data" (null when nothing ran): runpod-python
+// reads data after checking errors, and a reply without the key crashes it.
+type response struct {
+	Data   json.RawMessage         `json:"data"`
+	Errors []*gqlerrors.QueryError `json:"errors,omitempty"`
+}
+
+// ServeHTTP runs one request. GraphQL errors (syntax, validation, a
+// refused mutation) answer 200 with errors[0].message, as RunPod does and
+// the tools expect; a body that is not a GraphQL request answers 400 in
+// the same shape.
+func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxBody))
+	if err != nil {
+		writeError(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("request body over %d bytes", maxBody))
+		return
+	}
+	// Numbers decode as float64, which graphql-go coerces to Int when
+	// integral.
+	var req request
+	if err := json.Unmarshal(body, &req); err != nil {
+		writeError(w, http.StatusBadRequest, "body must be a JSON object {\"query\": ..., \"variables\": {...}, \"operationName\": ...}: "+err.Error())
+		return
+	}
+	if strings.TrimSpace(req.Query) == "" {
+		writeError(w, http.StatusBadRequest, "query is required")
+		return
+	}
+	if req.Variables == nil {
+		req.Variables = map[string]any{}
+	}
+	res := h.schema.Exec(r.Context(), req.Query, req.OperationName, req.Variables)
+	out := response{Data: res.Data, Errors: res.Errors}
+	if len(out.Data) == 0 {
+		out.Data = json.RawMessage("null")
+	}
+	for _, e := range out.Errors {
+		h.logError(r.Context(), e)
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+// logError logs internal failures; refusals are the caller's business.
+func (h *Handler) logError(ctx context.Context, e *gqlerrors.QueryError) {
+	var me *mgmt.Error
+	if e.ResolverError != nil && !errors.As(e.ResolverError, &me) {
+		h.log.ErrorContext(ctx, "graphql resolver failed", "path", e.Path, "err", e.ResolverError)
+	}
+}
+
+func writeJSON(w http.ResponseWriter, code int, v any) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		code, b = http.StatusInternalServerError, []byte(`{"data":null,"errors":[{"message":"encode response"}]}`)
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(code)
+	w.Write(b)
+}
+
+// writeError answers a request that never reached the executor.
+func writeError(w http.ResponseWriter, code int, msg string) {
+	writeJSON(w, code, response{Data: json.RawMessage("null"), Errors: []*gqlerrors.QueryError{{Message: msg}}})
+}
+
+// WriteError answers in the GraphQL error shape: httpapi uses it for the
+// 401 of a missing key and its other refusals on /graphql.
+func WriteError(w http.ResponseWriter, code int, msg string) { writeError(w, code, msg) }
+
+type panicHandler struct{ log *slog.Logger }
+
+func (p panicHandler) MakePanicError(ctx context.Context, v any) *gqlerrors.QueryError {
+	p.log.ErrorContext(ctx, "graphql resolver panic", "panic", v)
+	return &gqlerrors.QueryError{Message: "internal error"}
+}
+
+// gqlError is a mgmt refusal as a GraphQL error: its message (naming the
+// field) and extensions the tools ignore but people can read.
+type gqlError struct{ e *mgmt.Error }
+
+func (g gqlError) Error() string { return g.e.Msg }
+func (g gqlError) Unwrap() error { return g.e }
+func (g gqlError) Extensions() map[string]any {
+	ext := map[string]any{"code": codeOf(g.e.Kind)}
+	if g.e.Field != "" {
+		ext["field"] = g.e.Field
+	}
+	return ext
+}
+
+func codeOf(k mgmt.Kind) string {
+	switch k {
+	case mgmt.Invalid:
+		return "BAD_USER_INPUT"
+	case mgmt.NotFound:
+		return "NOT_FOUND"
+	case mgmt.Conflict:
+		return "CONFLICT"
+	case mgmt.Unavailable:
+		return "UNAVAILABLE"
+	case mgmt.Unsupported:
+		return "UNSUPPORTED"
+	}
+	return "INTERNAL_SERVER_ERROR"
+}
+
+// wrap turns a mgmt error into one with extensions; internal errors keep
+// their text (the operator's own server) and are logged by logError.
+func wrap(err error) error {
+	if err == nil {
+		return nil
+	}
+	var me *mgmt.Error
+	if errors.As(err, &me) {
+		return gqlError{me}
+	}
+	return fmt.Errorf("internal error: %w", err)
+}
+
+// unsupported is a refusal of what one host can never do.
+func unsupported(field, format string, a ...any) error {
+	return gqlError{&mgmt.Error{Kind: mgmt.Unsupported, Field: field, Msg: fmt.Sprintf(format, a...)}}
+}
+
+// invalid is a refusal of bad input decoded here.
+func invalid(field, format string, a ...any) error {
+	return wrap(mgmt.InvalidInput(field, format, a...))
+}
