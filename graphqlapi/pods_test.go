@@ -60,7 +60,10 @@ func (f *fakePods) StopPod(_ context.Context, id string) error { f.record("stop 
 func (f *fakePods) ResetPod(ctx context.Context, p store.Pod) (mgmt.PodState, error) {
 	return f.StartPod(ctx, p)
 }
-func (f *fakePods) RemovePod(_ context.Context, id string) error { f.record("remove " + id); return nil }
+func (f *fakePods) RemovePod(_ context.Context, id string) error {
+	f.record("remove " + id)
+	return nil
+}
 
 type pyPod struct {
 	ID, ImageName string

@@ -25,10 +25,10 @@ type Template struct {
 	ContainerRegistryAuthID string            `json:"containerRegistryAuthId,omitempty"`
 	// PortLabels names ports for people (port number → label), as
 	// RunPod's portsConfig does; set through GraphQL.
-	PortLabels map[string]string `json:"portLabels,omitempty"`
-	Earned                  float64           `json:"earned"`
-	RuntimeInMin            int               `json:"runtimeInMin"`
-	CreatedAt               time.Time         `json:"createdAt"`
+	PortLabels   map[string]string `json:"portLabels,omitempty"`
+	Earned       float64           `json:"earned"`
+	RuntimeInMin int               `json:"runtimeInMin"`
+	CreatedAt    time.Time         `json:"createdAt"`
 }
 
 // Endpoint is a serverless endpoint (RunPod REST v1 shape).
