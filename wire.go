@@ -34,6 +34,10 @@ const pingInterval = 10 * time.Second
 // serve runs the server until ctx ends (SIGINT/SIGTERM).
 func serve(ctx context.Context, o cli.ServeOptions) error {
 	log := o.Logger
+	hooks, err := queue.NewWebhookGuard(queue.WebhookPolicy{Allow: o.WebhookAllow})
+	if err != nil {
+		return err
+	}
 	if os.Getenv("GOMAXPROCS") == "" {
 		goruntime.GOMAXPROCS(store.Procs())
 	}
@@ -50,6 +54,7 @@ func serve(ctx context.Context, o cli.ServeOptions) error {
 
 	var sup atomic.Pointer[runtime.Supervisor]
 	q := queue.New(db, queue.Config{Logger: log, WorkerTimeout: o.WorkerTimeout, ReconcileGrace: o.ReconcileGrace, MaxAttempts: o.MaxAttempts,
+		WebhookClient: hooks.Client(10 * time.Second),
 		OnQueueChange: func(id string) {
 			if s := sup.Load(); s != nil {
 				s.Notify(id)
@@ -84,6 +89,7 @@ func serve(ctx context.Context, o cli.ServeOptions) error {
 	}
 	api := httpapi.New(cfg)
 	if workerLn != nil {
+		hooks.DenyListener(workerLn.Addr())
 		log.Info("worker protocol for containers", "addr", workerLn.Addr().String())
 		go http.Serve(workerLn, workerOnly(api.Handler()))
 	}
@@ -93,6 +99,7 @@ func serve(ctx context.Context, o cli.ServeOptions) error {
 		q.Stop()
 		return err
 	}
+	hooks.DenyListener(ln.Addr())
 	srv := &http.Server{Handler: api.Handler(), ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 120 * time.Second}
 	log.Info("berth serving", "addr", ln.Addr().String(), "data", o.Data, "version", version, "rateLimits", o.RateLimits)
 

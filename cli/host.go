@@ -17,6 +17,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"berth/queue"
 	"berth/store"
 )
 
@@ -193,7 +194,7 @@ func serveCommand(a *app) *cobra.Command {
 		return def
 	}
 	var o ServeOptions
-	var limits, logFormat, logLevel string
+	var limits, logFormat, logLevel, webhookAllow string
 	cmd := &cobra.Command{Use: "serve", Short: "Run the Berth server", Args: exactArgs(0, "no arguments"),
 		Long: `Run the Berth server: RunPod's APIs on --addr, jobs in DATA/berth.db,
 worker and pod containers through the Docker daemon (DOCKER_HOST or the
@@ -203,6 +204,11 @@ default socket). Every flag has an environment variable (in brackets).`,
 				return usageErr("--rate-limits must be on or off, got %q", limits)
 			}
 			o.RateLimits = limits == "on"
+			allow, err := queue.ParseWebhookAllow(webhookAllow)
+			if err != nil {
+				return usageErr("%v", err)
+			}
+			o.WebhookAllow = allow
 			log, err := NewLogger(a.o.Stderr, logFormat, logLevel)
 			if err != nil {
 				return err
@@ -220,6 +226,7 @@ default socket). Every flag has an environment variable (in brackets).`,
 	f.DurationVar(&o.WorkerTimeout, "worker-timeout", envDur("BERTH_WORKER_TIMEOUT", 60*time.Second), "a worker silent this long is lost and its jobs requeued [BERTH_WORKER_TIMEOUT]")
 	f.DurationVar(&o.ReconcileGrace, "reconcile-grace", envDur("BERTH_RECONCILE_GRACE", 30*time.Second), "a job a worker's pings stop reporting this long after it took it is requeued [BERTH_RECONCILE_GRACE]")
 	f.IntVar(&o.MaxAttempts, "max-attempts", envInt("BERTH_MAX_ATTEMPTS", 3), "times a job is handed to workers that are lost before it fails [BERTH_MAX_ATTEMPTS]")
+	f.StringVar(&webhookAllow, "webhook-allow", env("BERTH_WEBHOOK_ALLOW", ""), "comma-separated CIDRs, addresses or host names webhooks may reach although the default policy forbids them (loopback, link-local, metadata) [BERTH_WEBHOOK_ALLOW]")
 	f.StringVar(&logFormat, "log-format", env("BERTH_LOG_FORMAT", "text"), "log format: text or json [BERTH_LOG_FORMAT]")
 	f.StringVar(&logLevel, "log-level", env("BERTH_LOG_LEVEL", "info"), "log level: debug, info, warn or error [BERTH_LOG_LEVEL]")
 	return cmd

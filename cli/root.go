@@ -218,7 +218,10 @@ type ServeOptions struct {
 	WorkerTimeout  time.Duration
 	ReconcileGrace time.Duration
 	MaxAttempts    int
-	Logger         *slog.Logger
+	// WebhookAllow opens addresses the default webhook policy forbids
+	// (queue.ParseWebhookAllow's entries).
+	WebhookAllow []string
+	Logger       *slog.Logger
 	// Ready is called once the server accepts connections (systemd
 	// readiness is sent from main's wiring; tests use it too).
 	Ready func(addr string)

@@ -65,6 +65,16 @@ func withRateLimits(perWorker int) envOpt {
 	return func(e *env) { e.hcfg.RateLimits, e.hcfg.RequestsPerWorker = true, perWorker }
 }
 
+// withLoopbackWebhooks lets webhooks reach httptest receivers on 127.0.0.1,
+// which the default webhook policy forbids.
+func withLoopbackWebhooks(e *env) {
+	g, err := queue.NewWebhookGuard(queue.WebhookPolicy{Allow: []string{"127.0.0.0/8"}})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	e.qcfg.WebhookClient = g.Client(10 * time.Second)
+}
+
 func newEnv(t *testing.T, opts ...envOpt) *env {
 	e := &env{t: t, clock: clockwork.NewFakeClock(), stopPod: make(chan string, 10), path: filepath.Join(t.TempDir(), "berth.db")}
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
@@ -539,7 +549,7 @@ func TestE2EWebhook(t *testing.T) {
 		got <- m
 	}))
 	defer recv.Close()
-	e := newEnv(t)
+	e := newEnv(t, withLoopbackWebhooks)
 	ep := e.endpoint(nil)
 	e.startWorker(ep)
 	id := e.admin("POST", "/v2/"+ep+"/run", map[string]any{"input": map[string]any{"echo": "w"}, "webhook": recv.URL}, 200)["id"]

@@ -696,7 +696,7 @@ func (r *hookRecv) next(t *testing.T) string {
 
 func TestWebhookDeliveredWithStatusBody(t *testing.T) {
 	recv := newHookRecv(t)
-	h := newHarness(t, queue.Config{})
+	h := newHarness(t, queue.Config{WebhookClient: loopbackHooks(t)})
 	id := h.submit(`{}`, func(r *queue.SubmitRequest) { r.Webhook = recv.srv.URL })
 	h.take("w1")
 	h.q.Done(ep, "w1", id, done(`{"output":{"a":1}}`))
@@ -712,7 +712,7 @@ func TestWebhookDeliveredWithStatusBody(t *testing.T) {
 
 func TestWebhookRetriesTwiceThenGivesUp(t *testing.T) {
 	recv := newHookRecv(t, 500, 502, 503, 500)
-	h := newHarness(t, queue.Config{WebhookRetryDelay: 10 * time.Second})
+	h := newHarness(t, queue.Config{WebhookRetryDelay: 10 * time.Second, WebhookClient: loopbackHooks(t)})
 	id := h.submit(`{}`, func(r *queue.SubmitRequest) { r.Webhook = recv.srv.URL })
 	h.take("w1")
 	h.q.Done(ep, "w1", id, done(`{"error":"x"}`)) // failures notify too
@@ -734,7 +734,7 @@ func TestWebhookRetriesTwiceThenGivesUp(t *testing.T) {
 
 func TestWebhookOutboxSurvivesRestart(t *testing.T) {
 	recv := newHookRecv(t, 500)
-	h := newHarness(t, queue.Config{})
+	h := newHarness(t, queue.Config{WebhookClient: loopbackHooks(t)})
 	id := h.submit(`{}`, func(r *queue.SubmitRequest) { r.Webhook = recv.srv.URL })
 	h.take("w1")
 	h.q.Done(ep, "w1", id, done(`{"output":1}`))

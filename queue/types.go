@@ -54,7 +54,7 @@ type Config struct {
 	RunRetention   time.Duration // results of /run jobs [30m]
 	SyncRetention  time.Duration // results of /runsync jobs [1m]
 
-	WebhookClient     *http.Client  // [10s timeout]
+	WebhookClient     *http.Client  // [the default WebhookPolicy, 10s timeout]
 	WebhookAttempts   int           // [3: the first and 2 retries]
 	WebhookRetryDelay time.Duration // [10s]
 	WebhookWorkers    int           // concurrent deliveries [4]
@@ -93,7 +93,8 @@ func (c *Config) defaults() {
 		c.SyncRetention = time.Minute
 	}
 	if c.WebhookClient == nil {
-		c.WebhookClient = &http.Client{Timeout: 10 * time.Second}
+		g, _ := NewWebhookGuard(WebhookPolicy{}) // the default policy cannot fail
+		c.WebhookClient = g.Client(10 * time.Second)
 	}
 	if c.WebhookAttempts <= 0 {
 		c.WebhookAttempts = 3
