@@ -280,6 +280,24 @@ func TestEveryRoute(t *testing.T) {
 		t.Errorf("purge removed %d, want 2", purged.Removed)
 	}
 
+	// Berth's read-only job views: the list, one job, the queue.
+	var jobs []map[string]any
+	e.must(200, "GET", "/v1/endpoints/"+ep.ID+"/jobs?status=COMPLETED,CANCELLED&limit=10", nil, &jobs)
+	if len(jobs) != 4 || jobs[0]["status"] != "CANCELLED" || jobs[3]["output"] == nil || jobs[0]["input"] == nil {
+		t.Errorf("job list: %v", jobs)
+	}
+	e.must(200, "GET", "/v1/endpoints/"+ep.ID+"/jobs", nil, &jobs)
+	e.must(200, "GET", "/v1/endpoints/"+ep.ID+"/jobs/"+ref.ID, nil, nil)
+	var qv map[string]any
+	e.must(200, "GET", "/v1/endpoints/"+ep.ID+"/queue", nil, &qv)
+	if qv["inQueue"] != 0.0 || qv["completed"] != 2.0 || qv["oldestQueuedAt"] != nil {
+		t.Errorf("queue: %v", qv)
+	}
+	e.mustErr(400, "GET", "/v1/endpoints/"+ep.ID+"/jobs?status=DONE", nil, "status")
+	e.mustErr(400, "GET", "/v1/endpoints/"+ep.ID+"/jobs?limit=0", nil, "limit")
+	e.mustErr(404, "GET", "/v1/endpoints/"+ep.ID+"/jobs/no-such-job", nil, "not found")
+	e.mustErr(404, "GET", "/v1/endpoints/nosuchendpoint/queue", nil, "not found")
+
 	// Job API and worker errors.
 	e.mustErr(404, "GET", v2+"/status/no-such-job", nil, "not found")
 	e.mustErr(404, "GET", "/v2/nosuchendpoint/health", nil, "not found")

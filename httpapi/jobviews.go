@@ -1,0 +1,151 @@
+package httpapi
+
+import (
+	"errors"
+	"net/http"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/gorilla/mux"
+
+	"berth/queue"
+	"berth/store"
+)
+
+// Read-only views of an endpoint's jobs (Berth extensions, for the
+// dashboard and for scripts): the retained jobs with their input and
+// output, one job with the stream chunks not yet read, and the queue with
+// the age of its oldest job. Nothing here changes a job or drains a stream.
+
+const maxJobList = 1000
+
+func (s *Server) jobViewRoutes(v1 *mux.Router, admin func(string, http.HandlerFunc) http.Handler) {
+	v1.Handle("/endpoints/{endpointId}/jobs", admin("endpoints.jobs", s.listJobs)).Methods(http.MethodGet)
+	v1.Handle("/endpoints/{endpointId}/jobs/{jobId}", admin("endpoints.job", s.getJob)).Methods(http.MethodGet)
+	v1.Handle("/endpoints/{endpointId}/queue", admin("endpoints.queue", s.getQueue)).Methods(http.MethodGet)
+}
+
+var jobStatuses = []store.JobStatus{store.InQueue, store.InProgress, store.Completed, store.Failed, store.Cancelled, store.TimedOut}
+
+// parseJobFilter reads status (repeated or comma-joined) and limit.
+func parseJobFilter(r *http.Request) (queue.JobFilter, error) {
+	var f queue.JobFilter
+	q := r.URL.Query()
+	for _, v := range q["status"] {
+		for _, st := range strings.Split(v, ",") {
+			st = strings.TrimSpace(st)
+			if st == "" {
+				continue
+			}
+			js := store.JobStatus(strings.ToUpper(st))
+			if !slices.Contains(jobStatuses, js) {
+				return f, bad("status must be one of IN_QUEUE, IN_PROGRESS, COMPLETED, FAILED, CANCELLED, TIMED_OUT, got %q", st)
+			}
+			f.Statuses = append(f.Statuses, js)
+		}
+	}
+	if v := q.Get("limit"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > maxJobList {
+			return f, bad("limit must be an integer from 1 to %d, got %q", maxJobList, v)
+		}
+		f.Limit = n
+	}
+	return f, nil
+}
+
+// listJobs is GET /v1/endpoints/{endpointId}/jobs.
+func (s *Server) listJobs(w http.ResponseWriter, r *http.Request) {
+	f, err := parseJobFilter(r)
+	if err != nil {
+		s.mgmtErr(w, r, err)
+		return
+	}
+	e, ok := s.mustEndpoint(w, r, mux.Vars(r)["endpointId"])
+	if !ok {
+		return
+	}
+	writeJSON(w, http.StatusOK, s.cfg.Queue.Jobs(e.ID, f))
+}
+
+// getJob is GET /v1/endpoints/{endpointId}/jobs/{jobId}.
+func (s *Server) getJob(w http.ResponseWriter, r *http.Request) {
+	vars := mux.Vars(r)
+	e, ok := s.mustEndpoint(w, r, vars["endpointId"])
+	if !ok {
+		return
+	}
+	v, err := s.cfg.Queue.Job(e.ID, vars["jobId"])
+	if errors.Is(err, queue.ErrNotFound) {
+		writeErr(w, r, http.StatusNotFound, "job "+vars["jobId"]+" not found")
+		return
+	}
+	if err != nil {
+		s.internal(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, v)
+}
+
+// queueView is GET /v1/endpoints/{endpointId}/queue: /health's job counts
+// plus the age of the job at the head of the queue.
+type queueView struct {
+	queue.QueueView
+	Completed int `json:"completed"`
+	Failed    int `json:"failed"`
+	Retried   int `json:"retried"`
+}
+
+func (s *Server) getQueue(w http.ResponseWriter, r *http.Request) {
+	e, ok := s.mustEndpoint(w, r, mux.Vars(r)["endpointId"])
+	if !ok {
+		return
+	}
+	h := s.cfg.Queue.Health(e.ID)
+	writeJSON(w, http.StatusOK, queueView{QueueView: s.cfg.Queue.Queue(e.ID), Completed: h.Jobs.Completed, Failed: h.Jobs.Failed, Retried: h.Jobs.Retried})
+}
+
+// jobViewOperations documents the routes above.
+func jobViewOperations() []op {
+	eid := pathP("endpointId", "")
+	status := enumS("", "IN_QUEUE", "IN_PROGRESS", "COMPLETED", "FAILED", "CANCELLED", "TIMED_OUT")
+	job := object(obj{
+		"id":            strS(""),
+		"status":        status,
+		"delayTime":     intS("ms in the queue."),
+		"executionTime": intS("ms running (so far, while it runs)."),
+		"input":         anyS("The job's input, kept while the job is retained."),
+		"output":        anyS("Handler output; a running job's last progress update."),
+		"error":         strS(""),
+		"workerId":      strS(""),
+		"retries":       intS(""),
+		"createdAt":     timeS(""),
+		"startedAt":     timeS("When its current attempt started."),
+		"completedAt":   timeS(""),
+		"lowPriority":   boolS(""),
+		"stream":        obj{"type": "array", "items": anyS("A chunk: {\"output\": …}."), "description": "Single job only: chunks no /stream call has read yet (not drained)."},
+	}, "id", "status", "createdAt")
+	m := mErr
+	return []op{
+		{method: "GET", path: "/v1/endpoints/{endpointId}/jobs", id: "ListJobs", tag: "berth extensions",
+			summary: "An endpoint's retained jobs, newest first",
+			desc:    "Queued and running jobs, and finished ones until their retention ends, with input and output. Read-only: nothing is drained or extended.",
+			params: []obj{eid, listQ("status", "Only jobs in these states."),
+				queryP("limit", "At most this many [50].", obj{"type": "integer", "minimum": 1, "maximum": maxJobList})},
+			responses: obj{"200": resp("Newest first.", arrayOf(job)), "400": m("Invalid status or limit."), "404": m("Endpoint not found.")}},
+		{method: "GET", path: "/v1/endpoints/{endpointId}/jobs/{jobId}", id: "GetJob", tag: "berth extensions",
+			summary:   "One job with the stream chunks not yet read",
+			params:    []obj{eid, pathP("jobId", "")},
+			responses: obj{"200": resp("The job.", job), "404": m("Endpoint or job not found.")}},
+		{method: "GET", path: "/v1/endpoints/{endpointId}/queue", id: "GetQueue", tag: "berth extensions",
+			summary: "Queue depth and the age of the oldest queued job",
+			params:  []obj{eid},
+			responses: obj{"200": resp("The queue.", object(obj{
+				"inQueue": intS(""), "inProgress": intS(""), "completed": intS("Retained."), "failed": intS("Retained (FAILED and TIMED_OUT)."),
+				"retried":        intS("Requeues and retries since start."),
+				"oldestQueuedAt": timeS("When the job at the head of the queue was queued; absent when the queue is empty."),
+				"oldestWaitMs":   intS("How long it has waited; 0 when the queue is empty."),
+			}, "inQueue", "inProgress", "completed", "failed", "retried", "oldestWaitMs")), "404": m("Endpoint not found.")}},
+	}
+}
