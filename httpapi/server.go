@@ -22,6 +22,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"berth/dashboard"
 	"berth/gpu"
 	"berth/graphqlapi"
 	"berth/mgmt"
@@ -187,6 +188,13 @@ func (s *Server) routes() {
 	v1.Handle("/pods/{podId}/logs", admin("pods.logs", s.podLogs)).Methods(http.MethodGet)
 	v1.Handle("/gpus", admin("gpus.list", s.listGPUs)).Methods(http.MethodGet)
 	v1.Handle("/backup", admin("backup", s.backup)).Methods(http.MethodGet)
+	s.jobViewRoutes(v1, admin)
+
+	// The web dashboard: a static page without data (every datum it shows
+	// is fetched from /v1 and /v2 with the key). No Methods: it is not an
+	// API route, and answers GET and HEAD only.
+	r.Handle("/", dashboard.Handler())
+	r.PathPrefix("/ui/").Handler(dashboard.Handler())
 	s.router = r
 }
 

@@ -1,0 +1,320 @@
+package dashboard_test
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+	"github.com/moby/moby/client"
+
+	"berth/internal/dockertest"
+)
+
+// EnvShots names a folder the browser test also writes its screenshots to
+// (to refresh the ones in docs/); they always go to the test's temp dir.
+const EnvShots = "BERTH_DASHBOARD_SHOTS"
+
+// chromium finds Debian's chromium (or another Chrome). Without one the
+// test is skipped, or fails when BERTH_REQUIRE_DOCKER=1 (CI installs it).
+func chromium(t *testing.T) string {
+	t.Helper()
+	for _, name := range []string{"chromium", "chromium-browser", "google-chrome", "google-chrome-stable"} {
+		if p, err := exec.LookPath(name); err == nil {
+			return p
+		}
+	}
+	if os.Getenv(dockertest.EnvRequire) == "1" {
+		t.Fatalf("no chromium on PATH (%s=1 is set): apt-get install chromium", dockertest.EnvRequire)
+	}
+	t.Skip("no chromium on PATH; apt-get install chromium (or set BERTH_REQUIRE_DOCKER=1 to make this a failure)")
+	return ""
+}
+
+// berth is a running Berth binary on a temporary data folder.
+type berth struct {
+	t        *testing.T
+	base     string
+	key      string
+	cmd      *exec.Cmd
+	instance string // the runtime's container label value for this data folder
+	mu       sync.Mutex
+	log      bytes.Buffer
+}
+
+func (b *berth) Write(p []byte) (int, error) { b.mu.Lock(); defer b.mu.Unlock(); return b.log.Write(p) }
+
+func startBerth(t *testing.T, docker *client.Client) *berth {
+	t.Helper()
+	dir := t.TempDir()
+	bin := filepath.Join(dir, "berth")
+	if out, err := exec.Command("go", "build", "-o", bin, "berth").CombinedOutput(); err != nil {
+		t.Fatalf("build berth: %v\n%s", err, out)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	data := filepath.Join(dir, "data")
+	abs, _ := filepath.Abs(data)
+	sum := sha256.Sum256([]byte(abs))
+	b := &berth{t: t, base: "http://" + addr, key: "dashboard-test-" + dockertest.Unique(""), instance: hex.EncodeToString(sum[:6])}
+	b.cmd = exec.Command(bin, "serve", "--addr", addr, "--data", data, "--rate-limits=off")
+	b.cmd.Env = append(os.Environ(), "BERTH_API_KEY="+b.key)
+	b.cmd.Stdout, b.cmd.Stderr = b, b
+	if err := b.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		b.cmd.Process.Signal(syscall.SIGTERM)
+		done := make(chan struct{})
+		go func() { b.cmd.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(20 * time.Second):
+			b.cmd.Process.Kill()
+			<-done
+		}
+		// Berth leaves its containers running for the next start to adopt:
+		// remove this instance's.
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		res, err := docker.ContainerList(ctx, client.ContainerListOptions{All: true,
+			Filters: client.Filters{}.Add("label", "berth.instance="+b.instance)})
+		if err != nil {
+			t.Errorf("list test containers: %v", err)
+			return
+		}
+		for _, c := range res.Items {
+			if _, err := docker.ContainerRemove(ctx, c.ID, client.ContainerRemoveOptions{Force: true}); err != nil {
+				t.Errorf("remove test container %s: %v", c.ID, err)
+			}
+		}
+		if t.Failed() {
+			b.mu.Lock()
+			t.Logf("berth log:\n%s", b.log.String())
+			b.mu.Unlock()
+		}
+	})
+	// An external process: poll until it answers.
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		if c, err := net.Dial("tcp", addr); err == nil {
+			c.Close()
+			return b
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("berth did not start:\n%s", b.log.String())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func (b *berth) call(method, path string, body, out any) {
+	b.t.Helper()
+	var rd io.Reader
+	if body != nil {
+		raw, _ := json.Marshal(body)
+		rd = bytes.NewReader(raw)
+	}
+	req, _ := http.NewRequest(method, b.base+path, rd)
+	req.Header.Set("Authorization", "Bearer "+b.key)
+	req.Header.Set("Content-Type", "application/json")
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		b.t.Fatalf("%s %s: %v", method, path, err)
+	}
+	defer res.Body.Close()
+	raw, _ := io.ReadAll(res.Body)
+	if res.StatusCode >= 300 {
+		b.t.Fatalf("%s %s: %d %s", method, path, res.StatusCode, raw)
+	}
+	if out != nil {
+		if err := json.Unmarshal(raw, out); err != nil {
+			b.t.Fatalf("%s %s: %v: %s", method, path, err, raw)
+		}
+	}
+}
+
+// browser starts a headless chromium (as root in CI: no sandbox).
+func browser(t *testing.T, exe string) context.Context {
+	t.Helper()
+	opts := append(chromedp.DefaultExecAllocatorOptions[:],
+		chromedp.ExecPath(exe),
+		chromedp.Flag("headless", true),
+		chromedp.NoSandbox,
+		chromedp.DisableGPU,
+		chromedp.Flag("disable-dev-shm-usage", true),
+		chromedp.UserDataDir(t.TempDir()),
+		chromedp.WindowSize(1280, 900),
+	)
+	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
+	ctx, cancel := chromedp.NewContext(actx)
+	t.Cleanup(func() { cancel(); cancelAlloc() })
+	return ctx
+}
+
+// shots saves screenshots to the test's temp dir (and $BERTH_DASHBOARD_SHOTS).
+type shots struct{ dir string }
+
+func (s shots) save(name string) chromedp.Action[chromedp.Void] {
+	return func(ctx context.Context, tg *chromedp.Target) (chromedp.Void, error) {
+		png, err := chromedp.CaptureScreenshot()(ctx, tg)
+		if err != nil {
+			return chromedp.Void{}, err
+		}
+		dirs := []string{s.dir}
+		if d := os.Getenv(EnvShots); d != "" {
+			dirs = append(dirs, d)
+		}
+		for _, d := range dirs {
+			if err := os.WriteFile(filepath.Join(d, name+".png"), png, 0o644); err != nil {
+				return chromedp.Void{}, err
+			}
+		}
+		return chromedp.Void{}, nil
+	}
+}
+
+// until waits for a JavaScript condition to hold.
+func until(expr string, timeout time.Duration) chromedp.Action[chromedp.Void] {
+	return chromedp.Poll[chromedp.Void](expr, chromedp.WithPollingTimeout(timeout))
+}
+
+func visible(sel string) chromedp.Action[chromedp.Void] {
+	return chromedp.WaitVisible(chromedp.CSS(sel))
+}
+
+// TestDashboardInBrowser loads the dashboard in headless chromium against a
+// running Berth with a worker container: sign in with the key, submit a job
+// from the page and see its output, open the worker's logs and see a line
+// appear live, and take screenshots of the main views at desktop and phone
+// width.
+func TestDashboardInBrowser(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds Berth and a worker image, runs chromium")
+	}
+	exe := chromium(t)
+	docker := dockertest.Require(t)
+	img := dockertest.BuildGoImage(t, "berth/testdata/echoworker")
+	b := startBerth(t, docker)
+
+	var tpl, ep struct{ ID string }
+	b.call("POST", "/v1/templates", map[string]any{"name": "echo-worker", "imageName": img, "isServerless": true}, &tpl)
+	b.call("POST", "/v1/endpoints", map[string]any{"name": "echo", "templateId": tpl.ID, "computeType": "CPU",
+		"workersMin": 1, "workersMax": 2, "idleTimeout": 60}, &ep)
+
+	bctx := browser(t, exe)
+	if err := chromedp.Do(bctx); err != nil { // starts the browser, outside any timeout
+		t.Fatalf("start chromium: %v", err)
+	}
+	ctx, cancel := context.WithTimeout(bctx, 4*time.Minute)
+	defer cancel()
+	sh := shots{dir: t.TempDir()}
+	t.Logf("screenshots in %s", sh.dir)
+
+	pageText := func() string {
+		s, _ := chromedp.Run(ctx, chromedp.Evaluate[string](`document.body ? document.body.innerText : ""`))
+		return s
+	}
+	do := func(what string, steps ...chromedp.Action[chromedp.Void]) {
+		t.Helper()
+		if err := chromedp.Do(ctx, steps...); err != nil {
+			t.Fatalf("%s: %v\npage text:\n%s", what, err, pageText())
+		}
+	}
+	eval := func(expr string) string {
+		t.Helper()
+		v, err := chromedp.Run(ctx, chromedp.Evaluate[string](expr))
+		if err != nil {
+			t.Fatalf("%s: %v", expr, err)
+		}
+		return v
+	}
+
+	// The key is asked for once, kept in sessionStorage, never in the URL
+	// or a cookie. A wrong key is refused on the form.
+	do("sign in",
+		chromedp.Navigate(b.base+"/"),
+		visible("#key-input"),
+		sh.save("desktop-signin"),
+		chromedp.SendKeys(chromedp.CSS("#key-input"), "wrong-key"),
+		chromedp.Click(chromedp.CSS("#key-submit")),
+		until(`document.getElementById('key-error').textContent.includes('refused')`, 30*time.Second),
+		chromedp.Evaluate[chromedp.Void](`document.getElementById('key-input').value = ''`),
+		chromedp.SendKeys(chromedp.CSS("#key-input"), b.key),
+		chromedp.Click(chromedp.CSS("#key-submit")),
+		visible(`#endpoints .endpoint-card[data-endpoint="`+ep.ID+`"]`),
+	)
+	loc, cookies, stored := eval(`location.href`), eval(`document.cookie`), eval(`sessionStorage.getItem('berth.apiKey')`)
+	if strings.Contains(loc, b.key) || cookies != "" || stored != b.key {
+		t.Fatalf("the key must live in sessionStorage only: location %q, cookies %q, sessionStorage %q", loc, cookies, stored)
+	}
+
+	// The endpoint's worker container comes up and shows idle.
+	card := `#endpoints .endpoint-card[data-endpoint="` + ep.ID + `"]`
+	do("worker idle on the overview",
+		until(fmt.Sprintf(`document.querySelector(%q).textContent.includes('1 idle')`, card), 2*time.Minute),
+		sh.save("desktop-endpoints"),
+	)
+
+	// Submit a job from the page and watch it finish with its output.
+	do("submit a job",
+		chromedp.Click(chromedp.CSS(card)),
+		visible("#run-input"),
+		chromedp.SetValue(chromedp.CSS("#run-input"), `{"echo": {"greeting": "hello from the dashboard"}, "sleep_ms": 300}`),
+		chromedp.Click(chromedp.CSS("#run-submit")),
+		visible(`#job-watch .watch[data-status="COMPLETED"]`),
+	)
+	output := eval(`document.getElementById('job-output').textContent`)
+	var got map[string]string
+	if err := json.Unmarshal([]byte(output), &got); err != nil || got["greeting"] != "hello from the dashboard" {
+		t.Fatalf("job output on the page: %q (%v)", output, err)
+	}
+	// The job list shows it completed too.
+	do("job list", visible(`#jobs tr[data-status="COMPLETED"]`), sh.save("desktop-endpoint"))
+
+	// Open the worker's logs; a job submitted afterwards logs a line that
+	// appears while the page follows.
+	do("worker logs", chromedp.Click(chromedp.CSS(`#workers a.logs-link`)), visible(`#log-state.ok`))
+	var ref struct{ ID string }
+	b.call("POST", "/v2/"+ep.ID+"/run", map[string]any{"input": map[string]any{"echo": "late line"}}, &ref)
+	do("a log line appears live",
+		until(fmt.Sprintf(`document.getElementById('log-output').textContent.includes(%q)`, ref.ID), time.Minute),
+		sh.save("desktop-logs"),
+	)
+
+	// The other views render their records.
+	do("templates", chromedp.Navigate(b.base+"/#/templates"), visible(`tr[data-template="`+tpl.ID+`"]`), sh.save("desktop-templates"))
+	do("gpus", chromedp.Navigate(b.base+"/#/gpus"), visible(`main .panel`), sh.save("desktop-gpus"))
+
+	// Phone width: the same pages, one column, no sideways scroll.
+	do("phone",
+		chromedp.EmulateViewport(390, 844, chromedp.EmulateScale(2), chromedp.EmulateMobile),
+		chromedp.Navigate(b.base+"/#/"),
+		visible(card+` .metrics`),
+		sh.save("phone-endpoints"),
+		chromedp.Navigate(b.base+"/#/endpoint/"+ep.ID),
+		visible(`#jobs tr[data-status="COMPLETED"]`),
+		sh.save("phone-endpoint"),
+	)
+	if wide := eval(`String(document.documentElement.scrollWidth > window.innerWidth + 1)`); wide != "false" {
+		t.Errorf("the endpoint page is wider than a phone's screen")
+	}
+}

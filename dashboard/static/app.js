@@ -1,0 +1,663 @@
+// Berth dashboard: plain JavaScript, no build step, no dependency.
+//
+// The API key is asked for once and kept in sessionStorage only (gone when
+// the tab closes; never a cookie, never in a URL). Every datum comes from
+// Berth's API with an Authorization header: the page polls while it is
+// visible and follows logs over a streamed fetch.
+'use strict';
+
+const KEY = 'berth.apiKey';
+const POLL_MS = 2000;
+
+let apiKey = sessionStorage.getItem(KEY) || '';
+let view = null;          // the current view: {refresh(), stop()}
+let pollTimer = null;
+let polling = false;
+let lastOK = 0;           // time of the last successful poll
+
+// ---------- DOM helpers ----------
+
+// h builds an element: h('div.card#x', {attrs}, children...). Text children
+// are text nodes, so API data is never parsed as HTML.
+function h(sel, attrs, ...kids) {
+  const m = sel.match(/^([a-z0-9]+)?((?:[.#][\w-]+)*)$/i);
+  const el = document.createElement(m[1] || 'div');
+  for (const part of (m[2] || '').match(/[.#][\w-]+/g) || []) {
+    if (part[0] === '.') el.classList.add(part.slice(1)); else el.id = part.slice(1);
+  }
+  if (attrs !== undefined && attrs !== null && (typeof attrs !== 'object' || attrs instanceof Node || Array.isArray(attrs))) {
+    kids.unshift(attrs); attrs = null;
+  }
+  for (const [k, v] of Object.entries(attrs || {})) {
+    if (v === undefined || v === null || v === false) continue;
+    if (k.startsWith('on')) el.addEventListener(k.slice(2), v);
+    else if (k === 'class') el.className += ' ' + v;
+    else if (k === 'style') el.style.cssText = v; // CSSOM: allowed by the page's CSP, a style attribute is not
+    else if (k in el && k !== 'list' && typeof v !== 'string') el[k] = v;
+    else el.setAttribute(k, v === true ? '' : v);
+  }
+  append(el, kids);
+  return el;
+}
+
+function append(el, kids) {
+  for (const k of kids.flat(Infinity)) {
+    if (k === null || k === undefined || k === false) continue;
+    el.append(k instanceof Node ? k : document.createTextNode(String(k)));
+  }
+}
+
+function clear(el, ...kids) { el.replaceChildren(); append(el, kids); return el; }
+
+const $app = () => document.getElementById('app');
+
+// ---------- formatting ----------
+
+function dur(ms) {
+  if (ms === undefined || ms === null) return '—';
+  if (ms < 1000) return Math.round(ms) + ' ms';
+  const s = ms / 1000;
+  if (s < 60) return (s < 10 ? s.toFixed(1) : Math.round(s)) + ' s';
+  const m = Math.floor(s / 60), rs = Math.floor(s % 60);
+  if (m < 60) return m + 'm ' + String(rs).padStart(2, '0') + 's';
+  const hr = Math.floor(m / 60);
+  if (hr < 48) return hr + 'h ' + String(m % 60).padStart(2, '0') + 'm';
+  return Math.floor(hr / 24) + 'd ' + (hr % 24) + 'h';
+}
+
+function ago(t) {
+  if (!t) return '—';
+  const ms = Date.now() - new Date(t).getTime();
+  if (ms < 5000) return 'just now';
+  return dur(ms) + ' ago';
+}
+
+function bytes(n) {
+  if (!n && n !== 0) return '—';
+  const u = ['B', 'KB', 'MB', 'GB', 'TB'];
+  let i = 0;
+  while (n >= 1024 && i < u.length - 1) { n /= 1024; i++; }
+  return (i ? n.toFixed(1) : n) + ' ' + u[i];
+}
+
+function pretty(v) {
+  if (v === undefined) return '';
+  try { return JSON.stringify(v, null, 2); } catch { return String(v); }
+}
+
+function short(id) { return id && id.length > 13 ? id.slice(0, 8) + '…' + id.slice(-4) : id; }
+
+const STATUS = {
+  IN_QUEUE: ['warn', 'queued'], IN_PROGRESS: ['run spin', 'running'], COMPLETED: ['ok', 'completed'],
+  FAILED: ['bad', 'failed'], CANCELLED: ['', 'cancelled'], TIMED_OUT: ['bad', 'timed out'],
+};
+function statusPill(st) {
+  const [cls, text] = STATUS[st] || ['', String(st || '').toLowerCase()];
+  return h('span.pill', { class: cls, 'data-status': st }, text);
+}
+
+const WSTATE = { idle: 'ok', running: 'run', initializing: 'warn', throttled: 'warn', unhealthy: 'bad', draining: 'run', lost: 'bad', exited: '' };
+function workerPill(st) { return h('span.pill', { class: WSTATE[st] ?? '', 'data-state': st }, st || 'unknown'); }
+
+// ---------- API ----------
+
+class AuthError extends Error {}
+
+async function api(path, opts = {}) {
+  const headers = { Authorization: 'Bearer ' + apiKey };
+  if (opts.body !== undefined) headers['Content-Type'] = 'application/json';
+  const res = await fetch(path, { method: opts.method || 'GET', headers, cache: 'no-store',
+    body: opts.body === undefined ? undefined : JSON.stringify(opts.body), signal: opts.signal });
+  if (res.status === 401) {
+    signOut('Berth refused the API key. Enter it again.');
+    throw new AuthError('unauthorized');
+  }
+  const text = await res.text();
+  let body = text;
+  try { body = text ? JSON.parse(text) : null; } catch { /* plain text */ }
+  if (!res.ok) {
+    const msg = (body && (body.message || body.error)) || res.status + ' ' + res.statusText;
+    const err = new Error(msg);
+    err.status = res.status;
+    throw err;
+  }
+  return body;
+}
+
+// ---------- shell ----------
+
+const NAV = [['#/', 'Endpoints'], ['#/gpus', 'GPUs'], ['#/pods', 'Pods'], ['#/templates', 'Templates'], ['#/volumes', 'Volumes']];
+
+function brand() {
+  const a = h('a.brand', { href: '#/' });
+  a.innerHTML = '<svg viewBox="0 0 32 32" aria-hidden="true"><rect width="32" height="32" rx="7" fill="#2563eb"/><path d="M7 19h18l-3 6H10z" fill="#fff"/><path d="M11 17V9h5v8M18 17v-5h4v5" fill="none" stroke="#fff" stroke-width="2" stroke-linejoin="round"/></svg>';
+  a.append('Berth');
+  return a;
+}
+
+function shell() {
+  const route = location.hash || '#/';
+  const section = route.startsWith('#/endpoint') || route === '#/' || route.startsWith('#/logs/worker') ? '#/' :
+    route.startsWith('#/logs/pod') ? '#/pods' : route.replace(/^(#\/[a-z]+).*$/, '$1');
+  const nav = h('nav.nav', NAV.map(([href, text]) => h('a', { href, class: href === section ? 'active' : null }, text)));
+  const live = h('span#live', h('span.live-dot'), 'live');
+  const out = h('button.btn.small#signout', { onclick: () => signOut('') }, 'Sign out');
+  const main = h('main#main');
+  clear($app(), h('header.topbar', brand(), nav, h('div.right', live, out)), main);
+  return main;
+}
+
+function setLive(ok) {
+  const el = document.getElementById('live');
+  if (!el) return;
+  clear(el, h('span.live-dot', { class: ok ? null : 'off' }), ok ? 'live' : 'offline');
+  el.title = ok ? 'Updated every ' + POLL_MS / 1000 + ' s' : 'Berth does not answer';
+}
+
+// ---------- sign in ----------
+
+function signIn(message) {
+  stopView();
+  const input = h('input#key-input', { type: 'password', autocomplete: 'off', spellcheck: 'false',
+    placeholder: 'BERTH_API_KEY', 'aria-label': 'API key', autofocus: true });
+  const err = h('div.form-error#key-error', message || '');
+  const btn = h('button.btn.primary#key-submit', { type: 'submit' }, 'Open dashboard');
+  const form = h('form', {
+    onsubmit: async (ev) => {
+      ev.preventDefault();
+      const k = input.value.trim();
+      if (!k) { clear(err, 'Enter the API key.'); return; }
+      btn.disabled = true;
+      apiKey = k;
+      try {
+        const res = await fetch('/v1/gpus', { headers: { Authorization: 'Bearer ' + k }, cache: 'no-store' });
+        if (res.status === 401) throw new Error('Berth refused this key.');
+        if (!res.ok) throw new Error('Berth answered ' + res.status + '.');
+        sessionStorage.setItem(KEY, k);
+        route();
+      } catch (e) {
+        apiKey = '';
+        clear(err, e.message === 'Failed to fetch' ? 'Berth does not answer.' : e.message);
+        btn.disabled = false;
+      }
+    },
+  }, h('label.field', { for: 'key-input' }, 'API key'), input, err, btn);
+  clear($app(), h('div.panel.login', brand(),
+    h('p', 'Enter the operator\'s API key (BERTH_API_KEY, or the one Berth printed at its first start). It is kept in this tab only, until you close it.'),
+    form));
+  input.focus();
+}
+
+function signOut(message) {
+  sessionStorage.removeItem(KEY);
+  apiKey = '';
+  signIn(message);
+}
+
+// ---------- routing and polling ----------
+
+function stopView() {
+  if (view && view.stop) view.stop();
+  view = null;
+  clearTimeout(pollTimer);
+}
+
+function route() {
+  if (!apiKey) { signIn(''); return; }
+  stopView();
+  const main = shell();
+  const parts = (location.hash || '#/').slice(2).split('/').map(decodeURIComponent);
+  switch (parts[0]) {
+    case '': view = endpointsView(main); break;
+    case 'endpoint': view = endpointView(main, parts[1]); break;
+    case 'gpus': view = gpusView(main); break;
+    case 'pods': view = podsView(main); break;
+    case 'templates': view = templatesView(main); break;
+    case 'volumes': view = volumesView(main); break;
+    case 'logs': view = logsView(main, parts[1], parts.slice(2)); break;
+    default: clear(main, h('div.panel.empty', 'No such page. ', h('a', { href: '#/' }, 'Back to the endpoints')));
+  }
+  poll();
+}
+
+async function poll() {
+  clearTimeout(pollTimer);
+  const v = view;
+  if (v && v.refresh && !document.hidden && !polling) {
+    polling = true;
+    try {
+      await v.refresh();
+      lastOK = Date.now();
+      setLive(true);
+    } catch (e) {
+      if (!(e instanceof AuthError)) {
+        setLive(false);
+        console.warn('refresh:', e);
+      }
+    } finally {
+      polling = false;
+    }
+  }
+  if (view && view === v && view.refresh) pollTimer = setTimeout(poll, POLL_MS);
+}
+
+document.addEventListener('visibilitychange', () => { if (!document.hidden && view) poll(); });
+window.addEventListener('hashchange', route);
+
+// ---------- shared data ----------
+
+// workerGPUs maps GPU uuid → holder id, and names each GPU.
+async function loadGPUs() {
+  const gpus = await api('/v1/gpus');
+  return gpus || [];
+}
+
+function endpointHealth(e, q) {
+  const st = e.status || {};
+  const counts = Object.assign({ initializing: 0, idle: 0, running: 0, throttled: 0, unhealthy: 0, draining: 0 }, st.workers || {});
+  if (!e.status) { // no container runtime: count the workers the queue knows
+    for (const w of e.workers || []) counts[w.state] = (counts[w.state] || 0) + 1;
+  }
+  let pill = h('span.pill.ok', 'ready');
+  if (st.unhealthy) pill = h('span.pill.bad', 'unhealthy');
+  else if (st.reason) pill = h('span.pill.warn', 'waiting');
+  else if (q && q.inQueue > 0 && counts.running + counts.idle === 0) pill = h('span.pill.warn', 'scaling up');
+  else if (counts.running > 0) pill = h('span.pill.run', 'busy');
+  else if (counts.initializing > 0 && counts.idle === 0) pill = h('span.pill.warn.spin', 'starting');
+  else if (counts.idle + counts.initializing === 0) pill = h('span.pill', 'scaled to zero');
+  return { counts, pill, reason: st.reason, warning: st.warning, lastError: st.lastError };
+}
+
+function workerChips(counts) {
+  const chips = Object.entries(counts).filter(([, n]) => n > 0).map(([st, n]) => h('span.pill', { class: WSTATE[st] }, n + ' ' + st));
+  return chips.length ? h('div.chips', chips) : h('span.faint.small', 'no workers');
+}
+
+function metric(k, v, cls) { return h('div.metric', h('div.k', k), h('div.v', { class: cls || null }, v)); }
+
+// ---------- endpoints ----------
+
+function endpointsView(main) {
+  const tiles = h('div.tiles');
+  const grid = h('div.grid-cards#endpoints');
+  clear(main, h('div.page-head', h('div', h('h1', 'Endpoints'), h('div.sub', 'Queues, workers and the GPUs they hold. Updated live.'))), tiles, grid);
+  return {
+    async refresh() {
+      const [eps, gpus, pods] = await Promise.all([api('/v1/endpoints?includeWorkers=true'), loadGPUs(), api('/v1/pods')]);
+      const queues = await Promise.all(eps.map((e) => api('/v1/endpoints/' + e.id + '/queue').catch(() => null)));
+      let queued = 0, running = 0, workers = 0, busyWorkers = 0;
+      eps.forEach((e, i) => {
+        const q = queues[i] || {};
+        queued += q.inQueue || 0; running += q.inProgress || 0;
+        const { counts } = endpointHealth(e, q);
+        workers += Object.values(counts).reduce((a, b) => a + b, 0);
+        busyWorkers += counts.running;
+      });
+      const held = gpus.filter((g) => g.holder).length;
+      const podsUp = (pods || []).filter((p) => p.desiredStatus === 'RUNNING').length;
+      const tile = (label, value, sub) => h('div.panel.tile', h('div.label', label), h('div.value', value, sub ? h('small', ' ' + sub) : null));
+      clear(tiles,
+        tile('Jobs queued', queued, running ? '· ' + running + ' running' : ''),
+        tile('Endpoints', eps.length),
+        tile('Workers', workers, busyWorkers ? '· ' + busyWorkers + ' busy' : ''),
+        tile('GPUs in use', held, '/ ' + gpus.length),
+        tile('Pods running', podsUp, '/ ' + (pods || []).length));
+      if (!eps.length) {
+        clear(grid, h('div.panel.empty', { style: 'grid-column: 1 / -1' },
+          h('p', 'No endpoints yet.'),
+          h('p.small', 'Create a template and an endpoint with the API (POST /v1/templates, POST /v1/endpoints) or the CLI; it shows here at once.')));
+        return;
+      }
+      clear(grid, eps.map((e, i) => endpointCard(e, queues[i], gpus)));
+    },
+  };
+}
+
+function gpusOf(e, gpus) {
+  const ids = new Set((e.workers || []).map((w) => w.id));
+  return gpus.filter((g) => g.holder && ids.has(g.holder));
+}
+
+function endpointCard(e, q, gpus) {
+  q = q || {};
+  const hl = endpointHealth(e, q);
+  const held = gpusOf(e, gpus);
+  return h('a.panel.card.endpoint-card', { href: '#/endpoint/' + encodeURIComponent(e.id), 'data-endpoint': e.id },
+    h('div.title', h('div', h('div.name', e.name || e.id), h('div.id', e.id)), hl.pill),
+    h('div.metrics',
+      metric('Queued', q.inQueue ?? '—', q.inQueue > 0 ? 'warn' : null),
+      metric('Running', q.inProgress ?? '—'),
+      metric('Oldest', q.inQueue ? dur(q.oldestWaitMs) : '—'),
+      metric('Done', (q.completed ?? 0) + (q.failed ? ' / ' + q.failed + '✗' : ''))),
+    h('div.row', h('span.small.muted', 'Workers'), workerChips(hl.counts),
+      h('span.spacer'), h('span.small.faint', (e.workersMin ?? 0) + '–' + (e.workersMax ?? 0))),
+    held.length ? h('div.row.small', h('span.muted', 'GPUs'), held.map((g) => h('span.pill.plain.run', '#' + g.index + ' ' + g.name))) :
+      h('div.small.faint', e.computeType === 'CPU' ? 'CPU endpoint' : 'No GPU held' + (e.gpuTypeIds && e.gpuTypeIds.length ? ' · wants ' + e.gpuTypeIds.join(', ') : '')),
+    hl.reason ? h('div.note', hl.reason) : null,
+    !hl.reason && hl.warning ? h('div.note.subtle', hl.warning) : null);
+}
+
+// ---------- one endpoint ----------
+
+function endpointView(main, id) {
+  const base = '/v1/endpoints/' + encodeURIComponent(id);
+  const head = h('div.page-head');
+  const stats = h('div.metrics', { style: 'margin-bottom:16px' });
+  const note = h('div');
+  const workersBody = h('div');
+  const jobsBody = h('div#jobs');
+  const expanded = new Set();
+  const details = new Map(); // job id → last full view (with stream)
+  let filter = '';
+  let endpoint = null;
+
+  // Submit a job and watch it.
+  const input = h('textarea#run-input', { spellcheck: 'false', 'aria-label': 'Job input (JSON)' });
+  input.value = sessionStorage.getItem('berth.lastInput.' + id) || '{\n  "prompt": "hello"\n}';
+  const formErr = h('div.form-error#run-error');
+  const runBtn = h('button.btn.primary#run-submit', { type: 'submit' }, 'Run job');
+  const watch = h('div#job-watch');
+  let watching = null;
+  const form = h('form', {
+    onsubmit: async (ev) => {
+      ev.preventDefault();
+      clear(formErr);
+      let parsed;
+      try { parsed = JSON.parse(input.value); } catch (e) { clear(formErr, 'Input is not valid JSON: ' + e.message); return; }
+      runBtn.disabled = true;
+      try {
+        const r = await api('/v2/' + encodeURIComponent(id) + '/run', { method: 'POST', body: { input: parsed } });
+        sessionStorage.setItem('berth.lastInput.' + id, input.value);
+        watching = r.id;
+        expanded.add(r.id);
+        renderWatch({ id: r.id, status: r.status });
+        poll();
+      } catch (e) {
+        if (!(e instanceof AuthError)) clear(formErr, e.message);
+      } finally {
+        runBtn.disabled = false;
+      }
+    },
+  }, h('label.field', { for: 'run-input' }, 'Input (JSON: the job\'s "input")'), input, formErr,
+  h('div.row', runBtn, h('span.small.faint', 'POST /v2/' + id + '/run')), watch);
+
+  function renderWatch(j) {
+    if (!j) { clear(watch); return; }
+    const out = [];
+    if (j.stream && j.stream.length) out.push(h('div.small.muted', 'Stream'), h('pre.code#job-stream', j.stream.map((c) => JSON.stringify(c.output ?? c)).join('\n')));
+    if (j.output !== undefined) out.push(h('div.small.muted', j.status === 'IN_PROGRESS' ? 'Progress' : 'Output'), h('pre.code#job-output', pretty(j.output)));
+    if (j.error) out.push(h('div.small.muted', 'Error'), h('pre.code#job-error', j.error));
+    clear(watch, h('div.watch', { 'data-job': j.id, 'data-status': j.status },
+      h('div.row', h('span.mono.small', j.id), statusPill(j.status)),
+      h('div.small.muted', 'Delay ' + dur(j.delayTime) + ' · execution ' + dur(j.executionTime) + (j.workerId ? ' · worker ' + j.workerId : '')),
+      out));
+  }
+
+  const filters = h('div.seg#job-filter');
+  const setFilter = (f) => { filter = f; drawFilters(); poll(); };
+  function drawFilters() {
+    clear(filters, [['', 'All'], ['IN_QUEUE', 'Queued'], ['IN_PROGRESS', 'Running'], ['COMPLETED', 'Completed'], ['FAILED,TIMED_OUT', 'Failed'], ['CANCELLED', 'Cancelled']]
+      .map(([f, text]) => h('button', { type: 'button', class: f === filter ? 'on' : null, onclick: () => setFilter(f) }, text)));
+  }
+  drawFilters();
+
+  clear(main, head, note, stats,
+    h('div.two-col',
+      h('div',
+        h('section.panel', h('header', h('h2', 'Run a job')), h('div.body', form)),
+        h('section.panel', h('header', h('h2', 'Workers')), workersBody)),
+      h('section.panel', h('header', h('h2', 'Jobs'), filters), jobsBody)));
+
+  async function act(path, jobId) {
+    try { await api('/v2/' + encodeURIComponent(id) + '/' + path + '/' + encodeURIComponent(jobId), { method: 'POST' }); } catch (e) { if (!(e instanceof AuthError)) alert(e.message); }
+    poll();
+  }
+
+  function jobDetail(j) {
+    const d = details.get(j.id) || j;
+    const blocks = [];
+    blocks.push(h('div', h('h3', 'Input'), h('pre.code', d.input === undefined ? '—' : pretty(d.input))));
+    if (d.stream && d.stream.length) blocks.push(h('div', h('h3', 'Stream (not yet read by a client)'), h('pre.code', d.stream.map((c) => JSON.stringify(c.output ?? c)).join('\n'))));
+    blocks.push(h('div', h('h3', d.status === 'IN_PROGRESS' ? 'Progress' : 'Output'), h('pre.code', d.output === undefined ? '—' : pretty(d.output))));
+    if (d.error) blocks.push(h('div.full', h('h3', 'Error'), h('pre.code', d.error)));
+    const actions = [];
+    if (d.status === 'IN_QUEUE' || d.status === 'IN_PROGRESS') actions.push(h('button.btn.small.danger', { onclick: () => act('cancel', j.id) }, 'Cancel'));
+    if (d.status === 'FAILED' || d.status === 'TIMED_OUT') actions.push(h('button.btn.small', { onclick: () => act('retry', j.id) }, 'Retry'));
+    if (d.workerId) actions.push(h('a.btn.small', { href: '#/logs/worker/' + encodeURIComponent(id) + '/' + encodeURIComponent(d.workerId) + '/' + encodeURIComponent(j.id) }, 'Logs of this job'));
+    return h('tr.detail', h('td', { colspan: 6 },
+      h('div.row.small.muted', h('span.mono', j.id), h('span', 'created ' + ago(d.createdAt)), d.retries ? h('span', d.retries + ' retries') : null,
+        d.lowPriority ? h('span', 'low priority') : null, h('span.spacer'), actions),
+      h('div.detail-grid', blocks)));
+  }
+
+  function jobRows(jobs) {
+    if (!jobs.length) return h('div.empty', filter ? 'No jobs in this state.' : 'No jobs yet. Run one with the form.');
+    const body = h('tbody');
+    for (const j of jobs) {
+      const open = expanded.has(j.id);
+      body.append(h('tr.clickable', { class: open ? 'open' : null, 'data-job': j.id, 'data-status': j.status,
+        onclick: () => { if (expanded.has(j.id)) expanded.delete(j.id); else expanded.add(j.id); poll(); } },
+      h('td', { 'data-label': 'Status' }, statusPill(j.status)),
+      h('td.mono', { 'data-label': 'Job', title: j.id }, short(j.id)),
+      h('td.num', { 'data-label': 'Created' }, ago(j.createdAt)),
+      h('td.num', { 'data-label': 'Delay' }, dur(j.delayTime)),
+      h('td.num', { 'data-label': 'Execution' }, dur(j.executionTime)),
+      h('td.mono.hide-phone', { 'data-label': 'Worker' }, j.workerId ? short(j.workerId) : '—')));
+      if (open) body.append(jobDetail(j));
+    }
+    return h('table.list', h('thead', h('tr', ['Status', 'Job', 'Created', 'Delay', 'Execution'].map((t) => h('th', t)), h('th.hide-phone', 'Worker'))), body);
+  }
+
+  function workerRows(e, gpus) {
+    const ws = e.workers || [];
+    if (!ws.length) return h('div.empty', 'No workers. ', e.workersMin ? 'Starting…' : 'Workers start when a job is queued (workersMin is 0).');
+    const gpuBy = new Map(gpus.map((g) => [g.holder, g]));
+    return h('table.list#workers', h('tbody', ws.map((w) => {
+      const g = gpuBy.get(w.id);
+      return h('tr', { 'data-worker': w.id },
+        h('td', { 'data-label': 'Worker' }, h('div.mono.small', w.id), w.statusMessage ? h('div.small.muted', w.statusMessage) : null,
+          h('div.small.faint', (w.external ? 'external · ' : '') + (w.lastSeenAt ? 'seen ' + ago(w.lastSeenAt) : 'not seen yet'))),
+        h('td', { 'data-label': 'State' }, workerPill(w.state), w.jobsInProgress ? h('span.small.muted', ' ' + w.jobsInProgress + ' job' + (w.jobsInProgress > 1 ? 's' : '')) : null),
+        h('td.small', { 'data-label': 'GPU' }, g ? '#' + g.index + ' ' + g.name : (w.gpu ? w.gpu.displayName : 'CPU')),
+        h('td', w.external ? null : h('a.btn.small.logs-link', { href: '#/logs/worker/' + encodeURIComponent(id) + '/' + encodeURIComponent(w.id) }, 'Logs')));
+    })));
+  }
+
+  return {
+    async refresh() {
+      const qs = '?limit=50' + (filter ? '&status=' + filter : '');
+      const [e, q, jobs, gpus] = await Promise.all([api(base + '?includeWorkers=true&includeTemplate=true'), api(base + '/queue'),
+        api(base + '/jobs' + qs), loadGPUs()]);
+      endpoint = e;
+      const open = jobs.filter((j) => expanded.has(j.id) && (j.status === 'IN_PROGRESS' || j.status === 'IN_QUEUE' || j.id === watching));
+      await Promise.all(open.map((j) => api(base + '/jobs/' + encodeURIComponent(j.id)).then((d) => details.set(j.id, d)).catch(() => {})));
+      for (const j of jobs) if (!open.includes(j)) details.delete(j.id);
+      if (watching) {
+        const w = details.get(watching) || jobs.find((j) => j.id === watching);
+        if (w) renderWatch(w);
+        else api(base + '/jobs/' + encodeURIComponent(watching)).then(renderWatch).catch(() => {});
+      }
+      const hl = endpointHealth(e, q);
+      const tpl = e.template;
+      clear(head, h('div',
+        h('a.crumb', { href: '#/' }, '← Endpoints'),
+        h('div.row', h('h1', e.name || e.id), hl.pill),
+        h('div.sub', h('span.mono', e.id), tpl ? ' · ' + tpl.imageName : '', ' · workers ' + e.workersMin + '–' + e.workersMax,
+          ' · ' + (e.computeType === 'CPU' ? 'CPU' : (e.gpuCount || 1) + '× ' + ((e.gpuTypeIds || []).join(', ') || 'any GPU')))));
+      clear(note, hl.reason ? h('div.note', { style: 'margin-bottom:12px' }, hl.reason) : null,
+        hl.lastError ? h('div.note.bad', { style: 'margin-bottom:12px' }, hl.lastError) : null);
+      clear(stats, metric('Queued', q.inQueue, q.inQueue > 0 ? 'warn' : null), metric('Running', q.inProgress),
+        metric('Oldest queued', q.inQueue ? dur(q.oldestWaitMs) : '—'), metric('Completed / failed', q.completed + ' / ' + q.failed));
+      clear(workersBody, workerRows(e, gpus));
+      clear(jobsBody, jobRows(jobs));
+    },
+  };
+}
+
+// ---------- logs ----------
+
+function logsView(main, kind, args) {
+  let path, title, back;
+  if (kind === 'worker') {
+    const [ep, wid, job] = args;
+    path = '/v1/endpoints/' + encodeURIComponent(ep) + '/workers/' + encodeURIComponent(wid) + '/logs';
+    if (job) path += '?jobId=' + encodeURIComponent(job) + '&';
+    else path += '?';
+    title = job ? 'Job ' + job : 'Worker ' + wid;
+    back = h('a.crumb', { href: '#/endpoint/' + encodeURIComponent(ep) }, '← Endpoint ' + ep);
+  } else {
+    const [pod] = args;
+    path = '/v1/pods/' + encodeURIComponent(pod) + '/logs?';
+    title = 'Pod ' + pod;
+    back = h('a.crumb', { href: '#/pods' }, '← Pods');
+  }
+  const box = h('pre.logbox#log-output', { tabindex: 0 });
+  const state = h('span.pill#log-state', 'connecting');
+  let follow = true, ctrl = null, stopped = false;
+  const followBtn = h('button.btn.small#log-follow', { onclick: () => { follow = !follow; drawFollow(); if (follow) box.scrollTop = box.scrollHeight; } });
+  const drawFollow = () => clear(followBtn, follow ? 'Pause scrolling' : 'Follow');
+  drawFollow();
+  const wrapBtn = h('button.btn.small', { onclick: () => box.classList.toggle('nowrap') }, 'Wrap');
+  const clearBtn = h('button.btn.small', { onclick: () => clear(box) }, 'Clear');
+  clear(main, h('div.page-head', h('div', back, h('h1', title), h('div.sub', 'stdout and stderr, following live'))),
+    h('section.panel', h('header', h('div.row', state), h('div.row', followBtn, wrapBtn, clearBtn)), box));
+
+  function setState(cls, text) { state.className = 'pill ' + cls; clear(state, text); }
+
+  async function run() {
+    ctrl = new AbortController();
+    try {
+      const res = await fetch(path + 'follow=true&tail=500', { headers: { Authorization: 'Bearer ' + apiKey }, signal: ctrl.signal, cache: 'no-store' });
+      if (res.status === 401) { signOut('Berth refused the API key. Enter it again.'); return; }
+      if (!res.ok) {
+        let msg = res.status + ' ' + res.statusText;
+        try { const b = await res.json(); msg = b.message || b.error || msg; } catch { /* text */ }
+        setState('bad', msg);
+        return;
+      }
+      setState('ok spin', 'live');
+      const reader = res.body.getReader();
+      const dec = new TextDecoder();
+      for (;;) {
+        const { value, done } = await reader.read();
+        if (done) break;
+        const atEnd = box.scrollHeight - box.scrollTop - box.clientHeight < 40;
+        box.append(dec.decode(value, { stream: true }));
+        if (follow && (atEnd || box.childNodes.length < 3)) box.scrollTop = box.scrollHeight;
+      }
+      setState('', 'ended: the container stopped');
+    } catch (e) {
+      if (!stopped) setState('bad', 'disconnected: ' + e.message);
+    }
+  }
+  run();
+  return { stop() { stopped = true; if (ctrl) ctrl.abort(); } };
+}
+
+// ---------- GPUs ----------
+
+function gpusView(main) {
+  const body = h('div');
+  clear(main, h('div.page-head', h('div', h('h1', 'GPUs'), h('div.sub', 'This host\'s GPUs, found by NVML, and who holds each.'))), body);
+  return {
+    async refresh() {
+      const [gpus, eps, pods] = await Promise.all([loadGPUs(), api('/v1/endpoints?includeWorkers=true'), api('/v1/pods')]);
+      const owner = new Map();
+      for (const e of eps) for (const w of e.workers || []) owner.set(w.id, ['worker of ', h('a', { href: '#/endpoint/' + encodeURIComponent(e.id) }, e.name || e.id)]);
+      for (const p of pods || []) owner.set(p.id, ['pod ', h('a', { href: '#/pods' }, p.name || p.id)]);
+      if (!gpus.length) {
+        clear(body, h('div.panel.empty', h('p', 'No GPUs found.'), h('p.small', 'Berth lists what NVML reports: none without an NVIDIA driver, or in a build without cgo. Workers and pods run on CPU.')));
+        return;
+      }
+      clear(body, h('div.grid-cards', gpus.map((g) => h('div.panel.card', { 'data-gpu': g.uuid },
+        h('div.title', h('div', h('div.name', '#' + g.index + ' ' + g.name), h('div.id', g.uuid)),
+          g.holder ? h('span.pill.run', 'in use') : h('span.pill.ok', 'free')),
+        h('dl.kv', h('dt', 'Type'), h('dd', g.gpuTypeId || '—'), h('dt', 'Memory'), h('dd', g.memoryInMiB ? (g.memoryInMiB / 1024).toFixed(0) + ' GB' : '—'),
+          h('dt', 'PCI bus'), h('dd.mono', g.pciBusId || '—'),
+          h('dt', 'Holder'), h('dd', g.holder ? [owner.get(g.holder) || '', ' ', h('span.mono.small', g.holder)] : '—'))))));
+    },
+  };
+}
+
+// ---------- pods ----------
+
+function podsView(main) {
+  const body = h('div');
+  clear(main, h('div.page-head', h('div', h('h1', 'Pods'), h('div.sub', 'Long-lived containers. Ports open in a new tab.'))), body);
+  return {
+    async refresh() {
+      const pods = await api('/v1/pods') || [];
+      if (!pods.length) {
+        clear(body, h('div.panel.empty', h('p', 'No pods.'), h('p.small', 'Create one with POST /v1/pods.')));
+        return;
+      }
+      const host = location.hostname;
+      clear(body, h('div.grid-cards', pods.map((p) => {
+        const ports = (p.ports || []).map((spec) => {
+          const [port, proto] = String(spec).split('/');
+          const hp = p.portMappings && p.portMappings[port];
+          const where = (p.publicIp && p.publicIp !== '127.0.0.1' ? p.publicIp : host) + ':' + hp;
+          if (!hp) return h('span.pill.plain', port + '/' + (proto || 'tcp'));
+          if (proto === 'http') return h('a.btn.small.port-link', { href: 'http://' + where + '/', target: '_blank', rel: 'noopener noreferrer' }, port + ' ↗');
+          return h('span.pill.plain', { title: 'tcp' }, port + ' → ' + where);
+        });
+        const running = p.desiredStatus === 'RUNNING';
+        return h('div.panel.card', { 'data-pod': p.id },
+          h('div.title', h('div', h('div.name', p.name || p.id), h('div.id', p.id)),
+            h('span.pill', { class: running ? 'ok' : p.desiredStatus === 'EXITED' ? '' : 'warn' }, (p.desiredStatus || '').toLowerCase())),
+          h('dl.kv', h('dt', 'Image'), h('dd.mono', p.imageName || p.image || '—'),
+            h('dt', 'GPU'), h('dd', p.gpu ? p.gpu.count + '× ' + (p.gpu.displayName || p.gpu.id) : (p.gpuCount ? p.gpuCount + '× (not placed)' : 'CPU')),
+            h('dt', 'Started'), h('dd', p.lastStartedAt ? ago(p.lastStartedAt) : '—')),
+          p.statusMessage ? h('div.note', p.statusMessage) : null,
+          h('div.row', ports.length ? ports : h('span.small.faint', 'no ports'), h('span.spacer'),
+            h('a.btn.small', { href: '#/logs/pod/' + encodeURIComponent(p.id) }, 'Logs')));
+      })));
+    },
+  };
+}
+
+// ---------- templates and volumes ----------
+
+function templatesView(main) {
+  const body = h('section.panel');
+  clear(main, h('div.page-head', h('div', h('h1', 'Templates'), h('div.sub', 'Images and settings endpoints and pods are made from.'))), body);
+  return {
+    async refresh() {
+      const ts = await api('/v1/templates?includeEndpointBoundTemplates=true') || [];
+      if (!ts.length) { clear(body, h('div.empty', 'No templates. Create one with POST /v1/templates.')); return; }
+      clear(body, h('table.list', h('thead', h('tr', ['Name', 'Image', 'Kind', 'Ports', 'Env', 'Created'].map((t) => h('th', t)))),
+        h('tbody', ts.map((t) => h('tr', { 'data-template': t.id },
+          h('td', { 'data-label': 'Name' }, h('div', t.name), h('div.faint.mono.small', t.id)),
+          h('td.mono.small', { 'data-label': 'Image' }, t.imageName),
+          h('td', { 'data-label': 'Kind' }, h('span.pill.plain', { class: t.isServerless ? 'run' : null }, t.isServerless ? 'serverless' : 'pod')),
+          h('td.small', { 'data-label': 'Ports' }, (t.ports || []).join(', ') || '—'),
+          h('td.num', { 'data-label': 'Env' }, Object.keys(t.env || {}).length),
+          h('td.num', { 'data-label': 'Created' }, ago(t.createdAt)))))));
+    },
+  };
+}
+
+function volumesView(main) {
+  const body = h('section.panel');
+  clear(main, h('div.page-head', h('div', h('h1', 'Network volumes'), h('div.sub', 'Folders under the data directory, shared by pods and workers.'))), body);
+  return {
+    async refresh() {
+      const vs = await api('/v1/networkvolumes') || [];
+      if (!vs.length) { clear(body, h('div.empty', 'No network volumes. Create one with POST /v1/networkvolumes.')); return; }
+      clear(body, h('table.list', h('thead', h('tr', ['Name', 'Size', 'Used', 'Path', 'Created'].map((t) => h('th', t)))),
+        h('tbody', vs.map((v) => {
+          const pct = v.size ? Math.min(100, (v.usedBytes || 0) / (v.size * 1e9) * 100) : 0;
+          return h('tr', { 'data-volume': v.id },
+            h('td', { 'data-label': 'Name' }, h('div', v.name), h('div.faint.mono.small', v.id)),
+            h('td.num', { 'data-label': 'Size' }, v.size + ' GB'),
+            h('td', { 'data-label': 'Used' }, h('div.small', bytes(v.usedBytes)), h('div.gpu-bar', { style: 'width:120px' }, h('span', { style: 'width:' + pct.toFixed(1) + '%' }))),
+            h('td.mono.small', { 'data-label': 'Path' }, v.path || '—'),
+            h('td.num', { 'data-label': 'Created' }, ago(v.createdAt)));
+        }))));
+    },
+  };
+}
+
+// ---------- start ----------
+
+route();
