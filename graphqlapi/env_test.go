@@ -26,11 +26,12 @@ var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
 
 // env is a real Berth HTTP server on a real bbolt file.
 type env struct {
-	t   *testing.T
-	dir string
-	db  *store.DB
-	q   *queue.Service
-	srv *httptest.Server
+	t    *testing.T
+	dir  string
+	db   *store.DB
+	q    *queue.Service
+	srv  *httptest.Server
+	base string // http://host:port of the server
 }
 
 type envOpt func(*httpapi.Config)
@@ -52,6 +53,7 @@ func newEnv(t *testing.T, opts ...envOpt) *env {
 	}
 	e.db, e.q = db, q
 	e.srv = httptest.NewServer(httpapi.New(cfg).Handler())
+	e.base = e.srv.URL
 	t.Cleanup(func() {
 		e.srv.Close()
 		q.Stop()
@@ -111,7 +113,7 @@ type gqlReply struct {
 func (e *env) post(auth string, body any) gqlReply {
 	e.t.Helper()
 	b, _ := json.Marshal(body)
-	req, _ := http.NewRequest(http.MethodPost, e.srv.URL+"/graphql", bytes.NewReader(b))
+	req, _ := http.NewRequest(http.MethodPost, e.base+"/graphql", bytes.NewReader(b))
 	req.Header.Set("Content-Type", "application/json")
 	if auth != "" {
 		req.Header.Set("Authorization", auth)
@@ -192,7 +194,7 @@ func (e *env) rest(method, path string, body any, want int, v any) {
 		b, _ := json.Marshal(body)
 		rd = bytes.NewReader(b)
 	}
-	req, _ := http.NewRequest(method, e.srv.URL+path, rd)
+	req, _ := http.NewRequest(method, e.base+path, rd)
 	req.Header.Set("Authorization", "Bearer "+testKey)
 	req.Header.Set("Content-Type", "application/json")
 	res, err := http.DefaultClient.Do(req)

@@ -336,7 +336,7 @@ func TestAuthAndRequestErrors(t *testing.T) {
 		t.Errorf("operationName B: %v", r.Data)
 	}
 	// GET is not served.
-	res, err := http.Get(e.srv.URL + "/graphql")
+	res, err := http.Get(e.base + "/graphql")
 	if err != nil {
 		t.Fatal(err)
 	}
