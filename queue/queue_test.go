@@ -747,3 +747,48 @@ func TestWebhookOutboxSurvivesRestart(t *testing.T) {
 		t.Fatal(c)
 	}
 }
+
+// TestFrozenWorkerIsNeverLost: a worker frozen by FlashBoot sends nothing
+// and is not lost (a silent control worker is); thawed, it has a full
+// WorkerTimeout from then on to make itself heard.
+func TestFrozenWorkerIsNeverLost(t *testing.T) {
+	h := newHarness(t, queue.Config{WorkerTimeout: time.Minute})
+	h.q.Ping(ep, "frozen", nil)
+	h.q.Ping(ep, "control", nil)
+	h.q.SetFrozen("frozen", true)
+	if c := h.q.Health(ep).Workers; c.Frozen != 1 || c.Idle != 1 {
+		t.Fatalf("workers %+v, want one frozen and one idle", c)
+	}
+	lost := func(id string) bool {
+		for _, w := range h.q.Workers(ep) {
+			if w.WorkerID == id {
+				return w.Lost
+			}
+		}
+		t.Fatalf("worker %s unknown", id)
+		return false
+	}
+	h.clock.Advance(10 * time.Minute)
+	waitFor(t, "the control worker lost", func() bool { return lost("control") })
+	if lost("frozen") {
+		t.Fatal("the frozen worker was counted as lost")
+	}
+	h.q.SetFrozen("frozen", false)
+	h.clock.Advance(59 * time.Second)
+	if lost("frozen") {
+		t.Fatal("lost before a full WorkerTimeout after the thaw")
+	}
+	h.clock.Advance(2 * time.Second)
+	waitFor(t, "the thawed, silent worker lost", func() bool { return lost("frozen") })
+}
+
+// waitFor polls cond (a timer callback runs on its own goroutine) for up
+// to 10 s.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); !cond(); time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for: %s", what)
+		}
+	}
+}

@@ -73,6 +73,7 @@ type worker struct {
 	reported map[string]bool // job ids of its last heartbeat
 	lostT    clockwork.Timer
 	lost     bool
+	frozen   bool // its container is paused (FlashBoot): silent, never lost
 }
 
 // New makes a Service; call Start before use.
@@ -581,7 +582,9 @@ func (s *Service) Health(endpointID string) Health {
 		if w.rec.EndpointID != endpointID || w.lost || w.lastSeen.IsZero() {
 			continue
 		}
-		if len(w.inflight) > 0 {
+		if w.frozen && len(w.inflight) == 0 {
+			h.Workers.Frozen++
+		} else if len(w.inflight) > 0 {
 			h.Workers.Running++
 		} else {
 			h.Workers.Idle++

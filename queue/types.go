@@ -166,6 +166,9 @@ type WorkerCounts struct {
 	Ready        int `json:"ready"`
 	Throttled    int `json:"throttled"`
 	Unhealthy    int `json:"unhealthy"`
+	// Frozen: FlashBoot workers whose container is paused; the next job
+	// thaws one (a Berth extension; they are not counted as idle or ready).
+	Frozen int `json:"frozen"`
 }
 
 // TakenJob is the job JSON handed to a worker.

@@ -34,6 +34,25 @@ func (s *Service) RegisterWorker(endpointID string, external bool) (Registration
 	return Registration{WorkerID: rec.ID, EndpointID: endpointID, Key: key}, nil
 }
 
+// SetFrozen tells the queue that a worker's container was paused (frozen,
+// FlashBoot) or resumed. A frozen worker sends nothing, so it is never
+// counted as lost; on thawing it gets a full WorkerTimeout from now to
+// resume its heartbeat.
+func (s *Service) SetFrozen(workerID string, frozen bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	w := s.workers[workerID]
+	if w == nil || w.frozen == frozen {
+		return
+	}
+	w.frozen = frozen
+	if !frozen && !w.lastSeen.IsZero() {
+		w.lastSeen = s.clock.Now()
+		w.lost = false
+		s.armLostLocked(w)
+	}
+}
+
 // ForgetWorker removes a worker identity (its container is gone for good);
 // its jobs are requeued.
 func (s *Service) ForgetWorker(workerID string) {
@@ -119,9 +138,9 @@ func (s *Service) armLostLocked(w *worker) {
 
 func (s *Service) checkLost(w *worker) {
 	s.mu.Lock()
-	if s.stopped || s.workers[w.rec.ID] != w || w.lost {
+	if s.stopped || s.workers[w.rec.ID] != w || w.lost || w.frozen {
 		s.mu.Unlock()
-		return
+		return // a frozen worker's timer is re-armed when it thaws
 	}
 	idle := s.clock.Since(w.lastSeen)
 	if idle < s.cfg.WorkerTimeout {
@@ -521,6 +540,7 @@ type WorkerLoad struct {
 	LastSeen   time.Time
 	Lost       bool
 	External   bool
+	Frozen     bool // paused by FlashBoot (SetFrozen)
 }
 
 // Workers lists the known workers of an endpoint ("" for all).
@@ -532,7 +552,7 @@ func (s *Service) Workers(endpointID string) []WorkerLoad {
 		if endpointID != "" && w.rec.EndpointID != endpointID {
 			continue
 		}
-		out = append(out, WorkerLoad{WorkerID: w.rec.ID, EndpointID: w.rec.EndpointID, Running: len(w.inflight), LastSeen: w.lastSeen, Lost: w.lost, External: w.rec.External})
+		out = append(out, WorkerLoad{WorkerID: w.rec.ID, EndpointID: w.rec.EndpointID, Running: len(w.inflight), LastSeen: w.lastSeen, Lost: w.lost, External: w.rec.External, Frozen: w.frozen})
 	}
 	return out
 }

@@ -50,6 +50,10 @@ type workerView struct {
 	phase   phase
 	idleFor time.Duration // time since it was last seen busy (idle phase only)
 	running int           // jobs in progress
+	// frozen: FlashBoot paused its container (or is pausing it). It holds
+	// its memory and GPUs but serves nothing until thawed.
+	frozen   bool
+	frozenAt time.Time
 }
 
 // scaleInput is everything one scaling decision depends on.
@@ -70,7 +74,9 @@ type scalePlan struct {
 	want   int // workers the scaler wants serving, within [workersMin, workersMax]
 	start  int // new workers of the current version to start
 	drain  []drainOrder
-	reason string // why demand is held back by workersMax ("" if it is not)
+	freeze []string // FlashBoot: idle workers to pause instead of draining
+	thaw   []string // FlashBoot: frozen workers to resume (before starting any)
+	reason string   // why demand is held back by workersMax ("" if it is not)
 }
 
 // planScale decides how many workers to start and which ones to drain. It is
@@ -87,7 +93,14 @@ type scalePlan struct {
 //     ceil((inQueue − lowPriority + inProgress) / scalerValue) while
 //     normal-priority jobs wait. lowPriority jobs never raise want;
 //   - a rolling update starts current-version workers first and drains old
-//     ones only as new ones become ready.
+//     ones only as new ones become ready;
+//   - FlashBoot (ep.Flashboot): an idle worker past idleTimeout is frozen
+//     instead of drained. Frozen workers count towards workersMax but not
+//     towards workersMin or demand; when the scaler wants a worker, a
+//     frozen one is thawed (the most recently frozen first) before any is
+//     started, and a frozen worker that was handed a job (its pending
+//     job-take) is thawed at once. Frozen workers of an old version, or
+//     of an endpoint whose flashboot is now off, are drained.
 func planScale(in scaleInput) scalePlan {
 	ep := in.ep
 	maxW := max(ep.WorkersMax, 0)
@@ -122,12 +135,30 @@ func planScale(in scaleInput) scalePlan {
 		}
 	}
 
+	// 1b. Frozen workers: thaw one that holds a job; drain the ones
+	// FlashBoot would no longer keep.
+	for _, w := range slices.Clone(alive) {
+		switch {
+		case !w.frozen:
+		case !ep.Flashboot:
+			drain(w, "flashboot is off: the frozen worker is stopped")
+		case !w.current:
+			drain(w, "a frozen worker of an old version")
+		case w.running > 0:
+			p.thaw = append(p.thaw, w.id)
+			alive[slices.IndexFunc(alive, func(x workerView) bool { return x.id == w.id })].frozen = false
+		}
+	}
+	active := func() []workerView {
+		return slices.DeleteFunc(slices.Clone(alive), func(w workerView) bool { return w.frozen })
+	}
+
 	// 2. Idle timeout, down to workersMin. A queued job will be taken by an
 	// idle worker at once, so none is stopped while normal jobs wait.
 	if normal == 0 {
 		var idle []workerView
 		for _, w := range alive {
-			if w.phase == phaseIdle && w.idleFor >= idleTO {
+			if !w.frozen && w.phase == phaseIdle && w.idleFor >= idleTO {
 				idle = append(idle, w)
 			}
 		}
@@ -142,12 +173,18 @@ func planScale(in scaleInput) scalePlan {
 			return cmp.Compare(b.idleFor, a.idleFor)
 		})
 		for _, w := range idle {
-			if len(alive) <= minW {
+			if len(active()) <= minW {
 				break
+			}
+			if ep.Flashboot && w.current {
+				p.freeze = append(p.freeze, w.id)
+				alive[slices.IndexFunc(alive, func(x workerView) bool { return x.id == w.id })].frozen = true
+				continue
 			}
 			drain(w, fmt.Sprintf("idle for %s (idleTimeout %s)", w.idleFor.Round(time.Second), idleTO))
 		}
 	}
+	serving := active()
 
 	// 3. What the scaler wants.
 	want := minW
@@ -158,18 +195,18 @@ func planScale(in scaleInput) scalePlan {
 			want = max(want, need)
 		default: // QUEUE_DELAY
 			pending := 0
-			for _, w := range alive {
+			for _, w := range serving {
 				if !w.phase.ready() {
 					pending++
 				}
 			}
 			switch {
-			case len(alive) == 0:
+			case len(serving) == 0:
 				// Scale from zero at once: waiting scalerValue seconds
 				// first would only add to every cold start.
 				want = max(want, 1)
 			case in.stats.OldestWait > time.Duration(sv)*time.Second && pending == 0:
-				want = max(want, len(alive)+1)
+				want = max(want, len(serving)+1)
 			}
 		}
 	}
@@ -184,9 +221,13 @@ func planScale(in scaleInput) scalePlan {
 	p.want = want
 
 	// 4. Start current workers; retire old ones as new ones become ready.
-	var cur, old []workerView
+	var cur, old, frozen []workerView
 	readyCur := 0
 	for _, w := range alive {
+		if w.frozen {
+			frozen = append(frozen, w) // all current: others were drained in 1b
+			continue
+		}
 		if w.current {
 			cur = append(cur, w)
 			if w.phase.ready() {
@@ -199,7 +240,16 @@ func planScale(in scaleInput) scalePlan {
 	// The deployment's size: what the scaler wants, and during a roll at
 	// least as many as there were (each old worker gets a successor).
 	target := min(max(want, len(cur), len(old)), maxW)
-	p.start = max(target-len(cur), 0)
+	need := max(target-len(cur), 0)
+	// Thaw before starting: the most recently frozen is the warmest, and
+	// eviction takes the least recently used.
+	slices.SortStableFunc(frozen, func(a, b workerView) int { return b.frozenAt.Compare(a.frozenAt) })
+	for _, w := range frozen[:min(need, len(frozen))] {
+		p.thaw = append(p.thaw, w.id)
+		need--
+	}
+	// Frozen workers still hold a place under workersMax.
+	p.start = max(min(need, maxW-len(cur)-len(frozen)), 0)
 	if n := readyCur + len(old) - target; n > 0 && len(old) > 0 {
 		for _, w := range byDrainPreference(old)[:min(n, len(old))] {
 			drain(w, "rolling update to version "+fmt.Sprint(ep.Version))

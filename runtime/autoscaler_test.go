@@ -153,3 +153,57 @@ func TestFilterJobLogs(t *testing.T) {
 		t.Fatalf("got %q", b.String())
 	}
 }
+
+func frozenW(id string, at time.Duration, running int) workerView {
+	w := cur(id, phaseIdle, 0, running)
+	w.frozen, w.frozenAt = true, time.Unix(0, 0).Add(at)
+	return w
+}
+
+func TestPlanScaleFlashBoot(t *testing.T) {
+	fb := func(mod func(*store.Endpoint)) store.Endpoint {
+		return ep(func(e *store.Endpoint) {
+			e.Flashboot = true
+			if mod != nil {
+				mod(e)
+			}
+		})
+	}
+	for _, tc := range []struct {
+		name                string
+		ep                  store.Endpoint
+		stats               queue.QueueStats
+		workers             []workerView
+		start               int
+		drain, freeze, thaw []string
+	}{
+		{name: "idle past the timeout is frozen, not drained", ep: fb(nil),
+			workers: []workerView{cur("a", phaseIdle, 6*time.Second, 0), cur("b", phaseIdle, time.Second, 0)}, freeze: []string{"a"}},
+		{name: "workersMin stays warm", ep: fb(func(e *store.Endpoint) { e.WorkersMin = 1 }),
+			workers: []workerView{cur("a", phaseIdle, 6*time.Second, 0), cur("b", phaseIdle, 9*time.Second, 0)}, freeze: []string{"b"}},
+		{name: "frozen workers do not count towards workersMin", ep: fb(func(e *store.Endpoint) { e.WorkersMin = 1 }),
+			workers: []workerView{frozenW("a", 0, 0), cur("b", phaseIdle, 9*time.Second, 0)}},
+		{name: "an old version is drained, not frozen", ep: fb(nil),
+			workers: []workerView{old("o", phaseIdle, 9*time.Second, 0)}, drain: []string{"o"}},
+		{name: "a job thaws the most recently frozen instead of starting", ep: fb(nil), stats: queue.QueueStats{InQueue: 1},
+			workers: []workerView{frozenW("a", 1, 0), frozenW("b", 2, 0)}, thaw: []string{"b"}},
+		{name: "a frozen worker handed a job is thawed", ep: fb(nil), stats: queue.QueueStats{InProgress: 1},
+			workers: []workerView{frozenW("a", 1, 1), frozenW("b", 2, 0)}, thaw: []string{"a"}},
+		{name: "frozen workers hold their place under workersMax", ep: fb(func(e *store.Endpoint) {
+			e.ScalerType, e.ScalerValue, e.WorkersMax = ScalerRequestCount, 1, 3
+		}), stats: queue.QueueStats{InQueue: 5},
+			workers: []workerView{frozenW("a", 1, 0), frozenW("b", 2, 0)}, thaw: []string{"b", "a"}, start: 1},
+		{name: "flashboot turned off drains frozen workers", ep: ep(nil),
+			workers: []workerView{frozenW("a", 1, 0)}, drain: []string{"a"}},
+		{name: "no flashboot: scale to zero as before", ep: ep(nil),
+			workers: []workerView{cur("a", phaseIdle, 6*time.Second, 0)}, drain: []string{"a"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := planScale(scaleInput{ep: tc.ep, stats: tc.stats, workers: tc.workers})
+			if p.start != tc.start || !slices.Equal(drained(p), tc.drain) || !slices.Equal(p.freeze, tc.freeze) || !slices.Equal(p.thaw, tc.thaw) {
+				t.Fatalf("start %d drain %v freeze %v thaw %v; expected %d %v %v %v",
+					p.start, drained(p), p.freeze, p.thaw, tc.start, tc.drain, tc.freeze, tc.thaw)
+			}
+		})
+	}
+}

@@ -104,6 +104,7 @@ type ContainerInfo struct {
 	Labels     map[string]string
 	State      string // created, running, paused, restarting, removing, exited, dead
 	Running    bool
+	Paused     bool // frozen (Running stays true)
 	ExitCode   int
 	OOMKilled  bool
 	StartedAt  time.Time // zero if never started
@@ -476,6 +477,7 @@ func toInfo(c container.InspectResponse) ContainerInfo {
 	if s := c.State; s != nil {
 		info.State = string(s.Status)
 		info.Running = s.Running
+		info.Paused = s.Paused
 		info.ExitCode = s.ExitCode
 		info.OOMKilled = s.OOMKilled
 		info.Error = s.Error

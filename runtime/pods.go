@@ -220,9 +220,7 @@ func (s *Supervisor) createPodLocked(ctx context.Context, spec PodSpec) (PodStat
 		if s.cfg.GPUs == nil || len(s.cfg.GPUs.Types()) == 0 {
 			p.warning = "no GPUs on this machine: the pod runs without a GPU"
 		} else {
-			s.mu.Lock()
-			devs, err := s.cfg.GPUs.Allocate(spec.ID, spec.GPUTypeIDs, max(spec.GPUCount, 1))
-			s.mu.Unlock()
+			devs, err := s.allocatePodGPUs(ctx, spec.ID, spec.GPUTypeIDs, max(spec.GPUCount, 1))
 			if err != nil {
 				return PodState{}, err
 			}
@@ -435,10 +433,7 @@ func (s *Supervisor) startPodLocked(ctx context.Context, id string) (PodState, e
 		return s.podStateOf(ctx, p)
 	}
 	if len(p.gpus) > 0 && s.cfg.GPUs != nil {
-		s.mu.Lock()
-		err := s.cfg.GPUs.Restore(id, p.gpus)
-		s.mu.Unlock()
-		if err != nil {
+		if err := s.restorePodGPUs(ctx, id, p.gpus); err != nil {
 			return PodState{}, fmt.Errorf("start pod %s: its GPUs are in use (reset the pod to get others): %w", id, err)
 		}
 	}

@@ -88,6 +88,15 @@ func (s *Supervisor) resyncWorker(ctx context.Context, info ContainerInfo, eps m
 		if !info.Running && ws.phase != phaseStarting {
 			s.goExit(ws) // an exit whose event was missed
 		}
+		s.mu.Lock()
+		unpaused := info.Running && !info.Paused && ws.fz == fzFrozen
+		if unpaused {
+			ws.fz = fzNone // resumed behind Berth's back: it serves again
+		}
+		s.mu.Unlock()
+		if unpaused {
+			s.q.SetFrozen(wid, false)
+		}
 		return
 	}
 	if ws != nil && ws.containerID == "" {
@@ -137,6 +146,12 @@ func (s *Supervisor) resyncWorker(ctx context.Context, info ContainerInfo, eps m
 	if ws.startedAt.IsZero() {
 		ws.startedAt = s.clock.Now()
 	}
+	if info.Paused {
+		// Frozen by FlashBoot before the restart: it stays frozen, and its
+		// frozen time counts from now (the pause time is not recorded).
+		ws.fz, ws.frozenAt, ws.phase = fzFrozen, s.clock.Now(), phaseIdle
+		s.q.SetFrozen(wid, true)
+	}
 	s.mu.Lock()
 	s.workers[wid] = ws
 	s.byContainer[info.ID] = ws
@@ -144,7 +159,7 @@ func (s *Supervisor) resyncWorker(ctx context.Context, info ContainerInfo, eps m
 	es.ep = ep
 	s.mu.Unlock()
 	s.log.Info("adopted worker container", "endpoint", epID, "worker", wid, "container", shortID(info.ID),
-		"version", version, "current", version == ep.Version, "gpus", gpus)
+		"version", version, "current", version == ep.Version, "gpus", gpus, "frozen", info.Paused)
 	if s.cfg.OnRun != nil {
 		s.cfg.OnRun(KindWorker, wid, epID, ws.gpuType, len(gpus), info.StartedAt, time.Time{})
 	}

@@ -16,6 +16,7 @@ const (
 	StateIdle         = "idle"
 	StateRunning      = "running"
 	StateDraining     = "draining" // finishing its jobs before it stops
+	StateFrozen       = "frozen"   // FlashBoot: container paused, thawed by the next job
 )
 
 // WorkerStateCounts counts an endpoint's workers by state.
@@ -30,6 +31,8 @@ type WorkerStateCounts struct {
 	// start, crash loop, no GPU runtime).
 	Unhealthy int `json:"unhealthy"`
 	Draining  int `json:"draining"`
+	// Frozen: FlashBoot workers whose container is paused.
+	Frozen int `json:"frozen"`
 }
 
 // EndpointStatus is the runtime's view of an endpoint.
@@ -83,6 +86,8 @@ func (s *Supervisor) Status(endpointID string) EndpointStatus {
 		case ws.draining:
 			st.Workers.Draining++
 			continue
+		case ws.frozenLocked():
+			st.Workers.Frozen++
 		case ws.phase == phaseIdle:
 			st.Workers.Idle++
 			ready++
@@ -141,7 +146,7 @@ func (s *Supervisor) Status(endpointID string) EndpointStatus {
 
 // WorkerCounts is the runtime's share of /health: workers initializing,
 // throttled and unhealthy, and Ready (in contact with Berth, idle or
-// running). Idle and Running are left to the queue's own counts.
+// running). Idle, Running and Frozen are left to the queue's own counts.
 func (s *Supervisor) WorkerCounts(endpointID string) queue.WorkerCounts {
 	st := s.Status(endpointID)
 	return queue.WorkerCounts{
@@ -162,8 +167,11 @@ func (s *Supervisor) Workers(endpointID string) []WorkerInfo {
 			continue
 		}
 		state := ws.phase.String()
-		if ws.draining {
+		switch {
+		case ws.draining:
 			state = StateDraining
+		case ws.frozenLocked():
+			state = StateFrozen
 		}
 		out = append(out, WorkerInfo{
 			WorkerID: ws.id, EndpointID: ws.endpointID, ContainerID: ws.containerID, State: state,

@@ -25,6 +25,7 @@ type Queue interface {
 	ForgetWorker(workerID string)
 	Workers(endpointID string) []queue.WorkerLoad
 	PendingStops(workerID string) []string
+	SetFrozen(workerID string, frozen bool)
 }
 
 // Config holds a Supervisor's dependencies and tuning. Zero durations take
@@ -113,6 +114,17 @@ type Config struct {
 	// without a crash [2m].
 	CrashReset   time.Duration
 	PodStopGrace time.Duration // [10s]
+
+	// FlashBoot (see flashboot.go): a worker frozen this long is evicted
+	// [1h; negative: never].
+	FlashMaxFrozen time.Duration
+	// FlashMinMemAvailable: while the host's available memory is below
+	// this many bytes, frozen workers are evicted, least recently frozen
+	// first [512 MiB; negative: never].
+	FlashMinMemAvailable int64
+	// MemAvailable reports the host's available memory [MemAvailable,
+	// from /proc/meminfo].
+	MemAvailable func() (int64, error)
 }
 
 func (c *Config) defaults() error {
@@ -162,6 +174,15 @@ func (c *Config) defaults() error {
 	if c.MaxStartFailures <= 0 {
 		c.MaxStartFailures = 3
 	}
+	if c.FlashMaxFrozen == 0 {
+		c.FlashMaxFrozen = time.Hour
+	}
+	if c.FlashMinMemAvailable == 0 {
+		c.FlashMinMemAvailable = 512 << 20
+	}
+	if c.MemAvailable == nil {
+		c.MemAvailable = MemAvailable
+	}
 	return nil
 }
 
@@ -184,7 +205,8 @@ type Supervisor struct {
 	kept        map[string]string // failed container id -> endpoint id
 	pods        map[string]*podState
 	podByCID    map[string]*podState
-	podOps      sync.Map // pod id -> *sync.Mutex serialising operations
+	podOps      sync.Map     // pod id -> *sync.Mutex serialising operations
+	memEvict    *workerState // last FlashBoot eviction for lack of memory
 
 	pendMu  sync.Mutex
 	pending map[string]bool // endpoints to look at ("" = all)
@@ -311,11 +333,13 @@ func (s *Supervisor) loop() {
 			s.pendMu.Unlock()
 			if ids[""] {
 				s.scale(nil)
+				s.flashHousekeeping()
 			} else {
 				s.scale(ids)
 			}
 		case <-tick.Chan():
 			s.scale(nil)
+			s.flashHousekeeping()
 		}
 	}
 }

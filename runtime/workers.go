@@ -53,6 +53,13 @@ type workerState struct {
 	oom         bool
 	exited      bool // exit handled or being handled
 	runStarted  bool // OnRun start was reported
+
+	// FlashBoot (flashboot.go)
+	fz         freezeState
+	frozenAt   time.Time
+	thawWanted bool          // thaw as soon as the pause completes
+	evicted    bool          // drained by a FlashBoot eviction
+	gone       chan struct{} // closed when forgotten (goneChanLocked)
 }
 
 // endpointState is what the Supervisor remembers about one endpoint.
@@ -170,6 +177,7 @@ func (s *Supervisor) scaleEndpoint(ep store.Endpoint) {
 		views = append(views, workerView{
 			id: ws.id, current: ws.version == ep.Version && ws.specKey == key,
 			phase: ws.phase, idleFor: idleFor(ws, now), running: ws.running,
+			frozen: ws.frozenLocked(), frozenAt: ws.frozenAt,
 		})
 	}
 	plan := planScale(scaleInput{ep: ep, stats: stats, workers: views})
@@ -177,6 +185,13 @@ func (s *Supervisor) scaleEndpoint(ep store.Endpoint) {
 		ws := s.workers[d.id]
 		s.markDrainLocked(ws, d.reason)
 		drains = append(drains, ws)
+	}
+	var freeze, thaw []*workerState
+	for _, id := range plan.freeze {
+		freeze = append(freeze, s.workers[id])
+	}
+	for _, id := range plan.thaw {
+		thaw = append(thaw, s.workers[id])
 	}
 	es.want, es.maxReason = plan.want, plan.reason
 
@@ -211,6 +226,12 @@ func (s *Supervisor) scaleEndpoint(ep store.Endpoint) {
 	}
 	s.mu.Unlock()
 
+	for _, ws := range thaw {
+		s.thawAsync(ws)
+	}
+	for _, ws := range freeze {
+		s.freezeAsync(ws)
+	}
 	for _, ws := range kill {
 		s.stopAsync(ws, 0)
 	}
@@ -230,7 +251,16 @@ func (s *Supervisor) scaleEndpoint(ep store.Endpoint) {
 		}
 		if errors.Is(err, gpu.ErrNoCapacity) {
 			throttled, throttle = start-i, "waiting for free GPUs: "+err.Error()
-			if hasOld && !rollDraining {
+			if done := s.evictForGPUs(ep.GPUTypeIDs, max(ep.GPUCount, 1), "a worker of endpoint "+ep.ID); done != nil {
+				throttle = "waiting for free GPUs: evicting frozen (flashboot) workers that hold them"
+				go func() {
+					select {
+					case <-done:
+						s.Notify(ep.ID)
+					case <-s.ctx.Done():
+					}
+				}()
+			} else if hasOld && !rollDraining {
 				// A rolling update on a full machine: make room by
 				// draining one old worker first.
 				s.drainOneOld(ep, key, grace)
@@ -273,8 +303,8 @@ func (s *Supervisor) observeLocked(ws *workerState, loads map[string]queue.Worke
 		}
 		ws.phase, ws.running = phaseIdle, 0
 	}
-	if ws.draining {
-		return
+	if ws.draining || ws.fz != fzNone {
+		return // a frozen worker is silent by design: never lost
 	}
 	fault := ""
 	switch {
@@ -544,7 +574,7 @@ func (s *Supervisor) launchFailed(ws *workerState, err error, containerID string
 	s.mu.Lock()
 	ws.exited = true
 	s.releaseGPUsLocked(ws)
-	delete(s.workers, ws.id)
+	s.forgetLocked(ws)
 	if containerID != "" {
 		delete(s.byContainer, containerID)
 	}
@@ -706,7 +736,7 @@ func (s *Supervisor) containerExited(ws *workerState) {
 	remove := cid
 	s.mu.Lock()
 	s.releaseGPUsLocked(ws)
-	delete(s.workers, ws.id)
+	s.forgetLocked(ws)
 	delete(s.byContainer, cid)
 	runStarted := ws.runStarted
 	var drop string
