@@ -116,7 +116,9 @@ func (s *Supervisor) thawAsync(ws *workerState) {
 		s.mu.Unlock()
 		return
 	}
-	ws.fz = fzThawing
+	// Its idle time restarts now, so a thaw that finds no job refreezes
+	// after a full idleTimeout.
+	ws.fz, ws.idleSince = fzThawing, s.clock.Now()
 	cid := ws.containerID
 	s.wg.Add(1)
 	s.mu.Unlock()
@@ -135,7 +137,6 @@ func (s *Supervisor) thawAsync(ws *workerState) {
 		s.q.SetFrozen(ws.id, false)
 		s.mu.Lock()
 		ws.fz = fzNone
-		ws.idleSince = s.clock.Now()
 		s.mu.Unlock()
 		s.log.Info("thawed worker (flashboot)", "endpoint", ws.endpointID, "worker", ws.id, "took", time.Since(t0).Round(time.Millisecond))
 		s.Notify(ws.endpointID)

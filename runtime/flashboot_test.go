@@ -23,7 +23,7 @@ import (
 
 // flashEnv is an env whose Supervisor runs on a fake clock (idle timeouts
 // and frozen times pass on Advance) and reads a settable MemAvailable.
-func flashEnv(t *testing.T, opts ...envOpt) (*env, *clockwork.FakeClock, *memSource) {
+func flashEnv(t testing.TB, opts ...envOpt) (*env, *clockwork.FakeClock, *memSource) {
 	clock := clockwork.NewFakeClock()
 	mem := new(memSource)
 	mem.set(func() int64 { return 64 << 30 })
