@@ -15,7 +15,9 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"net/http"
+	"slices"
 	"strings"
 
 	"github.com/graph-gophers/graphql-go"
@@ -114,9 +116,55 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		out.Data = json.RawMessage("null")
 	}
 	for _, e := range out.Errors {
+		nameVariable(e, req.Variables)
 		h.logError(r.Context(), e)
 	}
 	writeJSON(w, http.StatusOK, out)
+}
+
+// nameVariable adds the variable path to graphql-go's message about a
+// variable of the wrong JSON type ("could not unmarshal "many" (string)
+// into int32"), which names the value but not the field: it finds the
+// value among the variables.
+func nameVariable(e *gqlerrors.QueryError, vars map[string]any) {
+	const prefix = "could not unmarshal "
+	rest, ok := strings.CutPrefix(e.Message, prefix)
+	if !ok {
+		return
+	}
+	var find func(path string, v any) string
+	find = func(path string, v any) string {
+		switch v := v.(type) {
+		case map[string]any:
+			for _, k := range slices.Sorted(maps.Keys(v)) {
+				if p := find(path+"."+k, v[k]); p != "" {
+					return p
+				}
+			}
+		case []any:
+			for i, el := range v {
+				if p := find(fmt.Sprintf("%s[%d]", path, i), el); p != "" {
+					return p
+				}
+			}
+		default:
+			if strings.HasPrefix(rest, fmt.Sprintf("%#v (%T) ", v, v)) {
+				return path
+			}
+		}
+		return ""
+	}
+	for _, k := range slices.Sorted(maps.Keys(vars)) {
+		if p := find(k, vars[k]); p != "" {
+			field := p[strings.LastIndexAny(p, ".")+1:]
+			e.Message = "variable $" + p + ": " + e.Message
+			if e.Extensions == nil {
+				e.Extensions = map[string]any{}
+			}
+			e.Extensions["code"], e.Extensions["field"] = "BAD_USER_INPUT", field
+			return
+		}
+	}
 }
 
 // logError logs internal failures; refusals are the caller's business.

@@ -165,6 +165,7 @@ func TestPythonRefusalsStoreNothing(t *testing.T) {
 		{"delete missing registry auth", fixture(t, "runpod-python/delete_registry_auth.graphql", "id", "cnosuch"), "deleteRegistryAuth", []string{"not found"}},
 		{"registry auth without password", `mutation { saveRegistryAuth(input: {name: "n", username: "u", password: ""}) { id } }`, "saveRegistryAuth", []string{"password"}},
 		{"spot bid", `mutation { podRentInterruptable(input: {bidPerGpu: 0.2, gpuTypeId: "NVIDIA A40"}) { id } }`, "podRentInterruptable", []string{"spot"}},
+		{"spot resume", `mutation { podBidResume(input: {podId: "x", bidPerGpu: 0.2}) { id } }`, "podBidResume", []string{"spot"}},
 		{"unknown endpoint", `mutation { deleteEndpoint(id: "nosuchendpoint") }`, "deleteEndpoint", []string{"not found"}},
 	}
 	for _, c := range cases {

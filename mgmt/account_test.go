@@ -1,0 +1,112 @@
+package mgmt_test
+
+import (
+	"context"
+	"maps"
+	"strings"
+	"testing"
+
+	"berth/mgmt"
+	"berth/store"
+)
+
+func TestUserSettings(t *testing.T) {
+	s, _ := newService(t)
+	ctx := context.Background()
+	u, err := s.UserSettings(ctx)
+	if err != nil || u.PubKey != "" {
+		t.Fatalf("before any update: %+v %v", u, err)
+	}
+	keys := "ssh-ed25519 AAAA1 a@b\nssh-rsa AAAA2 c@d"
+	if u, err = s.UpdateUserSettings(ctx, mgmt.UserSettingsInput{PubKey: &keys}); err != nil || u.PubKey != keys {
+		t.Fatalf("update: %+v %v", u, err)
+	}
+	// Nothing given: nothing changes.
+	if u, err = s.UpdateUserSettings(ctx, mgmt.UserSettingsInput{}); err != nil || u.PubKey != keys {
+		t.Fatalf("empty update: %+v %v", u, err)
+	}
+	for name, bad := range map[string]string{"too long": strings.Repeat("k", 64<<10+1), "binary": "ssh-ed25519 \x00", "not utf-8": "\xff"} {
+		_, err := s.UpdateUserSettings(ctx, mgmt.UserSettingsInput{PubKey: &bad})
+		wantErr(t, err, mgmt.Invalid, "pubKey")
+		if u, _ := s.UserSettings(ctx); u.PubKey != keys {
+			t.Errorf("%s: a refused update changed the settings", name)
+		}
+	}
+}
+
+func TestUpdateRegistryAuth(t *testing.T) {
+	s, db := newService(t)
+	ctx := context.Background()
+	a, err := s.CreateRegistryAuth(ctx, mgmt.RegistryAuthInput{Name: ptr("hub"), Username: ptr("u"), Password: ptr("p")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := s.UpdateRegistryAuth(ctx, a.ID, mgmt.RegistryAuthInput{Username: ptr("u2"), Password: ptr("p2")})
+	if err != nil || got.ID != a.ID || got.Name != "hub" || got.Username != "u2" {
+		t.Fatalf("update: %+v %v", got, err)
+	}
+	if user, pass, _ := store.RegistryCredentials(db, a.ID); user != "u2" || pass != "p2" {
+		t.Errorf("stored %q %q", user, pass)
+	}
+	cases := []struct {
+		id    string
+		in    mgmt.RegistryAuthInput
+		kind  mgmt.Kind
+		field string
+	}{
+		{a.ID, mgmt.RegistryAuthInput{Username: ptr("x")}, mgmt.Invalid, "password"},
+		{a.ID, mgmt.RegistryAuthInput{Username: ptr(" "), Password: ptr("x")}, mgmt.Invalid, "username"},
+		{a.ID, mgmt.RegistryAuthInput{Name: ptr("other"), Username: ptr("x"), Password: ptr("y")}, mgmt.Invalid, "name"},
+		{"cnosuch", mgmt.RegistryAuthInput{Username: ptr("x"), Password: ptr("y")}, mgmt.NotFound, ""},
+	}
+	for _, c := range cases {
+		_, err := s.UpdateRegistryAuth(ctx, c.id, c.in)
+		wantErr(t, err, c.kind, c.field)
+	}
+	if user, pass, _ := store.RegistryCredentials(db, a.ID); user != "u2" || pass != "p2" {
+		t.Errorf("refused updates changed the credentials: %q %q", user, pass)
+	}
+}
+
+func TestTemplatePortLabels(t *testing.T) {
+	s, _ := newService(t)
+	ctx := context.Background()
+	tp, err := s.CreateTemplate(ctx, mgmt.TemplateInput{Name: ptr("t"), ImageName: ptr("a"),
+		PortLabels: map[string]string{"8888": "Jupyter"}})
+	if err != nil || !maps.Equal(tp.PortLabels, map[string]string{"8888": "Jupyter"}) {
+		t.Fatalf("create with a label of a default port: %+v %v", tp.PortLabels, err)
+	}
+	for _, labels := range []map[string]string{{"9999": "x"}, {"22": " "}, {"22": strings.Repeat("l", 65)}} {
+		_, err := s.UpdateTemplate(ctx, tp.ID, mgmt.TemplateInput{PortLabels: labels})
+		wantErr(t, err, mgmt.Invalid, "portsConfig")
+	}
+	// Removing a port drops its label; an empty map clears them.
+	tp, err = s.UpdateTemplate(ctx, tp.ID, mgmt.TemplateInput{PortLabels: map[string]string{"8888": "Jupyter", "22": "SSH"}})
+	if err != nil || len(tp.PortLabels) != 2 {
+		t.Fatalf("two labels: %+v %v", tp.PortLabels, err)
+	}
+	tp, err = s.UpdateTemplate(ctx, tp.ID, mgmt.TemplateInput{Ports: []string{"22/tcp"}})
+	if err != nil || !maps.Equal(tp.PortLabels, map[string]string{"22": "SSH"}) {
+		t.Fatalf("after removing 8888: %+v %v", tp.PortLabels, err)
+	}
+	tp, err = s.UpdateTemplate(ctx, tp.ID, mgmt.TemplateInput{PortLabels: map[string]string{}})
+	if err != nil || tp.PortLabels != nil {
+		t.Fatalf("cleared: %+v %v", tp.PortLabels, err)
+	}
+}
+
+func TestPodHourly(t *testing.T) {
+	p := mgmt.Prices{GPUHourly: map[string]float64{"NVIDIA A40": 0.4, "NVIDIA L4": 0.3}, VCPUHourly: 0.01}
+	for _, c := range []struct {
+		pod  store.Pod
+		want float64
+	}{
+		{store.Pod{GPU: &store.PodGPU{ID: "NVIDIA A40", Count: 2}, GPUCount: 2, GPUTypeIDs: []string{"NVIDIA L4"}, VCPUCount: 4}, 0.84},
+		{store.Pod{GPUCount: 1, GPUTypeIDs: []string{"NVIDIA L4", "NVIDIA A40"}, VCPUCount: 2}, 0.32},
+		{store.Pod{ComputeType: "CPU", VCPUCount: 8}, 0.08},
+	} {
+		if got := p.PodHourly(c.pod); got < c.want-1e-9 || got > c.want+1e-9 {
+			t.Errorf("%+v: %v, want %v", c.pod, got, c.want)
+		}
+	}
+}
