@@ -69,6 +69,15 @@ func TestRunpodctlEndpoints(t *testing.T) {
 		t.Errorf("CPU endpoint: %+v", cpu)
 	}
 
+	// A load-balancing endpoint; the type cannot change afterwards.
+	var lb struct{ ID, Type string }
+	e.ctl(`mutation($input: EndpointInput!) { saveEndpoint(input: $input) { id type } }`, J{"input": J{"name": "lb", "templateId": tpl.ID, "type": "LOAD_BALANCER"}}).ok(t, "saveEndpoint", &lb)
+	if lb.Type != "LOAD_BALANCER" {
+		t.Errorf("LB endpoint: %+v", lb)
+	}
+	e.ctl(`mutation($input: EndpointInput!) { saveEndpoint(input: $input) { id } }`, J{"input": J{"id": lb.ID, "type": "QUEUE"}}).refused(t, "saveEndpoint", "type")
+	e.rest("DELETE", "/v1/endpoints/"+lb.ID, nil, 204, nil)
+
 	// An inline template (runpodctl serverless create --image …).
 	var inl ctlEndpoint
 	e.ctl(fixture(t, "runpodctl/create_endpoint.graphql"), J{"input": J{"name": "inline", "gpuIds": "AMPERE_24",

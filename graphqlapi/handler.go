@@ -92,8 +92,13 @@ type response struct {
 // the same shape.
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxBody))
-	if err != nil {
+	var tooBig *http.MaxBytesError
+	if errors.As(err, &tooBig) {
 		writeError(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("request body over %d bytes", maxBody))
+		return
+	}
+	if err != nil {
+		writeError(w, http.StatusBadRequest, "read request body: "+err.Error())
 		return
 	}
 	// Numbers decode as float64, which graphql-go coerces to Int when

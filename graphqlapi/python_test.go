@@ -314,6 +314,7 @@ func TestAuthAndRequestErrors(t *testing.T) {
 		says string
 	}{
 		{"not an object", 400, "JSON object"},
+		{map[string]any{"query": "query { myself { id } }", "pad": strings.Repeat("x", 1<<20)}, 413, "bytes"},
 		{map[string]any{"query": ""}, 400, "query is required"},
 		{map[string]any{"query": "query { myself { id "}, 200, "syntax"},
 		{map[string]any{"query": "query { myself { id balance } }"}, 200, "balance"},
