@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -218,4 +219,14 @@ func (e *env) count(bucket string) int {
 	n := 0
 	e.db.Scan(bucket, func(string, []byte) error { n++; return nil })
 	return n
+}
+
+// listen opens a loopback listener for a benchmark's server.
+func listen(tb testing.TB) (net.Listener, string) {
+	tb.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return ln, "http://" + ln.Addr().String()
 }

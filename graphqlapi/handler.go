@@ -17,11 +17,13 @@ import (
 	"log/slog"
 	"maps"
 	"net/http"
+	"runtime/debug"
 	"slices"
 	"strings"
 
 	"github.com/graph-gophers/graphql-go"
 	gqlerrors "github.com/graph-gophers/graphql-go/errors"
+	gqllog "github.com/graph-gophers/graphql-go/log"
 	"github.com/jonboulle/clockwork"
 
 	"berth/gpu"
@@ -65,7 +67,10 @@ func New(cfg Config) (*Handler, error) {
 		cfg.GPUs = func() []gpu.Status { return nil }
 	}
 	s, err := graphql.ParseSchema(Schema, &resolver{cfg: cfg}, graphql.UseFieldResolvers(),
-		graphql.MaxDepth(12), graphql.MaxQueryLength(maxBody), graphql.PanicHandler(panicHandler{cfg.Logger}))
+		graphql.MaxDepth(12), graphql.MaxQueryLength(maxBody), graphql.PanicHandler(panicHandler{}),
+		graphql.Logger(gqllog.LoggerFunc(func(ctx context.Context, v any) {
+			cfg.Logger.ErrorContext(ctx, "graphql resolver panic", "panic", v, "stack", string(debug.Stack()))
+		})))
 	if err != nil {
 		return nil, fmt.Errorf("graphql schema: %w", err)
 	}
@@ -199,10 +204,11 @@ func writeError(w http.ResponseWriter, code int, msg string) {
 // 401 of a missing key and its other refusals on /graphql.
 func WriteError(w http.ResponseWriter, code int, msg string) { writeError(w, code, msg) }
 
-type panicHandler struct{ log *slog.Logger }
+// panicHandler answers a resolver's panic (logged by the Logger option)
+// as an internal error, without the panic's text.
+type panicHandler struct{}
 
-func (p panicHandler) MakePanicError(ctx context.Context, v any) *gqlerrors.QueryError {
-	p.log.ErrorContext(ctx, "graphql resolver panic", "panic", v)
+func (panicHandler) MakePanicError(context.Context, any) *gqlerrors.QueryError {
 	return &gqlerrors.QueryError{Message: "internal error"}
 }
 

@@ -296,7 +296,14 @@ func (a *endpointInput) mgmt(create bool) (mgmt.EndpointInput, error) {
 	return in, err
 }
 
-func (r *resolver) endpoint(e store.Endpoint) *endpointView { return &endpointView{e, r.mg()} }
+// endpoint is the view of one endpoint just saved.
+func (r *resolver) endpoint(ctx context.Context, e store.Endpoint) (*endpointView, error) {
+	sn, err := r.mg().Snapshot(ctx)
+	if err != nil {
+		return nil, wrap(err)
+	}
+	return &endpointView{e, &sn}, nil
+}
 
 // SaveEndpoint creates an endpoint (from templateId, or an inline
 // template made with it) or updates the one named by id.
@@ -318,14 +325,14 @@ func (r *resolver) SaveEndpoint(ctx context.Context, args struct{ Input *endpoin
 		if err != nil {
 			return nil, wrap(err)
 		}
-		return r.endpoint(e), nil
+		return r.endpoint(ctx, e)
 	}
 	if a.Template == nil {
 		e, err := r.mg().CreateEndpoint(ctx, in)
 		if err != nil {
 			return nil, wrap(err)
 		}
-		return r.endpoint(e), nil
+		return r.endpoint(ctx, e)
 	}
 	if in.TemplateID != nil {
 		return nil, invalid("template", "give templateId or template, not both")
@@ -357,7 +364,7 @@ func (r *resolver) SaveEndpoint(ctx context.Context, args struct{ Input *endpoin
 		}
 		return nil, wrap(err)
 	}
-	return r.endpoint(e), nil
+	return r.endpoint(ctx, e)
 }
 
 func (r *resolver) UpdateEndpointTemplate(ctx context.Context, args struct {
@@ -370,7 +377,7 @@ func (r *resolver) UpdateEndpointTemplate(ctx context.Context, args struct {
 	if err != nil {
 		return nil, wrap(err)
 	}
-	return r.endpoint(e), nil
+	return r.endpoint(ctx, e)
 }
 
 func (r *resolver) DeleteEndpoint(ctx context.Context, args struct{ ID string }) (*bool, error) {

@@ -64,13 +64,13 @@ func (u *userView) CurrentSpendPerHr(ctx context.Context) (float64, error) {
 }
 
 func (u *userView) Endpoints(ctx context.Context) ([]endpointView, error) {
-	eps, _, err := u.r.mg().Endpoints(ctx, "", false)
+	sn, err := u.r.mg().Snapshot(ctx)
 	if err != nil {
 		return nil, wrap(err)
 	}
-	out := make([]endpointView, 0, len(eps))
-	for _, e := range eps {
-		out = append(out, endpointView{e, u.r.mg()})
+	out := make([]endpointView, 0, len(sn.Endpoints))
+	for _, e := range sn.Endpoints {
+		out = append(out, endpointView{e, &sn})
 	}
 	return out, nil
 }

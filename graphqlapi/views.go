@@ -157,9 +157,12 @@ func templateViews(ts []store.Template) []templateView {
 
 // ---- endpoints ----
 
+// endpointView shows an endpoint with the templates and volumes read in
+// the same transaction (mgmt.Snapshot), so its fields resolve without
+// further reads.
 type endpointView struct {
-	e  store.Endpoint
-	mg *mgmt.Service
+	e    store.Endpoint
+	refs *mgmt.Snapshot
 }
 
 type endpointVolume struct{ NetworkVolumeId, DataCenterId string }
@@ -201,33 +204,26 @@ func (v endpointView) FlashBootType() string {
 	return "OFF"
 }
 
-func (v endpointView) Template(ctx context.Context) (*templateView, error) {
-	t, err := v.mg.GetTemplate(ctx, v.e.TemplateID)
-	if mgmt.KindOf(err) == mgmt.NotFound {
-		return nil, nil
+func (v endpointView) Template() *templateView {
+	if t, ok := v.refs.Templates[v.e.TemplateID]; ok {
+		return &templateView{t}
 	}
-	if err != nil {
-		return nil, wrap(err)
-	}
-	return &templateView{t}, nil
+	return nil
 }
 
-func (v endpointView) NetworkVolume(ctx context.Context) (*volumeView, error) {
-	return volumeByID(ctx, v.mg, v.e.NetworkVolumeID)
+func (v endpointView) NetworkVolume() *volumeView {
+	if vol, ok := v.refs.Volumes[v.e.NetworkVolumeID]; ok {
+		return ptr(viewVolume(vol))
+	}
+	return nil
 }
 
-func (v endpointView) NetworkVolumeIds(ctx context.Context) ([]endpointVolume, error) {
+func (v endpointView) NetworkVolumeIds() []endpointVolume {
 	out := []endpointVolume{}
 	for _, id := range v.e.NetworkVolumeIDs {
-		dc := ""
-		if vol, err := v.mg.GetVolume(ctx, id); err == nil {
-			dc = vol.DataCenterID
-		} else if mgmt.KindOf(err) != mgmt.NotFound {
-			return nil, wrap(err)
-		}
-		out = append(out, endpointVolume{id, dc})
+		out = append(out, endpointVolume{id, v.refs.Volumes[id].DataCenterID})
 	}
-	return out, nil
+	return out
 }
 
 // ---- network volumes and registry auths ----
