@@ -182,6 +182,13 @@ func TestRunpodctlTemplates(t *testing.T) {
 	if saved.ID != pub.ID || !reflect.DeepEqual(got.PortsConfig, []struct{ Port, Name string }{{"8188", "ComfyUI"}, {"22", "SSH"}}) || got.Readme != "# hi" {
 		t.Errorf("port labels: %+v", got)
 	}
+	// Labels and all survive a restart.
+	e.restart()
+	var again full
+	e.ctl(fixture(t, "runpodctl/get_template.graphql"), J{"id": pub.ID}).ok(t, "podTemplate", &again)
+	if !reflect.DeepEqual(again, got) {
+		t.Errorf("podTemplate after a restart:\n got %+v\nwant %+v", again, got)
+	}
 	// A label for a port the template does not open is refused.
 	input["portsConfig"] = []J{{"port": "9999", "name": "nope"}}
 	e.ctl(fixture(t, "runpodctl/update_template_port_labels.graphql"), J{"input": input}).refused(t, "saveTemplate", "portsConfig", "9999")
@@ -216,9 +223,10 @@ func TestRunpodctlAccountAndCatalogue(t *testing.T) {
 	}
 	key := "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIKey1 me@laptop"
 	e.ctl(fixture(t, "runpodctl/update_user_settings.graphql"), J{"input": J{"pubKey": key}}).ok(t, "updateUserSettings", nil)
+	e.restart()
 	e.ctl(fixture(t, "runpodctl/ssh_keys.graphql"), nil).ok(t, "myself", &me)
 	if me.PubKey != key {
-		t.Errorf("pubKey after update: %q", me.PubKey)
+		t.Errorf("pubKey after an update and a restart: %q", me.PubKey)
 	}
 
 	// runpodctl gpu list: types, data-centre availability, pools.

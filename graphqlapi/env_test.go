@@ -29,6 +29,7 @@ var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
 type env struct {
 	t    *testing.T
 	dir  string
+	opts []envOpt
 	db   *store.DB
 	q    *queue.Service
 	srv  *httptest.Server
@@ -39,31 +40,52 @@ type envOpt func(*httpapi.Config)
 
 func newEnv(t *testing.T, opts ...envOpt) *env {
 	t.Helper()
-	e := &env{t: t, dir: t.TempDir()}
+	e := &env{t: t, dir: t.TempDir(), opts: opts}
+	e.open()
+	t.Cleanup(e.close)
+	return e
+}
+
+func (e *env) open() {
+	e.t.Helper()
 	db, err := store.Open(filepath.Join(e.dir, "berth.db"), store.Options{})
 	if err != nil {
-		t.Fatal(err)
+		e.t.Fatal(err)
 	}
 	q := queue.New(db, queue.Config{TakeHold: 100 * time.Millisecond, Logger: quiet})
 	if err := q.Start(context.Background()); err != nil {
-		t.Fatal(err)
+		e.t.Fatal(err)
 	}
-	cfg := httpapi.Config{Store: db, Queue: q, Logger: quiet, APIKeyHash: httpapi.HashKey(testKey), Version: "test"}
-	for _, o := range opts {
+	cfg := httpapi.Config{Store: db, Queue: q, Logger: quiet, APIKeyHash: httpapi.HashKey(testKey), Version: "test", DataDir: e.dir}
+	for _, o := range e.opts {
 		o(&cfg)
 	}
 	e.db, e.q = db, q
 	e.srv = httptest.NewServer(httpapi.New(cfg).Handler())
 	e.base = e.srv.URL
-	t.Cleanup(func() {
-		e.srv.Close()
-		q.Stop()
-		if err := db.Check(); err != nil {
-			t.Errorf("db check: %v", err)
-		}
-		db.Close()
-	})
-	return e
+}
+
+func (e *env) close() {
+	if e.srv == nil {
+		return
+	}
+	e.srv.Close()
+	e.q.Stop()
+	if err := e.db.Check(); err != nil {
+		e.t.Errorf("db check: %v", err)
+	}
+	if err := e.db.Close(); err != nil {
+		e.t.Errorf("db close: %v", err)
+	}
+	e.srv = nil
+}
+
+// restart closes server, queue and database and opens them again on the
+// same file.
+func (e *env) restart() {
+	e.t.Helper()
+	e.close()
+	e.open()
 }
 
 func withGPUs(devs ...gpu.Status) envOpt {
