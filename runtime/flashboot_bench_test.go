@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"berth/internal/dockertest"
+	"berth/runtime"
 	"berth/store"
 )
 
@@ -59,10 +60,18 @@ func benchFlashBoot(b *testing.B, image string) {
 		s.Notify("")
 		e.eventually("the cold worker removed", func() bool { return len(e.running(ep.ID)) == 0 })
 
+		// Idle time passes until the autoscaler has frozen the worker
+		// (TestFlashBoot checks the exact idleTimeout).
 		e.workerIn(flash.ID, "idle")
-		clock.Advance(6 * time.Second)
-		w := e.workerIn(flash.ID, "frozen")
-		e.eventually("paused", func() bool { return e.paused(w.ContainerID) })
+		e.eventually("frozen and paused", func() bool {
+			clock.Advance(6 * time.Second)
+			s.Notify(flash.ID)
+			ws := s.Workers(flash.ID)
+			if len(ws) == 1 && ws[0].State == runtime.StateFrozen && e.paused(ws[0].ContainerID) {
+				return true
+			}
+			return false
+		})
 		b.StartTimer()
 		frozen = append(frozen, runsync(flash.ID, "warm"))
 	}

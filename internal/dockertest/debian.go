@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -161,6 +162,9 @@ func appendFile(w io.Writer, path, name string, data []byte) error {
 		if err != nil {
 			return err
 		}
+		if hdr.Typeflag == tar.TypeReg && slimmed(hdr.Name) {
+			continue
+		}
 		if err := tw.WriteHeader(hdr); err != nil {
 			return err
 		}
@@ -176,4 +180,17 @@ func appendFile(w io.Writer, path, name string, data []byte) error {
 		return err
 	}
 	return tw.Close()
+}
+
+// slimmed: files a worker image does not need (apt's package lists and
+// downloaded .debs, documentation, translations), left out of the image:
+// they are over half of the debootstrapped tree.
+func slimmed(name string) bool {
+	name = strings.TrimPrefix(name, "./")
+	for _, p := range []string{"var/lib/apt/lists/", "var/cache/apt/", "usr/share/doc/", "usr/share/man/", "usr/share/locale/", "usr/share/info/"} {
+		if strings.HasPrefix(name, p) {
+			return true
+		}
+	}
+	return false
 }
