@@ -69,7 +69,7 @@ func serve(ctx context.Context, o cli.ServeOptions) error {
 	if err := q.Start(context.Background()); err != nil {
 		return err
 	}
-	s, gpus, workerLn, err := startRuntime(context.Background(), log, db, q, o.Addr, o.Data)
+	s, gpus, workerLn, err := startRuntime(context.Background(), log, db, q, o)
 	if err != nil {
 		q.Stop()
 		return fmt.Errorf("start the container runtime: %w", err)
@@ -162,7 +162,16 @@ func apiKeyHash(db *store.DB, log *slog.Logger) (string, error) {
 // workers run jobs) and says so; the allocator (never nil) still lists the
 // GPUs NVML found. workerLn, when not nil, is a listener on the Docker
 // bridge gateway that must serve the worker protocol only.
-func startRuntime(ctx context.Context, log *slog.Logger, db *store.DB, q *queue.Service, addr, data string) (*runtime.Supervisor, *gpu.Allocator, net.Listener, error) {
+func startRuntime(ctx context.Context, log *slog.Logger, db *store.DB, q *queue.Service, o cli.ServeOptions) (*runtime.Supervisor, *gpu.Allocator, net.Listener, error) {
+	addr, data := o.Addr, o.Data
+	// runtime.Config's zero means the default and negative never.
+	flashMax, flashMem := o.FlashMaxFrozen, int64(o.FlashMinMemMiB)<<20
+	if flashMax <= 0 {
+		flashMax = -1
+	}
+	if flashMem <= 0 {
+		flashMem = -1
+	}
 	devs, err := gpu.DiscoverSystem()
 	if err != nil {
 		log.Warn("no GPU discovery: workers and pods run without GPUs", "err", err)
@@ -193,6 +202,7 @@ func startRuntime(ctx context.Context, log *slog.Logger, db *store.DB, q *queue.
 	s, err := runtime.New(runtime.Config{
 		Docker: dock, Queue: q, GPUs: alloc, Logger: log,
 		Instance: hex.EncodeToString(sum[:6]), DataDir: data,
+		FlashMaxFrozen: flashMax, FlashMinMemAvailable: flashMem,
 		WorkerBaseURL: "http://host.docker.internal:" + port,
 		WorkerEnv: func(base, ep, w, key string) map[string]string {
 			return httpapi.WorkerEnv(base, ep, w, key, pingInterval.Milliseconds())

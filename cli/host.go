@@ -227,6 +227,8 @@ default socket). Every flag has an environment variable (in brackets).`,
 	f.DurationVar(&o.ReconcileGrace, "reconcile-grace", envDur("BERTH_RECONCILE_GRACE", 30*time.Second), "a job a worker's pings stop reporting this long after it took it is requeued [BERTH_RECONCILE_GRACE]")
 	f.IntVar(&o.MaxAttempts, "max-attempts", envInt("BERTH_MAX_ATTEMPTS", 3), "times a job is handed to workers that are lost before it fails [BERTH_MAX_ATTEMPTS]")
 	f.StringVar(&webhookAllow, "webhook-allow", env("BERTH_WEBHOOK_ALLOW", ""), "comma-separated CIDRs, addresses or host names webhooks may reach although the default policy forbids them (loopback, link-local, metadata) [BERTH_WEBHOOK_ALLOW]")
+	f.DurationVar(&o.FlashMaxFrozen, "flashboot-max-frozen", envDur("BERTH_FLASHBOOT_MAX_FROZEN", time.Hour), "flashboot: a frozen (paused) idle worker is stopped after this long; 0 never [BERTH_FLASHBOOT_MAX_FROZEN]")
+	f.IntVar(&o.FlashMinMemMiB, "flashboot-min-memory", envInt("BERTH_FLASHBOOT_MIN_MEMORY", 512), "flashboot: while the host has less than this many MiB available (MemAvailable), frozen workers are stopped, least recently used first; 0 never [BERTH_FLASHBOOT_MIN_MEMORY]")
 	f.StringVar(&logFormat, "log-format", env("BERTH_LOG_FORMAT", "text"), "log format: text or json [BERTH_LOG_FORMAT]")
 	f.StringVar(&logLevel, "log-level", env("BERTH_LOG_LEVEL", "info"), "log level: debug, info, warn or error [BERTH_LOG_LEVEL]")
 	return cmd

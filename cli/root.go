@@ -221,7 +221,12 @@ type ServeOptions struct {
 	// WebhookAllow opens addresses the default webhook policy forbids
 	// (queue.ParseWebhookAllow's entries).
 	WebhookAllow []string
-	Logger       *slog.Logger
+	// FlashBoot eviction: a frozen worker is stopped after FlashMaxFrozen
+	// (0: never) and while the host has less than FlashMinMemMiB MiB
+	// available (0: never). See docs/flashboot.md.
+	FlashMaxFrozen time.Duration
+	FlashMinMemMiB int
+	Logger         *slog.Logger
 	// Ready is called once the server accepts connections (systemd
 	// readiness is sent from main's wiring; tests use it too).
 	Ready func(addr string)
