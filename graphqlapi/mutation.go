@@ -277,7 +277,11 @@ func (a *endpointInput) mgmt(create bool) (mgmt.EndpointInput, error) {
 		}
 	}
 	if l := given(a.Locations); l != nil {
-		in.DataCenterIDs = splitList(*l)
+		dcs, err := locations(*l)
+		if err != nil {
+			return in, err
+		}
+		in.DataCenterIDs = dcs
 	}
 	if c := given(a.AllowedCudaVersions); c != nil {
 		in.AllowedCudaVersions = splitList(*c)
@@ -290,6 +294,11 @@ func (a *endpointInput) mgmt(create bool) (mgmt.EndpointInput, error) {
 			return in, invalid("flashboot", "flashboot and flashBootType disagree")
 		}
 		in.Flashboot = a.Flashboot
+	}
+	if create && in.Flashboot == nil && a.Name != nil && strings.HasSuffix(*a.Name, "-fb") {
+		// RunPod's older convention, still in its GraphQL examples: a
+		// name ending in -fb turns FlashBoot on.
+		in.Flashboot = ptr(true)
 	}
 	var err error
 	in.Env, err = envMap(a.Env)

@@ -178,7 +178,7 @@ func (s *Server) routes() {
 	if err != nil {
 		panic(err)
 	}
-	r.Handle("/graphql", admin("graphql", gql.ServeHTTP)).Methods(http.MethodPost)
+	r.Handle("/graphql", graphqlapi.KeyFromQuery(admin("graphql", gql.ServeHTTP))).Methods(http.MethodPost)
 
 	// Management (/v1): see mgmt.go.
 	v1 := r.PathPrefix("/v1").Subrouter()
