@@ -65,6 +65,18 @@ func TestDocumentationExamples(t *testing.T) {
 	if !rec.Flashboot || len(rec.Warnings) != 0 || !reflect.DeepEqual(rec.DataCenterIDs, append(us, "EU-RO-1")) {
 		t.Errorf("/v1 endpoint: flashboot %v, data centres %v, warnings %v", rec.Flashboot, rec.DataCenterIDs, rec.Warnings)
 	}
+	// The documented endpoint list, discount included.
+	_, r = e.docs(testKey, `query Endpoints { myself { endpoints { gpuIds id idleTimeout locations name networkVolumeId pods { desiredStatus } scalerType scalerValue templateId workersMax workersMin } serverlessDiscount { discountFactor type expirationDate } } }`)
+	var my struct {
+		Endpoints []struct {
+			Pods []struct{ DesiredStatus string }
+		}
+		ServerlessDiscount *struct{ DiscountFactor float64 }
+	}
+	r.ok(t, "myself", &my)
+	if len(my.Endpoints) != 1 || my.Endpoints[0].Pods == nil || len(my.Endpoints[0].Pods) != 0 || my.ServerlessDiscount != nil {
+		t.Errorf("documented endpoint list: %+v", my)
+	}
 	// Modify (with id), then delete.
 	_, r = e.docs(testKey, `mutation { saveEndpoint(input: { id: "`+ep.ID+`", gpuIds: "AMPERE_16", name: "Generated Endpoint -fb", templateId: "`+tpl.ID+`", workersMax: 0 }) { id gpuIds name templateId workersMax } }`)
 	r.ok(t, "saveEndpoint", nil)

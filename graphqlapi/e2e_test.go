@@ -171,6 +171,21 @@ func TestProvisioningScriptRunsJobs(t *testing.T) {
 	if st.Status != store.Completed || string(st.Output) != `"graphql test"` {
 		t.Fatalf("job on the GraphQL-made endpoint: %+v (output %s)", st, st.Output)
 	}
+	// The worker that ran it, as the endpoint's pods.
+	var my struct {
+		Endpoints []struct {
+			ID   string
+			Pods []struct {
+				ID, DesiredStatus, State string
+				Version                  int
+			}
+		}
+	}
+	de.python(`query { myself { endpoints { id pods { id desiredStatus state version } } } }`).ok(t, "myself", &my)
+	if len(my.Endpoints) != 1 || len(my.Endpoints[0].Pods) == 0 || my.Endpoints[0].Pods[0].DesiredStatus != "RUNNING" ||
+		my.Endpoints[0].Pods[0].Version != 1 || my.Endpoints[0].Pods[0].ID != st.WorkerID {
+		t.Errorf("endpoint pods: %+v (job ran on %s)", my, st.WorkerID)
+	}
 	st = de.job(ep.ID, `{"echo": {"n": 1}}`)
 	var out struct{ N int }
 	if st.Status != store.Completed || json.Unmarshal(st.Output, &out) != nil || out.N != 1 {

@@ -20,6 +20,7 @@ import (
 	"runtime/debug"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/graph-gophers/graphql-go"
 	gqlerrors "github.com/graph-gophers/graphql-go/errors"
@@ -46,6 +47,16 @@ type Config struct {
 	// GPUs lists this host's GPUs with their holders. Optional: nil is a
 	// host without GPUs.
 	GPUs func() []gpu.Status
+	// Workers lists an endpoint's workers. Optional: nil lists none.
+	Workers func(endpointID string) []Worker
+}
+
+// Worker is one worker of an endpoint as the HTTP API sees it (the
+// runtime's containers and the workers talking to the queue).
+type Worker struct {
+	ID, Name, DesiredStatus, State, ImageName string
+	GPUCount, VCPUCount, Version              int
+	LastStartedAt                             time.Time
 }
 
 // Handler answers GraphQL requests.
@@ -62,6 +73,9 @@ func New(cfg Config) (*Handler, error) {
 	}
 	if cfg.Clock == nil {
 		cfg.Clock = clockwork.NewRealClock()
+	}
+	if cfg.Workers == nil {
+		cfg.Workers = func(string) []Worker { return nil }
 	}
 	if cfg.GPUs == nil {
 		cfg.GPUs = func() []gpu.Status { return nil }

@@ -70,7 +70,7 @@ func (u *userView) Endpoints(ctx context.Context) ([]endpointView, error) {
 	}
 	out := make([]endpointView, 0, len(sn.Endpoints))
 	for _, e := range sn.Endpoints {
-		out = append(out, endpointView{e, &sn})
+		out = append(out, endpointView{e, &sn, u.r.cfg.Workers})
 	}
 	return out, nil
 }
@@ -245,3 +245,12 @@ func (r *resolver) PodTemplate(ctx context.Context, args struct{ ID string }) (*
 	}
 	return &templateView{t}, nil
 }
+
+type serverlessDiscount struct {
+	DiscountFactor float64
+	Type           string
+	ExpirationDate *string
+}
+
+// ServerlessDiscount is null: one host has no discounts.
+func (u *userView) ServerlessDiscount() *serverlessDiscount { return nil }

@@ -161,9 +161,38 @@ func templateViews(ts []store.Template) []templateView {
 // the same transaction (mgmt.Snapshot), so its fields resolve without
 // further reads.
 type endpointView struct {
-	e    store.Endpoint
-	refs *mgmt.Snapshot
+	e       store.Endpoint
+	refs    *mgmt.Snapshot
+	workers func(endpointID string) []Worker
 }
+
+type workerPod struct{ w Worker }
+
+func (p workerPod) ID() string            { return p.w.ID }
+func (p workerPod) Name() string          { return p.w.Name }
+func (p workerPod) DesiredStatus() string { return p.w.DesiredStatus }
+func (p workerPod) State() string         { return p.w.State }
+func (p workerPod) ImageName() *string    { return emptyNil(p.w.ImageName) }
+func (p workerPod) GpuCount() int32       { return i32(p.w.GPUCount) }
+func (p workerPod) VcpuCount() int32      { return i32(p.w.VCPUCount) }
+func (p workerPod) Version() int32        { return i32(p.w.Version) }
+func (p workerPod) LastStartedAt() *string {
+	if p.w.LastStartedAt.IsZero() {
+		return nil
+	}
+	return ptr(p.w.LastStartedAt.UTC().Format(time.RFC3339))
+}
+
+// Pods are the endpoint's workers (RunPod calls them pods).
+func (v endpointView) Pods() []workerPod {
+	out := []workerPod{}
+	for _, w := range v.workers(v.e.ID) {
+		out = append(out, workerPod{w})
+	}
+	return out
+}
+
+func (v endpointView) Workers() []workerPod { return v.Pods() }
 
 type endpointVolume struct{ NetworkVolumeId, DataCenterId string }
 

@@ -172,13 +172,8 @@ func (s *Server) routes() {
 	v2.Handle("/purge-queue", job("purge-queue", s.purge)).Methods(http.MethodPost)
 	v2.Handle("/job-take-batch/{workerId}", wk("job-take-batch", s.jobTake(true))).Methods(http.MethodGet)
 
-	// GraphQL (runpod-python's and runpodctl's management calls): see
-	// berth/graphqlapi. Its schema is checked against its resolvers here.
-	gql, err := graphqlapi.New(graphqlapi.Config{Mgmt: s.mg, Logger: s.cfg.Logger, Clock: s.cfg.Clock, GPUs: s.cfg.GPUs})
-	if err != nil {
-		panic(err)
-	}
-	r.Handle("/graphql", graphqlapi.KeyFromQuery(admin("graphql", gql.ServeHTTP))).Methods(http.MethodPost)
+	// GraphQL (runpod-python's and runpodctl's management calls): graphql.go.
+	s.graphqlRoute(r, admin)
 
 	// Management (/v1): see mgmt.go.
 	v1 := r.PathPrefix("/v1").Subrouter()
