@@ -91,7 +91,7 @@ func serve(ctx context.Context, o cli.ServeOptions) error {
 	if workerLn != nil {
 		hooks.DenyListener(workerLn.Addr())
 		log.Info("worker protocol for containers", "addr", workerLn.Addr().String())
-		go http.Serve(workerLn, workerOnly(api.Handler()))
+		go newHTTPServer(workerOnly(api.Handler())).Serve(workerLn)
 	}
 
 	ln, err := net.Listen("tcp", o.Addr)
@@ -100,7 +100,7 @@ func serve(ctx context.Context, o cli.ServeOptions) error {
 		return err
 	}
 	hooks.DenyListener(ln.Addr())
-	srv := &http.Server{Handler: api.Handler(), ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 120 * time.Second}
+	srv := newHTTPServer(api.Handler())
 	log.Info("berth serving", "addr", ln.Addr().String(), "data", o.Data, "version", version, "rateLimits", o.RateLimits)
 
 	errc := make(chan error, 1)
@@ -130,6 +130,14 @@ func serve(ctx context.Context, o cli.ServeOptions) error {
 	sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	return srv.Shutdown(sctx)
+}
+
+// newHTTPServer bounds what net/http bounds: headers must arrive within
+// 10 s and an idle keep-alive connection is closed after 2 min. Bodies and
+// responses get per-request deadlines in httpapi (limits.go), since one
+// ReadTimeout/WriteTimeout would cut long polls and large uploads.
+func newHTTPServer(h http.Handler) *http.Server {
+	return &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 120 * time.Second, MaxHeaderBytes: 64 << 10}
 }
 
 // apiKeyHash returns the hash of the operator's key: BERTH_API_KEY when set,

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"strconv"
 	"sync"
+	"time"
 
 	"github.com/gorilla/mux"
 
@@ -153,6 +154,11 @@ func (s *Server) sendLogs(w http.ResponseWriter, r *http.Request, rc io.ReadClos
 	for {
 		n, rerr := rc.Read(buf)
 		if n > 0 {
+			if follow {
+				// A followed log has no end: the whole-request write
+				// deadline becomes one per chunk.
+				_ = rcw.SetWriteDeadline(time.Now().Add(s.cfg.WriteTimeout))
+			}
 			if _, werr := w.Write(buf[:n]); werr != nil {
 				return
 			}

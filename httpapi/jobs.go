@@ -139,6 +139,10 @@ func readBody(w http.ResponseWriter, r *http.Request, limit int64) ([]byte, bool
 		writeErr(w, r, http.StatusRequestEntityTooLarge, fmt.Sprintf("request body larger than the %d MB limit", limit>>20))
 		return nil, false
 	}
+	if errors.Is(err, errSlowBody) {
+		writeErr(w, r, http.StatusRequestTimeout, err.Error())
+		return nil, false
+	}
 	if err != nil {
 		writeErr(w, r, http.StatusBadRequest, "read request body: "+err.Error())
 		return nil, false

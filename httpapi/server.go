@@ -73,6 +73,18 @@ type Config struct {
 	// Optional: nil answers 503.
 	WorkerLogs func(ctx context.Context, endpointID, workerID string, follow bool, tail int, jobID string) (io.ReadCloser, error)
 	PodLogs    func(ctx context.Context, podID string, follow bool, tail int) (io.ReadCloser, error)
+	// Request deadlines and long-poll caps (limits.go). BodyGrace: a body
+	// must start arriving within it [10s]; MinBodyRate: then it must keep
+	// up this many bytes/s on average [64 KiB/s]; WriteTimeout: a response
+	// must be written within it of the request's start [6m, above the
+	// longest long poll]. MaxLongPollsPerWorker [8] and MaxLongPollsPerKey
+	// [10000]: concurrent long polls held for one worker id or one key.
+	BodyGrace             time.Duration
+	MinBodyRate           int
+	WriteTimeout          time.Duration
+	MaxLongPollsPerWorker int
+	MaxLongPollsPerKey    int
+
 	// EndpointStatus is the runtime's status of an endpoint, shown as the
 	// endpoint's "status" (JSON as is); its "reason" (why jobs are held
 	// back) is added to /health. Optional.
@@ -84,6 +96,7 @@ type Server struct {
 	cfg     Config
 	router  *mux.Router
 	limits  *limiter
+	polls   *pollLimits
 	metrics *metrics
 
 	epMu    sync.RWMutex
@@ -118,11 +131,27 @@ func New(cfg Config) *Server {
 	if cfg.PingInterval <= 0 {
 		cfg.PingInterval = 10 * time.Second
 	}
+	if cfg.BodyGrace <= 0 {
+		cfg.BodyGrace = 10 * time.Second
+	}
+	if cfg.MinBodyRate <= 0 {
+		cfg.MinBodyRate = 64 << 10
+	}
+	if cfg.WriteTimeout <= 0 {
+		cfg.WriteTimeout = 6 * time.Minute
+	}
+	if cfg.MaxLongPollsPerWorker <= 0 {
+		cfg.MaxLongPollsPerWorker = 8
+	}
+	if cfg.MaxLongPollsPerKey <= 0 {
+		cfg.MaxLongPollsPerKey = 10000
+	}
 	s := &Server{cfg: cfg, epCache: map[string]*store.Endpoint{}}
 	s.adminHash, _ = hex.DecodeString(cfg.APIKeyHash)
 	s.mg = mgmt.New(mgmt.Config{Store: cfg.Store, Clock: cfg.Clock, Logger: cfg.Logger, DataDir: cfg.DataDir,
 		Pods: cfg.Pods, EndpointChanged: s.endpointChanged, EndpointDeleted: s.endpointDeleted})
 	s.limits = newLimiter(cfg.RateLimits, cfg.RequestsPerWorker, s.workerCount)
+	s.polls = newPollLimits(cfg.MaxLongPollsPerWorker, cfg.MaxLongPollsPerKey)
 	s.metrics = newMetrics(s)
 	s.routes()
 	return s
@@ -139,6 +168,8 @@ func (s *Server) routes() {
 	r.MethodNotAllowedHandler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		writeErr(w, r, http.StatusMethodNotAllowed, "method "+r.Method+" not allowed on "+r.URL.Path)
 	})
+	// Request deadlines first: they need the connection's own writer.
+	r.Use(deadlines{grace: s.cfg.BodyGrace, rate: float64(s.cfg.MinBodyRate), writeTO: s.cfg.WriteTimeout}.wrap)
 	r.Use(s.recoverer)
 
 	admin := func(name string, h http.HandlerFunc) http.Handler { return s.instrument(name, s.adminOnly(h)) }
@@ -150,10 +181,10 @@ func (s *Server) routes() {
 
 	// Job API and worker protocol (/v2/{endpointId}).
 	job := func(op string, h http.HandlerFunc) http.Handler {
-		return s.instrument(op, s.adminOnly(s.withEndpoint(s.limits.wrap(op, h))))
+		return s.instrument(op, s.adminOnly(s.withEndpoint(s.limits.wrap(op, s.polls.wrap(op, false, h)))))
 	}
 	wk := func(op string, h http.HandlerFunc) http.Handler {
-		return s.instrument(op, s.workerAuth(s.withEndpoint(h)))
+		return s.instrument(op, s.workerAuth(s.withEndpoint(s.polls.wrap(op, true, h))))
 	}
 	v2 := r.PathPrefix("/v2/{endpointId}").Subrouter()
 	v2.Handle("/job-take/{workerId}", wk("job-take", s.jobTake(false))).Methods(http.MethodGet)
@@ -366,7 +397,10 @@ func newMetrics(s *Server) *metrics {
 		Name: "berth_http_request_duration_seconds", Help: "HTTP request latency by route (long polls included).",
 		Buckets: []float64{.0005, .001, .0025, .005, .01, .05, .25, 1, 5, 30, 90},
 	}, []string{"route"})
-	m.reg.MustRegister(m.requests, m.duration, &queueCollector{s: s},
+	held := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "berth_long_polls", Help: "Long polls (job-take, job-stop, runsync, status-sync, stream) being held.",
+	}, func() float64 { return float64(s.polls.Held()) })
+	m.reg.MustRegister(m.requests, m.duration, held, &queueCollector{s: s},
 		prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}))
 	return m
 }
@@ -380,6 +414,9 @@ func (r *statusRecorder) WriteHeader(code int) {
 	r.code = code
 	r.ResponseWriter.WriteHeader(code)
 }
+
+// Unwrap lets http.ResponseController reach the connection (deadlines).
+func (r *statusRecorder) Unwrap() http.ResponseWriter { return r.ResponseWriter }
 
 func (r *statusRecorder) Flush() {
 	if f, ok := r.ResponseWriter.(http.Flusher); ok {

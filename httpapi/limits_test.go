@@ -1,0 +1,239 @@
+package httpapi_test
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"berth/httpapi"
+	"berth/queue"
+)
+
+// rawServer serves e's store and queue with cfg changed by mod, on a plain
+// httptest server (no validating wrapper), so the tests reach the real
+// connection and its deadlines.
+func rawServer(t *testing.T, e *env, mod func(*httpapi.Config)) *httptest.Server {
+	hc := e.hcfg
+	hc.Store, hc.Queue, hc.Clock = e.db, e.q, e.clock
+	mod(&hc)
+	srv := httptest.NewServer(httpapi.New(hc).Handler())
+	t.Cleanup(func() { srv.CloseClientConnections(); srv.Close() })
+	return srv
+}
+
+// TestSlowBodyIsCutOff: a client that sends its body a byte at a time is
+// answered 408 once it falls behind the minimum rate, its connection is
+// closed, and nothing is queued.
+func TestSlowBodyIsCutOff(t *testing.T) {
+	e := newEnv(t)
+	ep := e.endpoint(nil)
+	srv := rawServer(t, e, func(c *httpapi.Config) { c.BodyGrace, c.MinBodyRate = time.Second, 1000 })
+	conn, err := net.Dial("tcp", srv.Listener.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	fmt.Fprintf(conn, "POST /v2/%s/run HTTP/1.1\r\nHost: berth\r\nAuthorization: Bearer %s\r\nContent-Type: application/json\r\nContent-Length: 100000\r\n\r\n{\"input\":{\"x\":\"", ep, adminKey)
+	start := time.Now()
+	stop := make(chan struct{})
+	defer close(stop)
+	go func() { // 10 bytes/s, far under the 1000 bytes/s minimum
+		for {
+			select {
+			case <-stop:
+				return
+			case <-time.After(100 * time.Millisecond):
+				if _, err := conn.Write([]byte("a")); err != nil {
+					return
+				}
+			}
+		}
+	}()
+	conn.SetReadDeadline(time.Now().Add(60 * time.Second))
+	br := bufio.NewReader(conn)
+	res, err := http.ReadResponse(br, nil)
+	if err != nil {
+		t.Fatalf("no answer to the slow body: %v", err)
+	}
+	body, _ := io.ReadAll(res.Body)
+	took := time.Since(start)
+	if res.StatusCode != http.StatusRequestTimeout || !strings.Contains(string(body), "too slowly") {
+		t.Fatalf("got %d %s, want 408 saying the body was too slow", res.StatusCode, body)
+	}
+	if took < time.Second {
+		t.Errorf("cut off after %s, before the 1 s grace", took)
+	}
+	if _, err := br.ReadByte(); err != io.EOF {
+		t.Errorf("the connection stayed open after the 408: %v", err)
+	}
+	if h := e.q.Health(ep); h.Jobs.InQueue != 0 {
+		t.Errorf("a job was queued from the cut-off body: %+v", h.Jobs)
+	}
+	t.Logf("slow body answered 408 after %s", took.Round(time.Millisecond))
+}
+
+// TestSteadyUploadOutlastsTheGrace: a body that takes several times the
+// grace but keeps above the minimum rate is accepted, and a long poll whose
+// body was read is not cut off by the body deadline afterwards.
+func TestSteadyUploadOutlastsTheGrace(t *testing.T) {
+	e := newEnv(t)
+	ep := e.endpoint(nil)
+	srv := rawServer(t, e, func(c *httpapi.Config) { c.BodyGrace, c.MinBodyRate = 500*time.Millisecond, 2000 })
+	pad := strings.Repeat("p", 8000)
+	body := `{"input":{"pad":"` + pad + `"}}`
+	pr, pw := io.Pipe()
+	go func() { // ≈ 5000 bytes/s for ≈ 1.6 s: three times the grace
+		for i := 0; i < len(body); i += 500 {
+			time.Sleep(100 * time.Millisecond)
+			if _, err := pw.Write([]byte(body[i:min(i+500, len(body))])); err != nil {
+				return
+			}
+		}
+		pw.Close()
+	}()
+	req, _ := http.NewRequest("POST", srv.URL+"/v2/"+ep+"/runsync?wait=30000", pr)
+	req.ContentLength = int64(len(body))
+	req.Header.Set("Authorization", "Bearer "+adminKey)
+	type result struct {
+		code int
+		body string
+		err  error
+	}
+	done := make(chan result, 1)
+	start := time.Now()
+	go func() {
+		res, err := http.DefaultClient.Do(req)
+		if err != nil {
+			done <- result{err: err}
+			return
+		}
+		b, _ := io.ReadAll(res.Body)
+		res.Body.Close()
+		done <- result{code: res.StatusCode, body: string(b)}
+	}()
+	// The job is queued once the whole body is in; then runsync waits.
+	var jobs []queue.TakenJob
+	for deadline := time.Now().Add(60 * time.Second); len(jobs) == 0; {
+		if time.Now().After(deadline) {
+			t.Fatal("the upload never became a job")
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+		jobs, _ = e.q.Take(ctx, ep, "w1", 1)
+		cancel()
+	}
+	if took := time.Since(start); took < 1500*time.Millisecond {
+		t.Fatalf("the upload took %s; the test needs it slower than the grace", took)
+	}
+	// Hold the runsync well past the body's deadline before answering.
+	time.Sleep(time.Second)
+	out, _ := json.Marshal(map[string]any{"output": len(pad)})
+	rep, _ := queue.ParseDone(out, false)
+	if ok, err := e.q.Done(ep, "w1", jobs[0].ID, rep); !ok || err != nil {
+		t.Fatalf("done: %v %v", ok, err)
+	}
+	select {
+	case r := <-done:
+		if r.err != nil || r.code != 200 || !strings.Contains(r.body, `"COMPLETED"`) || !strings.Contains(r.body, `"output":8000`) {
+			t.Fatalf("runsync: %d %s %v", r.code, r.body, r.err)
+		}
+	case <-time.After(60 * time.Second):
+		t.Fatal("runsync never answered")
+	}
+}
+
+// TestLongPollCaps: a worker may hold MaxLongPollsPerWorker long polls and a
+// key MaxLongPollsPerKey; past that the answer is 429 with Retry-After at
+// once, and a released poll frees its place.
+func TestLongPollCaps(t *testing.T) {
+	e := newEnv(t)
+	ep := e.endpoint(nil)
+	srv := rawServer(t, e, func(c *httpapi.Config) { c.MaxLongPollsPerWorker, c.MaxLongPollsPerKey = 2, 3 })
+	id := e.run(ep, `{}`) // a job nobody runs: status-sync on it waits (on the test's fake clock)
+
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	// hold keeps a long poll on path until ctx ends; a probe may take its
+	// place for a moment, so a refused hold tries again.
+	hold := func(ctx context.Context, path string) {
+		go func() {
+			for ctx.Err() == nil {
+				req, _ := http.NewRequestWithContext(ctx, "GET", srv.URL+path, nil)
+				req.Header.Set("Authorization", "Bearer "+adminKey)
+				res, err := http.DefaultClient.Do(req)
+				if err != nil {
+					return
+				}
+				res.Body.Close()
+				if res.StatusCode != 429 {
+					return
+				}
+				time.Sleep(10 * time.Millisecond)
+			}
+		}()
+	}
+	get := func(path string) (int, string, string) {
+		req, _ := http.NewRequest("GET", srv.URL+path, nil)
+		req.Header.Set("Authorization", "Bearer "+adminKey)
+		c := &http.Client{Timeout: 200 * time.Millisecond}
+		res, err := c.Do(req)
+		if err != nil {
+			return 0, "", "" // held: not refused
+		}
+		defer res.Body.Close()
+		b, _ := io.ReadAll(res.Body)
+		return res.StatusCode, string(b), res.Header.Get("Retry-After")
+	}
+	// until retries f until it reports true (the held polls arrive
+	// asynchronously).
+	until := func(what string, f func() bool) {
+		t.Helper()
+		for deadline := time.Now().Add(60 * time.Second); !f(); {
+			if time.Now().After(deadline) {
+				t.Fatal(what)
+			}
+		}
+	}
+
+	// Per worker: two job-takes held, the third refused; another worker
+	// is not affected.
+	wctx, wcancel := context.WithCancel(ctx)
+	for i := 0; i < 2; i++ {
+		hold(wctx, "/v2/"+ep+"/job-take/w1")
+	}
+	until("the third job-take of w1 was never refused", func() bool {
+		code, body, ra := get("/v2/" + ep + "/job-take/w1")
+		if code == 429 && (!strings.Contains(body, "worker w1 (limit 2)") || ra == "") {
+			t.Fatalf("429 without the limit or Retry-After: %s %q", body, ra)
+		}
+		return code == 429
+	})
+	if code, body, _ := get("/v2/" + ep + "/job-stop/w2"); code == 429 {
+		t.Fatalf("another worker refused: %s", body)
+	}
+	wcancel()
+	until("w1's places were never freed", func() bool { code, _, _ := get("/v2/" + ep + "/job-take/w1"); return code != 429 })
+
+	// Per key: three status-syncs held, the fourth refused.
+	for i := 0; i < 3; i++ {
+		hold(ctx, "/v2/"+ep+"/status-sync/"+id+"?wait=60000")
+	}
+	until("the fourth status-sync was never refused", func() bool {
+		code, body, _ := get("/v2/" + ep + "/stream/" + id + "?wait=60000")
+		if code == 429 && !strings.Contains(body, "this API key (limit 3)") {
+			t.Fatalf("429 without the limit: %s", body)
+		}
+		return code == 429
+	})
+	// Short requests are never counted.
+	if code, body, _ := get("/v2/" + ep + "/health"); code != 200 {
+		t.Fatalf("health while the key's long polls are full: %d %s", code, body)
+	}
+}
