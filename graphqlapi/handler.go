@@ -17,6 +17,7 @@ import (
 	"log/slog"
 	"maps"
 	"net/http"
+	"regexp"
 	"runtime/debug"
 	"slices"
 	"strings"
@@ -140,10 +141,48 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		out.Data = json.RawMessage("null")
 	}
 	for _, e := range out.Errors {
+		explainRefused(e)
 		nameVariable(e, req.Variables)
 		h.logError(r.Context(), e)
 	}
 	writeJSON(w, http.StatusOK, out)
+}
+
+// refusedFields are RunPod operations the schema leaves out on purpose:
+// asked for, they answer why instead of graphql-go's "Cannot query field".
+var refusedFields = map[string]string{
+	"myModels":                 "model repositories: Berth has none; put the model in the image or on a network volume",
+	"myModel":                  "model repositories: Berth has none; put the model in the image or on a network volume",
+	"addModelToRepo":           "model repositories: Berth has none; put the model in the image or on a network volume",
+	"removeModelFromRepo":      "model repositories: Berth has none; put the model in the image or on a network volume",
+	"createModelRepoUpload":    "model repositories: Berth has none; put the model in the image or on a network volume",
+	"completeModelRepoUpload":  "model repositories: Berth has none; put the model in the image or on a network volume",
+	"updateModelVersionStatus": "model repositories: Berth has none; put the model in the image or on a network volume",
+	"listings":                 "the RunPod Hub is not available on Berth; create a template with the image and an endpoint from it",
+	"listing":                  "the RunPod Hub is not available on Berth; create a template with the image and an endpoint from it",
+	"listingFromRepo":          "the RunPod Hub is not available on Berth; create a template with the image and an endpoint from it",
+	"secretCreate":             "secrets: Berth keeps none; put the value in the template's or endpoint's env",
+	"secretDelete":             "secrets: Berth keeps none; put the value in the template's or endpoint's env",
+}
+
+var unknownRootRe = regexp.MustCompile(`^Cannot query field "([A-Za-z0-9_]+)" on type "(Query|Mutation)"`)
+
+// explainRefused turns the validation error about a RunPod operation Berth
+// refuses into one that says why.
+func explainRefused(e *gqlerrors.QueryError) {
+	m := unknownRootRe.FindStringSubmatch(e.Message)
+	if m == nil {
+		return
+	}
+	why, ok := refusedFields[m[1]]
+	if !ok {
+		return
+	}
+	e.Message = m[1] + ": " + why
+	if e.Extensions == nil {
+		e.Extensions = map[string]any{}
+	}
+	e.Extensions["code"], e.Extensions["field"] = "UNSUPPORTED", m[1]
 }
 
 // nameVariable adds the variable path to graphql-go's message about a

@@ -173,6 +173,33 @@ func TestPythonRefusalsStoreNothing(t *testing.T) {
 			e.python(c.doc).refused(t, c.field, c.words...)
 		})
 	}
+	// RunPod operations left out of the schema on purpose say why
+	// (runpodctl's model and hub commands, secrets).
+	for doc, words := range map[string][]string{
+		`query myModels { myModels { id name } }`:                                                             {"myModels", "model repositories"},
+		`mutation addModelToRepo($input: AddModelToRepoInput!) { addModelToRepo(input: $input) { success } }`: {"addModelToRepo", "model repositories"},
+		`query Listings($input: ListingsInput!) { listings(input: $input) { id title } }`:                     {"listings", "Hub"},
+		`mutation { secretCreate(input: {name: "n", value: "v"}) { id } }`:                                    {"secretCreate", "secrets"},
+	} {
+		r := e.ctl(doc, J{"input": J{}})
+		if len(r.Errors) == 0 {
+			t.Errorf("%s: no error", doc)
+			continue
+		}
+		var said bool
+		for _, er := range r.Errors {
+			if er.Extensions["code"] == "UNSUPPORTED" && strings.Contains(er.Message, words[0]) && strings.Contains(er.Message, words[1]) {
+				said = true
+			}
+		}
+		if !said {
+			t.Errorf("%s: errors %+v do not say why", doc, r.Errors)
+		}
+	}
+	// Any other unknown operation keeps the library's message.
+	if r := e.python(`query { cpuClusters { id } }`); len(r.Errors) == 0 || !strings.Contains(r.Errors[0].Message, `Cannot query field "cpuClusters"`) {
+		t.Errorf("unknown field: %+v", r.Errors)
+	}
 	for bucket, want := range map[string]int{store.Templates: 1, store.Endpoints: 0, store.RegistryAuths: 0, store.Pods: 0} {
 		if n := e.count(bucket); n != want {
 			t.Errorf("%s holds %d records after refusals, want %d", bucket, n, want)
