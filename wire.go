@@ -53,7 +53,7 @@ func serve(ctx context.Context, o cli.ServeOptions) error {
 	}
 
 	var sup atomic.Pointer[runtime.Supervisor]
-	q := queue.New(db, queue.Config{Logger: log, WorkerTimeout: o.WorkerTimeout, ReconcileGrace: o.ReconcileGrace, MaxAttempts: o.MaxAttempts,
+	q := queue.New(db, queue.Config{Logger: log.With("component", "queue"), WorkerTimeout: o.WorkerTimeout, ReconcileGrace: o.ReconcileGrace, MaxAttempts: o.MaxAttempts,
 		WebhookClient: hooks.Client(10 * time.Second),
 		OnQueueChange: func(id string) {
 			if s := sup.Load(); s != nil {
@@ -69,13 +69,13 @@ func serve(ctx context.Context, o cli.ServeOptions) error {
 	if err := q.Start(context.Background()); err != nil {
 		return err
 	}
-	s, gpus, workerLn, err := startRuntime(context.Background(), log, db, q, o)
+	s, gpus, workerLn, err := startRuntime(context.Background(), log.With("component", "runtime"), db, q, o)
 	if err != nil {
 		q.Stop()
 		return fmt.Errorf("start the container runtime: %w", err)
 	}
 	cfg := httpapi.Config{
-		Store: db, Queue: q, Logger: log, APIKeyHash: keyHash, DataDir: o.Data,
+		Store: db, Queue: q, Logger: log.With("component", "http"), APIKeyHash: keyHash, DataDir: o.Data,
 		RateLimits: o.RateLimits, Version: version, PingInterval: pingInterval,
 		GPUs: gpus.Snapshot,
 	}

@@ -283,7 +283,7 @@ func (s *Server) recoverer(next http.Handler) http.Handler {
 				if v == http.ErrAbortHandler {
 					panic(v)
 				}
-				s.cfg.Logger.Error("handler panic", "path", r.URL.Path, "panic", v)
+				s.cfg.Logger.Error("handler panic", append(routeAttrs(r), "path", r.URL.Path, "panic", v)...)
 				writeErr(w, r, http.StatusInternalServerError, "internal error")
 			}
 		}()
@@ -371,8 +371,20 @@ func writeErr(w http.ResponseWriter, r *http.Request, code int, msg string) {
 }
 
 func (s *Server) internal(w http.ResponseWriter, r *http.Request, err error) {
-	s.cfg.Logger.Error("request failed", "path", r.URL.Path, "err", err)
+	s.cfg.Logger.Error("request failed", append(routeAttrs(r), "path", r.URL.Path, "err", err)...)
 	writeErr(w, r, http.StatusInternalServerError, "internal error: "+err.Error())
+}
+
+// routeAttrs are the log attributes of a request's ids: endpoint, job,
+// worker, pod.
+func routeAttrs(r *http.Request) []any {
+	var out []any
+	for _, kv := range [][2]string{{"endpointId", "endpoint"}, {"jobId", "job"}, {"workerId", "worker"}, {"podId", "pod"}} {
+		if v := mux.Vars(r)[kv[0]]; v != "" {
+			out = append(out, kv[1], v)
+		}
+	}
+	return out
 }
 
 func (s *Server) workerCount(endpointID string) int {

@@ -14,6 +14,7 @@ import (
 
 	"github.com/jonboulle/clockwork"
 
+	"berth/internal/logtest"
 	"berth/queue"
 	"berth/store"
 )
@@ -27,11 +28,16 @@ type harness struct {
 	q     *queue.Service
 	clock *clockwork.FakeClock
 	cfg   queue.Config
+	logs  *logtest.Lines
 }
 
 func newHarness(t *testing.T, cfg queue.Config) *harness {
 	h := &harness{t: t, path: filepath.Join(t.TempDir(), "berth.db"), clock: clockwork.NewFakeClock()}
 	cfg.Clock = h.clock
+	if cfg.Logger == nil {
+		// Every line is checked against the log attribute rules.
+		cfg.Logger, h.logs = logtest.Check(t, nil)
+	}
 	h.cfg = cfg
 	h.open()
 	t.Cleanup(h.close)
@@ -470,6 +476,12 @@ func TestWorkerLostRequeuesThenFails(t *testing.T) {
 	r = h.mustStatus(id, store.Failed)
 	if r.Error == nil || !strings.Contains(*r.Error, "gave up after 2 attempts") {
 		t.Fatalf("%+v", r)
+	}
+	// The log says which job, endpoint and worker, as attributes.
+	for msg, worker := range map[string]string{"job requeued": "w1", "job failed": "w2"} {
+		if a := h.logs.Find(msg); a == nil || a["job"] != id || a["endpoint"] != ep || a["worker"] != worker {
+			t.Errorf("log line %q: %v", msg, a)
+		}
 	}
 }
 

@@ -103,7 +103,7 @@ func (s *Service) Start(ctx context.Context) error {
 	err := s.st.Scan(store.Jobs, func(key string, raw []byte) error {
 		var rec store.Job
 		if err := json.Unmarshal(raw, &rec); err != nil {
-			s.log().Error("skipping unreadable job record", "id", key, "err", err)
+			s.log().Error("skipping unreadable job record", "job", key, "err", err)
 			return nil
 		}
 		loaded = append(loaded, &job{rec: rec, changed: make(chan struct{})})
@@ -660,7 +660,7 @@ func (s *Service) finishLocked(j *job, st store.JobStatus, output json.RawMessag
 	ops := []store.Op{jobOps(j)}
 	if j.rec.Webhook != "" {
 		body, _ := json.Marshal(s.viewLocked(j))
-		h := &store.OutboxEntry{ID: uuid.NewString(), JobID: j.rec.ID, URL: j.rec.Webhook, Body: body, NextAt: now}
+		h := &store.OutboxEntry{ID: uuid.NewString(), JobID: j.rec.ID, EndpointID: j.rec.EndpointID, URL: j.rec.Webhook, Body: body, NextAt: now}
 		ops = append(ops, store.Put(store.Outbox, h.ID, h))
 		defer s.scheduleHook(h)
 	}
@@ -723,7 +723,7 @@ func (s *Service) expire(j *job, at time.Time) {
 		s.mu.Unlock()
 		return
 	}
-	s.log().Info("job expired (ttl)", "job", j.rec.ID, "status", j.rec.Status)
+	s.log().Info("job expired (ttl)", "endpoint", j.rec.EndpointID, "job", j.rec.ID, "status", j.rec.Status)
 	s.st.WriteAsync(s.removeLocked(j)...)
 	s.mu.Unlock()
 }
@@ -759,7 +759,7 @@ func (s *Service) armExecLocked(j *job) {
 		done := s.finishLocked(j, store.TimedOut, nil, msg, true)
 		s.mu.Unlock()
 		if err := <-done; err != nil {
-			s.log().Error("store timed-out job", "job", j.rec.ID, "err", err)
+			s.log().Error("store timed-out job", "endpoint", j.rec.EndpointID, "job", j.rec.ID, "err", err)
 		}
 	})
 }

@@ -82,11 +82,11 @@ func (s *Service) deliver(h *store.OutboxEntry) {
 		return
 	}
 	if h.Attempts >= s.cfg.WebhookAttempts {
-		s.log().Warn("webhook not delivered; giving up", "job", h.JobID, "url", h.URL, "attempts", h.Attempts, "err", err)
+		s.log().Warn("webhook not delivered; giving up", "endpoint", h.EndpointID, "job", h.JobID, "url", h.URL, "attempts", h.Attempts, "err", err)
 		s.st.WriteAsync(store.Delete(store.Outbox, h.ID))
 		return
 	}
-	s.log().Info("webhook failed; will retry", "job", h.JobID, "url", h.URL, "attempt", h.Attempts, "err", err)
+	s.log().Info("webhook failed; will retry", "endpoint", h.EndpointID, "job", h.JobID, "url", h.URL, "attempt", h.Attempts, "err", err)
 	h.NextAt = s.clock.Now().Add(s.cfg.WebhookRetryDelay)
 	s.st.WriteAsync(store.Put(store.Outbox, h.ID, h))
 	select {

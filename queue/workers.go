@@ -185,8 +185,10 @@ func (s *Service) loseWorkerLocked(w *worker, reason string) <-chan error {
 // it when its attempts are used up (returning that write's channel).
 func (s *Service) requeueLocked(j *job, reason string) <-chan error {
 	ep := s.endpointLocked(j.rec.EndpointID)
+	workerOf := j.rec.WorkerID
 	if j.rec.Attempts >= s.cfg.MaxAttempts {
 		msg := fmt.Sprintf("%s; gave up after %d attempts", reason, j.rec.Attempts)
+		s.log().Warn("job failed", "endpoint", j.rec.EndpointID, "job", j.rec.ID, "worker", workerOf, "reason", msg)
 		return s.finishLocked(j, store.Failed, nil, msg, false)
 	}
 	if w := s.workers[j.rec.WorkerID]; w != nil {
@@ -204,7 +206,7 @@ func (s *Service) requeueLocked(j *job, reason string) <-chan error {
 	j.chunks = nil
 	s.pushLocked(ep, j, true)
 	j.changedLocked()
-	s.log().Info("job requeued", "job", j.rec.ID, "reason", reason, "attempts", j.rec.Attempts)
+	s.log().Info("job requeued", "endpoint", j.rec.EndpointID, "job", j.rec.ID, "worker", workerOf, "reason", reason, "attempts", j.rec.Attempts)
 	return nil
 }
 

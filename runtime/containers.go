@@ -171,7 +171,7 @@ func (d *Docker) Create(ctx context.Context, spec ContainerSpec) (CreateResult, 
 		d.diskOpt.Store(diskSupported)
 	}
 	for _, w := range res.Warnings {
-		d.log.Warn("docker create warning", "id", shortID(res.ID), "warning", w)
+		d.log.Warn("docker create warning", "container", shortID(res.ID), "warning", w)
 	}
 	return CreateResult{ID: res.ID, DiskLimitApplied: useDisk, Warnings: res.Warnings}, nil
 }
@@ -197,7 +197,7 @@ func (d *Docker) CreateAndStart(ctx context.Context, spec ContainerSpec) (Create
 		rmCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 		defer cancel()
 		if rmErr := d.Remove(rmCtx, res.ID, true); rmErr != nil {
-			d.log.Warn("remove after failed start", "id", shortID(res.ID), "err", rmErr)
+			d.log.Warn("remove after failed start", "container", shortID(res.ID), "err", rmErr)
 		}
 		return CreateResult{}, err
 	}

@@ -19,6 +19,7 @@ import (
 	"berth/gpu"
 	"berth/httpapi"
 	"berth/internal/dockertest"
+	"berth/internal/logtest"
 	"berth/queue"
 	"berth/runtime"
 	"berth/store"
@@ -96,10 +97,13 @@ func newEnvAt(t testing.TB, host string, opts ...envOpt) *env {
 	t.Helper()
 	dockertest.Require(t)
 	e := &env{t: t, inst: dockertest.Unique("inst-"), use: &usage{starts: map[string]int{}, ends: map[string]int{}}}
-	e.log = slog.New(slog.NewTextHandler(tWriter{t}, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	// Every line is checked against the log attribute rules
+	// (internal/logtest); printed only with -v.
+	var out slog.Handler = slog.NewTextHandler(tWriter{t}, &slog.HandlerOptions{Level: slog.LevelInfo})
 	if !testing.Verbose() {
-		e.log = slog.New(slog.NewTextHandler(io.Discard, nil))
+		out = nil
 	}
+	e.log, _ = logtest.Check(t, out)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	d, err := runtime.NewDocker(ctx, e.log)

@@ -329,7 +329,7 @@ func (s *Supervisor) observeLocked(ws *workerState, loads map[string]queue.Worke
 	}
 	ws.stopsSeen = seenNow
 	if fault != "" {
-		s.log.Warn("stopping worker", "endpoint", ws.endpointID, "worker", ws.id, "reason", fault)
+		s.wlog(ws).Warn("stopping worker", "reason", fault)
 		ws.draining, ws.drainReason, ws.fault = true, fault, fault
 		*kill = append(*kill, ws)
 	}
@@ -344,7 +344,7 @@ func idleFor(ws *workerState, now time.Time) time.Duration {
 
 func (s *Supervisor) markDrainLocked(ws *workerState, reason string) {
 	ws.draining, ws.drainReason = true, reason
-	s.log.Info("draining worker", "endpoint", ws.endpointID, "worker", ws.id, "reason", reason)
+	s.wlog(ws).Info("draining worker", "reason", reason)
 }
 
 // drainOneOld drains the cheapest old-version worker of ep.
@@ -471,7 +471,7 @@ func (s *Supervisor) startOne(ep store.Endpoint, tmpl store.Template, key string
 	es.attempts++
 	s.wg.Add(1)
 	s.mu.Unlock()
-	s.log.Info("starting worker", "endpoint", ep.ID, "worker", ws.id, "version", ep.Version, "image", tmpl.ImageName, "gpus", ws.gpus)
+	s.wlog(ws).Info("starting worker", "version", ep.Version, "image", tmpl.ImageName, "gpus", ws.gpus)
 	go s.launch(ws, ep, tmpl, reg.Key)
 	return nil
 }
@@ -567,7 +567,7 @@ func (s *Supervisor) launch(ws *workerState, ep store.Endpoint, tmpl store.Templ
 func (s *Supervisor) launchFailed(ws *workerState, err error, containerID string) {
 	cancelled := err == nil || s.ctx.Err() != nil
 	if !cancelled {
-		s.log.Warn("worker failed to start", "endpoint", ws.endpointID, "worker", ws.id, "err", err)
+		s.wlog(ws).Warn("worker failed to start", "err", err)
 	}
 	s.q.ForgetWorker(ws.id)
 	now := s.clock.Now()
@@ -594,7 +594,7 @@ func (s *Supervisor) launchFailed(ws *workerState, err error, containerID string
 	for _, id := range []string{drop, containerID} {
 		if id != "" {
 			if err := s.d.Remove(rmCtx, id, true); err != nil {
-				s.log.Warn("remove container", "id", shortID(id), "err", err)
+				s.log.Warn("remove container", "container", shortID(id), "err", err)
 			}
 		}
 	}
@@ -649,7 +649,7 @@ func (s *Supervisor) stopAsync(ws *workerState, grace time.Duration) {
 			return // shutting down: the next Start sees how it ended
 		}
 		if err != nil && !IsNotFound(err) {
-			s.log.Warn("stop worker container", "worker", ws.id, "err", err)
+			s.wlog(ws).Warn("stop worker container", "err", err)
 		}
 		s.containerExited(ws)
 		s.mu.Lock()
@@ -687,7 +687,7 @@ func (s *Supervisor) containerExited(ws *workerState) {
 		if ctx.Err() != nil {
 			return
 		}
-		s.log.Warn("inspect exited worker", "worker", ws.id, "err", err)
+		s.wlog(ws).Warn("inspect exited worker", "err", err)
 	}
 	seen := false
 	for _, l := range s.q.Workers(ws.endpointID) {
@@ -724,9 +724,9 @@ func (s *Supervisor) containerExited(ws *workerState) {
 		}
 	}
 	if !expected {
-		s.log.Warn("worker exited", "endpoint", ws.endpointID, "worker", ws.id, "reason", reason)
+		s.wlog(ws).Warn("worker exited", "reason", reason)
 	} else {
-		s.log.Info("worker stopped", "endpoint", ws.endpointID, "worker", ws.id, "reason", drainReason)
+		s.wlog(ws).Info("worker stopped", "reason", drainReason)
 	}
 	s.q.WorkerGone(ws.id, reason)
 	s.q.ForgetWorker(ws.id)
@@ -758,7 +758,7 @@ func (s *Supervisor) containerExited(ws *workerState) {
 	for _, id := range []string{drop, remove} {
 		if id != "" {
 			if err := s.d.Remove(ctx, id, true); err != nil {
-				s.log.Warn("remove worker container", "id", shortID(id), "err", err)
+				s.log.Warn("remove worker container", "container", shortID(id), "err", err)
 			}
 		}
 	}
@@ -845,7 +845,7 @@ func (s *Supervisor) dropDeleted(present map[string]bool) {
 	}
 	for _, id := range kept {
 		if err := s.d.Remove(s.ctx, id, true); err != nil {
-			s.log.Warn("remove container", "id", shortID(id), "err", err)
+			s.log.Warn("remove container", "container", shortID(id), "err", err)
 		}
 	}
 }

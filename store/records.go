@@ -132,10 +132,12 @@ type Worker struct {
 
 // OutboxEntry is a webhook delivery waiting to be made.
 type OutboxEntry struct {
-	ID       string          `json:"id"`
-	JobID    string          `json:"jobId"`
-	URL      string          `json:"url"`
-	Body     json.RawMessage `json:"body"`
-	Attempts int             `json:"attempts"`
-	NextAt   time.Time       `json:"nextAt"`
+	ID    string `json:"id"`
+	JobID string `json:"jobId"`
+	// EndpointID is for the log lines about the delivery.
+	EndpointID string          `json:"endpointId,omitempty"`
+	URL        string          `json:"url"`
+	Body       json.RawMessage `json:"body"`
+	Attempts   int             `json:"attempts"`
+	NextAt     time.Time       `json:"nextAt"`
 }

@@ -1,0 +1,98 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"net"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"berth/cli"
+)
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) { s.mu.Lock(); defer s.mu.Unlock(); return s.b.Write(p) }
+func (s *syncBuffer) String() string              { s.mu.Lock(); defer s.mu.Unlock(); return s.b.String() }
+
+// `berth serve --log-format json` logs JSON lines with the component of
+// each package, and tells systemd it is ready (sd_notify READY=1 on
+// NOTIFY_SOCKET) once it accepts connections.
+func TestServeJSONLogsAndReadiness(t *testing.T) {
+	dir := t.TempDir()
+	sock := filepath.Join(dir, "notify.sock")
+	conn, err := net.ListenUnixgram("unixgram", &net.UnixAddr{Name: sock, Net: "unixgram"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	t.Setenv("NOTIFY_SOCKET", sock)
+	t.Setenv("BERTH_API_KEY", "serve-test-key")
+
+	var stderr syncBuffer
+	ready := make(chan string, 1)
+	ctx, cancel := context.WithCancel(context.Background())
+	root := cli.New(cli.Options{Version: "test", Stderr: &stderr, Stdout: &stderr, Getenv: func(string) string { return "" },
+		Serve: func(ctx context.Context, o cli.ServeOptions) error {
+			o.Ready = func(addr string) { ready <- addr }
+			return serve(ctx, o)
+		}})
+	root.SetArgs([]string{"serve", "--addr", "127.0.0.1:0", "--data", filepath.Join(dir, "data"), "--log-format", "json", "--log-level", "debug"})
+	done := make(chan error, 1)
+	go func() { done <- root.ExecuteContext(ctx) }()
+	select {
+	case <-ready:
+	case err := <-done:
+		t.Fatalf("serve ended: %v\n%s", err, stderr.String())
+	case <-time.After(60 * time.Second):
+		t.Fatalf("serve not ready\n%s", stderr.String())
+	}
+	conn.SetReadDeadline(time.Now().Add(10 * time.Second))
+	buf := make([]byte, 256)
+	n, err := conn.Read(buf)
+	if err != nil || !strings.Contains(string(buf[:n]), "READY=1") {
+		t.Fatalf("sd_notify: %q %v", buf[:n], err)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("serve: %v", err)
+	}
+
+	seen := map[string]map[string]any{}
+	sc := bufio.NewScanner(strings.NewReader(stderr.String()))
+	for sc.Scan() {
+		var line map[string]any
+		if err := json.Unmarshal(sc.Bytes(), &line); err != nil {
+			t.Fatalf("not a JSON log line: %q", sc.Text())
+		}
+		seen[line["msg"].(string)] = line
+	}
+	if l := seen["berth serving"]; l == nil || l["level"] != "INFO" || l["addr"] == nil {
+		t.Errorf("no serving line: %v", seen)
+	}
+	if l := seen["queue loaded"]; l == nil || l["component"] != "queue" {
+		t.Errorf("queue line without its component: %v", l)
+	}
+	if seen["shutting down"] == nil {
+		t.Errorf("no shutdown line")
+	}
+}
+
+func TestServeBadLogFlags(t *testing.T) {
+	for _, args := range [][]string{{"serve", "--log-format", "xml"}, {"serve", "--log-level", "loud"}, {"serve", "--rate-limits", "maybe"}} {
+		var out bytes.Buffer
+		code := cli.Main(args, cli.Options{Stdout: &out, Stderr: &out, Getenv: func(string) string { return "" },
+			Serve: func(context.Context, cli.ServeOptions) error { t.Fatal("served"); return nil }})
+		if code != cli.ExitUsage || !strings.Contains(out.String(), args[1]) {
+			t.Errorf("%v: exit %d: %s", args, code, out.String())
+		}
+	}
+}
