@@ -19,6 +19,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/chromedp/cdproto/cdp"
+	"github.com/chromedp/cdproto/emulation"
+	"github.com/chromedp/cdproto/input"
 	"github.com/chromedp/chromedp"
 	"github.com/moby/moby/client"
 
@@ -175,6 +178,10 @@ type shots struct{ dir string }
 
 func (s shots) save(name string) chromedp.Action[chromedp.Void] {
 	return func(ctx context.Context, tg *chromedp.Target) (chromedp.Void, error) {
+		// The pointer away from the page: no hover style in the picture.
+		if _, err := chromedp.MouseEvent(input.DispatchMouseEventTypeMouseMoved, 0, 0)(ctx, tg); err != nil {
+			return chromedp.Void{}, err
+		}
 		png, err := chromedp.CaptureScreenshot()(ctx, tg)
 		if err != nil {
 			return chromedp.Void{}, err
@@ -197,6 +204,18 @@ func until(expr string, timeout time.Duration) chromedp.Action[chromedp.Void] {
 	return chromedp.Poll[chromedp.Void](expr, chromedp.WithPollingTimeout(timeout))
 }
 
+// dark switches prefers-color-scheme to dark (or back to the default).
+func dark(on bool) chromedp.Action[chromedp.Void] {
+	return chromedp.Func(func(ctx context.Context, tg *chromedp.Target) error {
+		p := emulation.SetEmulatedMediaParams{Features: []*emulation.MediaFeature{{Name: "prefers-color-scheme", Value: "light"}}}
+		if on {
+			p.Features[0].Value = "dark"
+		}
+		_, err := cdp.Call(ctx, tg, emulation.SetEmulatedMedia, p)
+		return err
+	})
+}
+
 func visible(sel string) chromedp.Action[chromedp.Void] {
 	return chromedp.WaitVisible(chromedp.CSS(sel))
 }
@@ -213,6 +232,7 @@ func TestDashboardInBrowser(t *testing.T) {
 	exe := chromium(t)
 	docker := dockertest.Require(t)
 	img := dockertest.BuildGoImage(t, "berth/testdata/echoworker")
+	prog := dockertest.BuildGoImage(t, "berth/runtime/testdata/testprog")
 	b := startBerth(t, docker)
 
 	var tpl, ep struct{ ID string }
@@ -224,7 +244,7 @@ func TestDashboardInBrowser(t *testing.T) {
 	if err := chromedp.Do(bctx); err != nil { // starts the browser, outside any timeout
 		t.Fatalf("start chromium: %v", err)
 	}
-	ctx, cancel := context.WithTimeout(bctx, 4*time.Minute)
+	ctx, cancel := context.WithTimeout(bctx, 5*time.Minute)
 	defer cancel()
 	sh := shots{dir: t.TempDir()}
 	t.Logf("screenshots in %s", sh.dir)
@@ -251,6 +271,7 @@ func TestDashboardInBrowser(t *testing.T) {
 	// The key is asked for once, kept in sessionStorage, never in the URL
 	// or a cookie. A wrong key is refused on the form.
 	do("sign in",
+		chromedp.EmulateViewport(1280, 860),
 		chromedp.Navigate(b.base+"/"),
 		visible("#key-input"),
 		sh.save("desktop-signin"),
@@ -270,9 +291,7 @@ func TestDashboardInBrowser(t *testing.T) {
 	// The endpoint's worker container comes up and shows idle.
 	card := `#endpoints .endpoint-card[data-endpoint="` + ep.ID + `"]`
 	do("worker idle on the overview",
-		until(fmt.Sprintf(`document.querySelector(%q).textContent.includes('1 idle')`, card), 2*time.Minute),
-		sh.save("desktop-endpoints"),
-	)
+		until(fmt.Sprintf(`document.querySelector(%q).textContent.includes('1 idle')`, card), 2*time.Minute))
 
 	// Submit a job from the page and watch it finish with its output.
 	do("submit a job",
@@ -288,7 +307,22 @@ func TestDashboardInBrowser(t *testing.T) {
 		t.Fatalf("job output on the page: %q (%v)", output, err)
 	}
 	// The job list shows it completed too.
-	do("job list", visible(`#jobs tr[data-status="COMPLETED"]`), sh.save("desktop-endpoint"))
+	do("job list", visible(`#jobs tr[data-status="COMPLETED"]`))
+
+	// A streaming job shows its chunks while it runs (peeked: the job
+	// still returns them all at the end).
+	do("a streaming job",
+		chromedp.SetValue(chromedp.CSS("#run-input"), `{"stream": ["first chunk", "second", "third", "fourth", "fifth", "sixth", "seventh", "eighth"], "stream_delay_ms": 1000}`),
+		chromedp.Click(chromedp.CSS("#run-submit")),
+		until(`(() => { const w = document.querySelector('#job-watch .watch[data-status="IN_PROGRESS"] #job-stream');
+			return w !== null && w.textContent.includes('first chunk'); })()`, time.Minute),
+		sh.save("desktop-endpoint-streaming"),
+		visible(`#job-watch .watch[data-status="COMPLETED"]`),
+		sh.save("desktop-endpoint"),
+	)
+	if out := eval(`document.getElementById('job-output').textContent`); !strings.Contains(out, "eighth") {
+		t.Fatalf("streaming job's output on the page: %q", out)
+	}
 
 	// Open the worker's logs; a job submitted afterwards logs a line that
 	// appears while the page follows.
@@ -300,9 +334,43 @@ func TestDashboardInBrowser(t *testing.T) {
 		sh.save("desktop-logs"),
 	)
 
-	// The other views render their records.
+	// The other views render their records; a pod's HTTP port is a link to
+	// the host port Docker mapped, and its logs follow like a worker's.
+	var pod struct {
+		ID           string
+		PortMappings map[string]int
+	}
+	b.call("POST", "/v1/pods", map[string]any{"name": "web", "imageName": prog, "dockerStartCmd": []string{"serve"},
+		"ports": []string{"8888/http"}, "computeType": "CPU", "volumeInGb": 1}, &pod)
+	b.call("GET", "/v1/pods/"+pod.ID, nil, &pod)
+	if pod.PortMappings["8888"] == 0 {
+		t.Fatalf("pod %s has no port mapping for 8888: %+v", pod.ID, pod)
+	}
+	b.call("POST", "/v1/networkvolumes", map[string]any{"name": "models", "size": 50, "dataCenterId": "BERTH-LOCAL"}, nil)
+	link := fmt.Sprintf(`[data-pod=%q] a.port-link[href="http://127.0.0.1:%d/"]`, pod.ID, pod.PortMappings["8888"])
+	do("pods", chromedp.Navigate(b.base+"/#/pods"), visible(link), sh.save("desktop-pods"))
+	do("pod logs", chromedp.Click(chromedp.CSS(fmt.Sprintf(`[data-pod=%q] a.logs-link`, pod.ID))),
+		until(`document.getElementById('log-output').textContent.includes('ready')`, time.Minute))
 	do("templates", chromedp.Navigate(b.base+"/#/templates"), visible(`tr[data-template="`+tpl.ID+`"]`), sh.save("desktop-templates"))
+	do("volumes", chromedp.Navigate(b.base+"/#/volumes"), visible(`tr[data-volume]`), sh.save("desktop-volumes"))
 	do("gpus", chromedp.Navigate(b.base+"/#/gpus"), visible(`main .panel`), sh.save("desktop-gpus"))
+
+	// An endpoint that may not start workers: its jobs wait, the overview
+	// says why and how long the oldest has waited.
+	var held struct{ ID string }
+	b.call("POST", "/v1/endpoints", map[string]any{"name": "image-gen", "templateId": tpl.ID, "workersMax": 0,
+		"gpuTypeIds": []string{"NVIDIA GeForce RTX 4090"}}, &held)
+	for range 2 {
+		b.call("POST", "/v2/"+held.ID+"/run", map[string]any{"input": map[string]any{"prompt": "a boat at its berth"}}, nil)
+	}
+	heldCard := `#endpoints .endpoint-card[data-endpoint="` + held.ID + `"]`
+	do("queued jobs on the overview",
+		chromedp.Navigate(b.base+"/#/"),
+		until(fmt.Sprintf(`(() => { const c = document.querySelector(%q);
+			return c !== null && c.textContent.includes('workersMax is 0') && /oldest\s*\d/i.test(c.innerText); })()`, heldCard), time.Minute),
+		sh.save("desktop-endpoints"))
+	do("dark", dark(true), chromedp.Navigate(b.base+"/#/endpoint/"+ep.ID), visible(`#jobs tr[data-status="COMPLETED"]`),
+		sh.save("desktop-endpoint-dark"), dark(false))
 
 	// Phone width: the same pages, one column, no sideways scroll.
 	do("phone",
@@ -313,6 +381,12 @@ func TestDashboardInBrowser(t *testing.T) {
 		chromedp.Navigate(b.base+"/#/endpoint/"+ep.ID),
 		visible(`#jobs tr[data-status="COMPLETED"]`),
 		sh.save("phone-endpoint"),
+		dark(true),
+		chromedp.Navigate(b.base+"/#/"),
+		visible(card+` .metrics`),
+		sh.save("phone-endpoints-dark"),
+		chromedp.Navigate(b.base+"/#/endpoint/"+ep.ID),
+		visible(`#jobs tr[data-status="COMPLETED"]`),
 	)
 	if wide := eval(`String(document.documentElement.scrollWidth > window.innerWidth + 1)`); wide != "false" {
 		t.Errorf("the endpoint page is wider than a phone's screen")

@@ -65,6 +65,9 @@ function dur(ms) {
   return Math.floor(hr / 24) + 'd ' + (hr % 24) + 'h';
 }
 
+// age is a waiting time at a glance: whole seconds and up.
+function age(ms) { return ms < 1000 ? '<1 s' : dur(ms); }
+
 function ago(t) {
   if (!t) return '—';
   const ms = Date.now() - new Date(t).getTime();
@@ -205,6 +208,7 @@ function stopView() {
 function route() {
   if (!apiKey) { signIn(''); return; }
   stopView();
+  window.scrollTo(0, 0);
   const main = shell();
   const parts = (location.hash || '#/').slice(2).split('/').map(decodeURIComponent);
   switch (parts[0]) {
@@ -297,11 +301,11 @@ function endpointsView(main) {
       const podsUp = (pods || []).filter((p) => p.desiredStatus === 'RUNNING').length;
       const tile = (label, value, sub) => h('div.panel.tile', h('div.label', label), h('div.value', value, sub ? h('small', ' ' + sub) : null));
       clear(tiles,
-        tile('Jobs queued', queued, running ? '· ' + running + ' running' : ''),
+        tile('Queued', queued, running ? '· ' + running + ' running' : ''),
         tile('Endpoints', eps.length),
         tile('Workers', workers, busyWorkers ? '· ' + busyWorkers + ' busy' : ''),
-        tile('GPUs in use', held, '/ ' + gpus.length),
-        tile('Pods running', podsUp, '/ ' + (pods || []).length));
+        tile('GPUs used', held, '/ ' + gpus.length),
+        tile('Pods up', podsUp, '/ ' + (pods || []).length));
       if (!eps.length) {
         clear(grid, h('div.panel.empty', { style: 'grid-column: 1 / -1' },
           h('p', 'No endpoints yet.'),
@@ -327,7 +331,7 @@ function endpointCard(e, q, gpus) {
     h('div.metrics',
       metric('Queued', q.inQueue ?? '—', q.inQueue > 0 ? 'warn' : null),
       metric('Running', q.inProgress ?? '—'),
-      metric('Oldest', q.inQueue ? dur(q.oldestWaitMs) : '—'),
+      metric('Oldest', q.inQueue ? age(q.oldestWaitMs) : '—'),
       metric('Done', (q.completed ?? 0) + (q.failed ? ' / ' + q.failed + '✗' : ''))),
     h('div.row', h('span.small.muted', 'Workers'), workerChips(hl.counts),
       h('span.spacer'), h('span.small.faint', (e.workersMin ?? 0) + '–' + (e.workersMax ?? 0))),
@@ -403,9 +407,9 @@ function endpointView(main, id) {
 
   clear(main, head, note, stats,
     h('div.two-col',
-      h('div',
-        h('section.panel', h('header', h('h2', 'Run a job')), h('div.body', form)),
-        h('section.panel', h('header', h('h2', 'Workers')), workersBody)),
+      h('div.stack',
+        h('section.panel', h('header', h('h2', 'Workers')), workersBody),
+        h('section.panel', h('header', h('h2', 'Run a job')), h('div.body', form))),
       h('section.panel', h('header', h('h2', 'Jobs'), filters), jobsBody)));
 
   async function act(path, jobId) {
@@ -418,7 +422,9 @@ function endpointView(main, id) {
     const blocks = [];
     blocks.push(h('div', h('h3', 'Input'), h('pre.code', d.input === undefined ? '—' : pretty(d.input))));
     if (d.stream && d.stream.length) blocks.push(h('div', h('h3', 'Stream (not yet read by a client)'), h('pre.code', d.stream.map((c) => JSON.stringify(c.output ?? c)).join('\n'))));
-    blocks.push(h('div', h('h3', d.status === 'IN_PROGRESS' ? 'Progress' : 'Output'), h('pre.code', d.output === undefined ? '—' : pretty(d.output))));
+    if (d.status !== 'IN_QUEUE' && (d.status !== 'IN_PROGRESS' || d.output !== undefined)) {
+      blocks.push(h('div', h('h3', d.status === 'IN_PROGRESS' ? 'Progress' : 'Output'), h('pre.code', d.output === undefined ? '—' : pretty(d.output))));
+    }
     if (d.error) blocks.push(h('div.full', h('h3', 'Error'), h('pre.code', d.error)));
     const actions = [];
     if (d.status === 'IN_QUEUE' || d.status === 'IN_PROGRESS') actions.push(h('button.btn.small.danger', { onclick: () => act('cancel', j.id) }, 'Cancel'));
@@ -487,7 +493,7 @@ function endpointView(main, id) {
       clear(note, hl.reason ? h('div.note', { style: 'margin-bottom:12px' }, hl.reason) : null,
         hl.lastError ? h('div.note.bad', { style: 'margin-bottom:12px' }, hl.lastError) : null);
       clear(stats, metric('Queued', q.inQueue, q.inQueue > 0 ? 'warn' : null), metric('Running', q.inProgress),
-        metric('Oldest queued', q.inQueue ? dur(q.oldestWaitMs) : '—'), metric('Completed / failed', q.completed + ' / ' + q.failed));
+        metric('Oldest', q.inQueue ? age(q.oldestWaitMs) : '—'), metric('Done / failed', q.completed + ' / ' + q.failed));
       clear(workersBody, workerRows(e, gpus));
       clear(jobsBody, jobRows(jobs));
     },
@@ -495,6 +501,22 @@ function endpointView(main, id) {
 }
 
 // ---------- logs ----------
+
+const MAX_LOG_LINES = 5000;
+
+// logLine is one line of a container's log, coloured by its level (the
+// level field of runpod-python's JSON lines, or a level word).
+function logLine(text) {
+  let level = '';
+  if (text.startsWith('{')) {
+    try { level = String(JSON.parse(text).level || ''); } catch { /* not JSON */ }
+  }
+  if (!level) level = (text.match(/\b(ERROR|FATAL|PANIC|WARN(?:ING)?|DEBUG|TRACE)\b/i) || [''])[0];
+  level = level.toUpperCase();
+  const cls = level === 'ERROR' || level === 'FATAL' || level === 'PANIC' ? 'l-error' :
+    level.startsWith('WARN') ? 'l-warn' : level === 'DEBUG' || level === 'TRACE' ? 'l-debug' : null;
+  return h('div', { class: cls }, text || '\u00a0');
+}
 
 function logsView(main, kind, args) {
   let path, title, back;
@@ -538,13 +560,18 @@ function logsView(main, kind, args) {
       setState('ok spin', 'live');
       const reader = res.body.getReader();
       const dec = new TextDecoder();
+      let partial = '';
       for (;;) {
         const { value, done } = await reader.read();
         if (done) break;
         const atEnd = box.scrollHeight - box.scrollTop - box.clientHeight < 40;
-        box.append(dec.decode(value, { stream: true }));
-        if (follow && (atEnd || box.childNodes.length < 3)) box.scrollTop = box.scrollHeight;
+        const lines = (partial + dec.decode(value, { stream: true })).split('\n');
+        partial = lines.pop();
+        for (const l of lines) box.append(logLine(l));
+        while (box.childNodes.length > MAX_LOG_LINES) box.firstChild.remove();
+        if (follow && (atEnd || box.childNodes.length <= lines.length)) box.scrollTop = box.scrollHeight;
       }
+      if (partial) box.append(logLine(partial));
       setState('', 'ended: the container stopped');
     } catch (e) {
       if (!stopped) setState('bad', 'disconnected: ' + e.message);
@@ -596,7 +623,9 @@ function podsView(main) {
         const ports = (p.ports || []).map((spec) => {
           const [port, proto] = String(spec).split('/');
           const hp = p.portMappings && p.portMappings[port];
-          const where = (p.publicIp && p.publicIp !== '127.0.0.1' ? p.publicIp : host) + ':' + hp;
+          // The host the browser reached Berth at: Docker publishes the
+          // port there too, and it is a name the browser can resolve.
+          const where = host + ':' + hp;
           if (!hp) return h('span.pill.plain', port + '/' + (proto || 'tcp'));
           if (proto === 'http') return h('a.btn.small.port-link', { href: 'http://' + where + '/', target: '_blank', rel: 'noopener noreferrer' }, port + ' ↗');
           return h('span.pill.plain', { title: 'tcp' }, port + ' → ' + where);
@@ -610,7 +639,7 @@ function podsView(main) {
             h('dt', 'Started'), h('dd', p.lastStartedAt ? ago(p.lastStartedAt) : '—')),
           p.statusMessage ? h('div.note', p.statusMessage) : null,
           h('div.row', ports.length ? ports : h('span.small.faint', 'no ports'), h('span.spacer'),
-            h('a.btn.small', { href: '#/logs/pod/' + encodeURIComponent(p.id) }, 'Logs')));
+            h('a.btn.small.logs-link', { href: '#/logs/pod/' + encodeURIComponent(p.id) }, 'Logs')));
       })));
     },
   };
