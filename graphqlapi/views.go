@@ -56,11 +56,14 @@ func i32(n int) int32 {
 // string of words (quoted when they hold blanks), or the JSON form
 // {"cmd": [...], "entrypoint": [...]} when an entrypoint is set.
 func dockerArgs(entrypoint, cmd []string) string {
-	if len(entrypoint) > 0 {
+	// A word holding both quote characters cannot be quoted for SplitArgs:
+	// the JSON form keeps it exact.
+	odd := slices.ContainsFunc(cmd, func(w string) bool { return strings.Contains(w, `"`) && strings.Contains(w, "'") })
+	if len(entrypoint) > 0 || odd {
 		b, _ := json.Marshal(struct {
 			Cmd        []string `json:"cmd"`
 			Entrypoint []string `json:"entrypoint"`
-		}{append([]string{}, cmd...), entrypoint})
+		}{append([]string{}, cmd...), append([]string{}, entrypoint...)})
 		return string(b)
 	}
 	words := make([]string, len(cmd))
