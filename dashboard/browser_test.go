@@ -307,7 +307,7 @@ func TestDashboardInBrowser(t *testing.T) {
 		t.Fatalf("job output on the page: %q (%v)", output, err)
 	}
 	// The job list shows it completed too.
-	do("job list", visible(`#jobs tr[data-status="COMPLETED"]`))
+	do("job list", visible(`#jobs tr[data-status="COMPLETED"]`), sh.save("desktop-endpoint"))
 
 	// A streaming job shows its chunks while it runs (peeked: the job
 	// still returns them all at the end).
@@ -318,7 +318,6 @@ func TestDashboardInBrowser(t *testing.T) {
 			return w !== null && w.textContent.includes('first chunk'); })()`, time.Minute),
 		sh.save("desktop-endpoint-streaming"),
 		visible(`#job-watch .watch[data-status="COMPLETED"]`),
-		sh.save("desktop-endpoint"),
 	)
 	if out := eval(`document.getElementById('job-output').textContent`); !strings.Contains(out, "eighth") {
 		t.Fatalf("streaming job's output on the page: %q", out)

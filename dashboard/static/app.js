@@ -388,7 +388,7 @@ function endpointView(main, id) {
   function renderWatch(j) {
     if (!j) { clear(watch); return; }
     const out = [];
-    if (j.stream && j.stream.length) out.push(h('div.small.muted', 'Stream'), h('pre.code#job-stream', j.stream.map((c) => JSON.stringify(c.output ?? c)).join('\n')));
+    if (j.status === 'IN_PROGRESS' && j.stream && j.stream.length) out.push(h('div.small.muted', 'Stream'), h('pre.code#job-stream', j.stream.map((c) => JSON.stringify(c.output ?? c)).join('\n')));
     if (j.output !== undefined) out.push(h('div.small.muted', j.status === 'IN_PROGRESS' ? 'Progress' : 'Output'), h('pre.code#job-output', pretty(j.output)));
     if (j.error) out.push(h('div.small.muted', 'Error'), h('pre.code#job-error', j.error));
     clear(watch, h('div.watch', { 'data-job': j.id, 'data-status': j.status },
@@ -421,7 +421,7 @@ function endpointView(main, id) {
     const d = details.get(j.id) || j;
     const blocks = [];
     blocks.push(h('div', h('h3', 'Input'), h('pre.code', d.input === undefined ? '—' : pretty(d.input))));
-    if (d.stream && d.stream.length) blocks.push(h('div', h('h3', 'Stream (not yet read by a client)'), h('pre.code', d.stream.map((c) => JSON.stringify(c.output ?? c)).join('\n'))));
+    if (d.status === 'IN_PROGRESS' && d.stream && d.stream.length) blocks.push(h('div', h('h3', 'Stream (not yet read by a client)'), h('pre.code', d.stream.map((c) => JSON.stringify(c.output ?? c)).join('\n'))));
     if (d.status !== 'IN_QUEUE' && (d.status !== 'IN_PROGRESS' || d.output !== undefined)) {
       blocks.push(h('div', h('h3', d.status === 'IN_PROGRESS' ? 'Progress' : 'Output'), h('pre.code', d.output === undefined ? '—' : pretty(d.output))));
     }
