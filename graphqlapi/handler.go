@@ -301,11 +301,37 @@ func wrap(err error) error {
 	if err == nil {
 		return nil
 	}
+	switch e := err.(type) {
+	case gqlError, internalError:
+		return e // already wrapped
+	}
 	var me *mgmt.Error
 	if errors.As(err, &me) {
 		return gqlError{me}
 	}
-	return fmt.Errorf("internal error: %w", err)
+	return internalError{err}
+}
+
+// internalError is a failure that is not a refusal (a database error).
+type internalError struct{ err error }
+
+func (e internalError) Error() string { return "internal error: " + e.err.Error() }
+func (e internalError) Unwrap() error { return e.err }
+
+// renamed is err with mgmt's field names replaced by the ones the
+// GraphQL input uses (gpuTypeIds → gpuIds), in Field and the message.
+func renamed(err error, names map[string]string) error {
+	var me *mgmt.Error
+	if !errors.As(err, &me) {
+		return err
+	}
+	to, ok := names[me.Field]
+	if !ok {
+		return err
+	}
+	c := *me
+	c.Field, c.Msg = to, strings.ReplaceAll(me.Msg, me.Field, to)
+	return &c
 }
 
 // unsupported is a refusal of what one host can never do.

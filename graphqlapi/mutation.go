@@ -316,8 +316,15 @@ func (r *resolver) endpoint(ctx context.Context, e store.Endpoint) (*endpointVie
 
 // SaveEndpoint creates an endpoint (from templateId, or an inline
 // template made with it) or updates the one named by id.
+// endpointFields are mgmt's names of saveEndpoint's fields.
+var endpointFields = map[string]string{"gpuTypeIds": "gpuIds", "dataCenterIds": "locations"}
+
 func (r *resolver) SaveEndpoint(ctx context.Context, args struct{ Input *endpointInput }) (*endpointView, error) {
-	a := args.Input
+	v, err := r.saveEndpoint(ctx, args.Input)
+	return v, wrap(renamed(err, endpointFields))
+}
+
+func (r *resolver) saveEndpoint(ctx context.Context, a *endpointInput) (*endpointView, error) {
 	if a == nil {
 		return nil, invalid("input", "input is required")
 	}

@@ -196,7 +196,16 @@ func (a *podDeployInput) mgmt(cpu bool) (mgmt.PodInput, error) {
 	return in, nil
 }
 
+// podFields are mgmt's names of the deploy inputs' fields.
+var podFields = map[string]string{"gpuTypeIds": "gpuTypeId", "dataCenterIds": "dataCenterId", "countryCodes": "countryCode",
+	"minDownloadMbps": "minDownload", "minUploadMbps": "minUpload", "globalNetworking": "globalNetwork", "supportPublicIp": "supportPublicIp"}
+
 func (r *resolver) deploy(ctx context.Context, a *podDeployInput, cpu bool) (*podView, error) {
+	v, err := r.deployPod(ctx, a, cpu)
+	return v, wrap(renamed(err, podFields))
+}
+
+func (r *resolver) deployPod(ctx context.Context, a *podDeployInput, cpu bool) (*podView, error) {
 	if a == nil {
 		return nil, invalid("input", "input is required")
 	}

@@ -185,6 +185,8 @@ func TestPythonPods(t *testing.T) {
 		refused(t, "deployCpuPod", "instanceId")
 	e.python(strings.Replace(fixture(t, "runpod-python/create_cpu_pod.graphql", "name", "c", "image", ""), `imageName: ""`, `imageName: ""`, 1)).
 		refused(t, "deployCpuPod", "runpod-ubuntu")
+	e.python(`mutation { podFindAndDeployOnDemand(input: {name: "d", imageName: "x:1", gpuTypeId: "NVIDIA A40", dataCenterId: "nowhere"}) { id } }`).
+		refused(t, "podFindAndDeployOnDemand", "dataCenterId", "nowhere")
 	e.python(`mutation { podFindAndDeployOnDemand(input: {name: "s", imageName: "x:1", gpuTypeId: "NVIDIA A40", stopAfter: "2026-01-01T00:00:00Z"}) { id } }`).
 		refused(t, "podFindAndDeployOnDemand", "stopAfter")
 	f.mu.Lock()
