@@ -804,3 +804,41 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 		}
 	}
 }
+
+// TestFrozenWorkersTakeLast: a queued job goes to a waiting worker that
+// is not frozen even when a frozen worker's job-take has waited longer;
+// with only the frozen worker waiting, it gets the job (and is thawed).
+func TestFrozenWorkersTakeLast(t *testing.T) {
+	h := newHarness(t, queue.Config{WorkerTimeout: time.Hour})
+	h.q.Ping(ep, "frozen", nil)
+	h.q.Ping(ep, "active", nil)
+	h.q.SetFrozen("frozen", true)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	got := map[string]chan string{"frozen": make(chan string, 1), "active": make(chan string, 1)}
+	take := func(w string) {
+		js, err := h.q.Take(ctx, ep, w, 1)
+		if err != nil || len(js) != 1 {
+			got[w] <- ""
+			return
+		}
+		got[w] <- js[0].ID
+	}
+	// Timers: one lost timer per worker, then each take's hold.
+	go take("frozen")
+	if err := h.clock.BlockUntilContext(ctx, 3); err != nil {
+		t.Fatal(err)
+	}
+	go take("active")
+	if err := h.clock.BlockUntilContext(ctx, 4); err != nil {
+		t.Fatal(err)
+	}
+	first := h.submit(`{}`)
+	if id := <-got["active"]; id != first {
+		t.Fatalf("active worker got %q, want %s", id, first)
+	}
+	second := h.submit(`{}`)
+	if id := <-got["frozen"]; id != second {
+		t.Fatalf("frozen worker got %q, want %s", id, second)
+	}
+}

@@ -62,7 +62,28 @@ type endpointQ struct {
 	inProgress, completed, failed, retried int
 }
 
-type takeWaiter struct{ ch chan struct{} }
+type takeWaiter struct {
+	ch chan struct{}
+	w  *worker
+}
+
+// nextWaiterLocked is the job-take to wake for a queued job: the longest
+// waiting of a worker that is not frozen (FlashBoot), else the longest
+// waiting; nil if none waits. A frozen worker's take only gets a job when
+// no running worker is free, so no thaw is paid for needlessly.
+func (ep *endpointQ) nextWaiterLocked() *takeWaiter {
+	var first *takeWaiter
+	for e := ep.waiters.Front(); e != nil; e = e.Next() {
+		tw := e.Value.(*takeWaiter)
+		if !tw.w.frozen {
+			return tw
+		}
+		if first == nil {
+			first = tw
+		}
+	}
+	return first
+}
 
 type worker struct {
 	rec      store.Worker
@@ -267,8 +288,8 @@ func (s *Service) pushLocked(ep *endpointQ, j *job, front bool) {
 	if j.rec.LowPriority {
 		ep.low++
 	}
-	if e := ep.waiters.Front(); e != nil {
-		wake(e.Value.(*takeWaiter).ch)
+	if tw := ep.nextWaiterLocked(); tw != nil {
+		wake(tw.ch)
 	}
 	if s.cfg.OnQueueChange != nil && s.started {
 		s.cfg.OnQueueChange(ep.id)

@@ -236,7 +236,7 @@ func (s *Service) Take(ctx context.Context, endpointID, workerID string, n int) 
 			s.mu.Unlock()
 			return out, nil
 		}
-		tw = &takeWaiter{ch: make(chan struct{}, 1)}
+		tw = &takeWaiter{ch: make(chan struct{}, 1), w: w}
 		ep.waiters.PushBack(tw)
 		s.mu.Unlock()
 
@@ -265,8 +265,8 @@ func (s *Service) removeWaiterLocked(endpointID string, tw *takeWaiter) {
 	case <-tw.ch:
 		// it was woken but is not taking: wake the next one instead
 		if ep.fifo.Len() > 0 {
-			if e := ep.waiters.Front(); e != nil {
-				wake(e.Value.(*takeWaiter).ch)
+			if next := ep.nextWaiterLocked(); next != nil {
+				wake(next.ch)
 			}
 		}
 	default:
