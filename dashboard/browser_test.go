@@ -10,6 +10,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -25,7 +26,11 @@ import (
 	"github.com/chromedp/chromedp"
 	"github.com/moby/moby/client"
 
+	"berth/gpu"
+	"berth/httpapi"
 	"berth/internal/dockertest"
+	"berth/queue"
+	"berth/store"
 )
 
 // EnvShots names a folder the browser test also writes its screenshots to
@@ -389,5 +394,74 @@ func TestDashboardInBrowser(t *testing.T) {
 	)
 	if wide := eval(`String(document.documentElement.scrollWidth > window.innerWidth + 1)`); wide != "false" {
 		t.Errorf("the endpoint page is wider than a phone's screen")
+	}
+}
+
+// TestDashboardGPUs shows GPUs with their holders, on the GPU page and on
+// the endpoint whose worker holds one. This machine's GPUs (usually none
+// in CI) cannot show that, so the server is Berth's API in process with a
+// fixed GPU list and worker containers.
+func TestDashboardGPUs(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs chromium")
+	}
+	exe := chromium(t)
+	db, err := store.Open(filepath.Join(t.TempDir(), "berth.db"), store.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	q := queue.New(db, queue.Config{})
+	if err := q.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(q.Stop)
+	const key = "gpu-test-key"
+	const worker = "w4090worker01"
+	gpus := []gpu.Status{
+		{Device: gpu.Device{Index: 0, UUID: "GPU-0a1b2c3d", Name: "NVIDIA GeForce RTX 4090", TypeID: "NVIDIA GeForce RTX 4090", MemoryMiB: 24564, PCIBusID: "00000000:01:00.0"}, Holder: worker},
+		{Device: gpu.Device{Index: 1, UUID: "GPU-4e5f6a7b", Name: "NVIDIA GeForce RTX 4090", TypeID: "NVIDIA GeForce RTX 4090", MemoryMiB: 24564, PCIBusID: "00000000:02:00.0"}},
+	}
+	api := httpapi.New(httpapi.Config{Store: db, Queue: q, APIKeyHash: httpapi.HashKey(key),
+		GPUs: func() []gpu.Status { return gpus },
+		WorkerInfo: func(string) []httpapi.WorkerInfo {
+			return []httpapi.WorkerInfo{{ID: worker, State: "running", ImageName: "sdxl:latest", Version: 1,
+				GPUTypeID: "NVIDIA GeForce RTX 4090", GPUCount: 1, GPUUUIDs: []string{"GPU-0a1b2c3d"}}}
+		},
+	})
+	srv := httptest.NewServer(api.Handler())
+	t.Cleanup(srv.Close)
+	b := &berth{t: t, base: srv.URL, key: key}
+	var tpl, ep struct{ ID string }
+	b.call("POST", "/v1/templates", map[string]any{"name": "sdxl", "imageName": "sdxl:latest", "isServerless": true}, &tpl)
+	b.call("POST", "/v1/endpoints", map[string]any{"name": "sdxl", "templateId": tpl.ID, "gpuTypeIds": []string{"NVIDIA GeForce RTX 4090"}}, &ep)
+
+	bctx := browser(t, exe)
+	if err := chromedp.Do(bctx); err != nil {
+		t.Fatalf("start chromium: %v", err)
+	}
+	ctx, cancel := context.WithTimeout(bctx, 2*time.Minute)
+	defer cancel()
+	sh := shots{dir: t.TempDir()}
+	err = chromedp.Do(ctx,
+		chromedp.EmulateViewport(1280, 860),
+		chromedp.Navigate(srv.URL+"/"),
+		visible("#key-input"),
+		chromedp.SendKeys(chromedp.CSS("#key-input"), key),
+		chromedp.Click(chromedp.CSS("#key-submit")),
+		// The endpoint's card names the GPU its worker holds.
+		until(fmt.Sprintf(`(() => { const c = document.querySelector('.endpoint-card[data-endpoint=%q]');
+			return c !== null && c.textContent.includes('#0 NVIDIA GeForce RTX 4090'); })()`, ep.ID), time.Minute),
+		chromedp.Navigate(srv.URL+"/#/gpus"),
+		// GPU 0: in use by the endpoint's worker, linked; GPU 1: free.
+		visible(`[data-gpu="GPU-0a1b2c3d"] .pill.run`),
+		visible(fmt.Sprintf(`[data-gpu="GPU-0a1b2c3d"] a[href="#/endpoint/%s"]`, ep.ID)),
+		visible(`[data-gpu="GPU-4e5f6a7b"] .pill.ok`),
+		until(`document.querySelector('[data-gpu="GPU-0a1b2c3d"]').textContent.includes('`+worker+`')`, 10*time.Second),
+		sh.save("desktop-gpus"),
+	)
+	if err != nil {
+		body, _ := chromedp.Run(ctx, chromedp.Evaluate[string](`document.body ? document.body.innerText : ""`))
+		t.Fatalf("%v\npage text:\n%s", err, body)
 	}
 }

@@ -546,8 +546,19 @@ function logsView(main, kind, args) {
 
   function setState(cls, text) { state.className = 'pill ' + cls; clear(state, text); }
 
+  // A follow that ends after a long while was cut (a proxy, Berth's write
+  // deadline on a silent container, a restart): connect again, replacing
+  // what is shown by the last 500 lines. One that ends at once is a
+  // container that has stopped.
+  let retry = null;
+  const again = (delay) => {
+    if (stopped) return;
+    retry = setTimeout(() => { if (!stopped) { clear(box); run(); } }, delay);
+  };
+
   async function run() {
     ctrl = new AbortController();
+    const started = Date.now();
     try {
       const res = await fetch(path + 'follow=true&tail=500', { headers: { Authorization: 'Bearer ' + apiKey }, signal: ctrl.signal, cache: 'no-store' });
       if (res.status === 401) { signOut('Berth refused the API key. Enter it again.'); return; }
@@ -572,13 +583,16 @@ function logsView(main, kind, args) {
         if (follow && (atEnd || box.childNodes.length <= lines.length)) box.scrollTop = box.scrollHeight;
       }
       if (partial) box.append(logLine(partial));
+      if (Date.now() - started > 30000) { setState('warn spin', 'reconnecting'); again(1000); return; }
       setState('', 'ended: the container stopped');
     } catch (e) {
-      if (!stopped) setState('bad', 'disconnected: ' + e.message);
+      if (stopped) return;
+      setState('bad', 'disconnected (' + e.message + '), retrying');
+      again(3000);
     }
   }
   run();
-  return { stop() { stopped = true; if (ctrl) ctrl.abort(); } };
+  return { stop() { stopped = true; clearTimeout(retry); if (ctrl) ctrl.abort(); } };
 }
 
 // ---------- GPUs ----------
