@@ -156,6 +156,14 @@ func TestEveryRoute(t *testing.T) {
 	tpl := e.newTemplate("t", "alpine:3", J{"containerRegistryAuthId": auth.ID})
 	e.must(200, "GET", "/v1/templates?includeEndpointBoundTemplates=true", nil, nil)
 	e.must(200, "GET", "/v1/templates/"+tpl.ID, nil, nil)
+	// Port labels, set through GraphQL, show in /v1 as Berth's portLabels.
+	e.must(200, "POST", "/graphql", J{"query": `mutation($id: String) { saveTemplate(input: {id: $id, portsConfig: [{port: "8888", name: "Jupyter"}]}) { id } }`,
+		"variables": J{"id": tpl.ID}}, nil)
+	var labelled struct{ PortLabels map[string]string }
+	e.must(200, "GET", "/v1/templates/"+tpl.ID, nil, &labelled)
+	if labelled.PortLabels["8888"] != "Jupyter" {
+		t.Errorf("portLabels in /v1: %+v", labelled)
+	}
 	e.must(200, "PATCH", "/v1/templates/"+tpl.ID, J{"readme": "r"}, nil)
 	e.must(200, "POST", "/v1/templates/"+tpl.ID+"/update", J{"isPublic": true}, nil)
 	ep := e.newEndpoint(tpl.ID, J{"networkVolumeId": vol.ID})

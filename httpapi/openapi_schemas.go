@@ -28,9 +28,11 @@ func schemas() obj {
 		"isRunpod":                boolS("Always false on Berth."),
 		"isServerless":            boolS(""),
 		"containerRegistryAuthId": strS("Registry auth used to pull the image; absent when none."),
-		"earned":                  numS("Always 0 on Berth."),
-		"runtimeInMin":            intS("Always 0 on Berth."),
-		"createdAt":               timeS(""),
+		"portLabels": obj{"type": "object", "additionalProperties": obj{"type": "string"},
+			"description": "Berth: port number → label, set through GraphQL's portsConfig; absent when none."},
+		"earned":       numS("Always 0 on Berth."),
+		"runtimeInMin": intS("Always 0 on Berth."),
+		"createdAt":    timeS(""),
 	}, "id", "name", "imageName", "category", "containerDiskInGb", "volumeInGb", "volumeMountPath",
 		"dockerEntrypoint", "dockerStartCmd", "env", "ports", "readme", "isPublic", "isRunpod", "isServerless", "createdAt")
 
