@@ -28,6 +28,8 @@ func TestWorkerOnlyListener(t *testing.T) {
 		{"/v1/endpoints/ep1/worker-env", false},
 		{"/metrics", false},
 		{"/v2/openapi.json", false},
+		{"/v2/pods", false},
+		{"/v2/serverless/ep1/workers", false},
 	}
 	for _, tt := range tests {
 		rec := httptest.NewRecorder()

@@ -34,6 +34,8 @@ import (
 func init() {
 	// GET /v1/docs answers a page.
 	openapi3filter.RegisterBodyDecoder("text/html", openapi3filter.PlainBodyDecoder)
+	// v2's log routes answer Server-Sent Events.
+	openapi3filter.RegisterBodyDecoder("text/event-stream", openapi3filter.PlainBodyDecoder)
 }
 
 // allowed is one known difference from RunPod's document: a validation

@@ -26,7 +26,7 @@ func (s *Server) createVolume(w http.ResponseWriter, r *http.Request) {
 	if !decodeBody(w, r, &in) {
 		return
 	}
-	v, err := s.mg.CreateVolume(r.Context(), mgmt.VolumeInput(in))
+	v, err := s.mg.CreateVolume(r.Context(), mgmt.VolumeInput{Name: in.Name, Size: in.Size, DataCenterID: in.DataCenterID})
 	s.answer(w, r, http.StatusOK, v, err)
 }
 
@@ -46,7 +46,7 @@ func (s *Server) updateVolume(w http.ResponseWriter, r *http.Request) {
 	if !decodeBody(w, r, &in) {
 		return
 	}
-	v, err := s.mg.UpdateVolume(r.Context(), mux.Vars(r)["networkVolumeId"], mgmt.VolumeInput(in))
+	v, err := s.mg.UpdateVolume(r.Context(), mux.Vars(r)["networkVolumeId"], mgmt.VolumeInput{Name: in.Name, Size: in.Size, DataCenterID: in.DataCenterID})
 	s.answer(w, r, http.StatusOK, v, err)
 }
 

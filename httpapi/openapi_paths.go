@@ -34,8 +34,6 @@ func operations() []op {
 		{method: get, path: "/v1/docs", id: "GetDocs", tag: "docs", summary: "This document as an HTML page",
 			responses: obj{"200": obj{"description": "Every operation with its summary, linking to /v1/openapi.json.",
 				"content": obj{"text/html": obj{"schema": obj{"type": "string"}}}}}},
-		{method: get, path: "/v2/openapi.json", id: "GetOpenAPIv2", tag: "docs", summary: "This document (the spec's {v2_base_url}/openapi.json)",
-			responses: obj{"200": resp("The OpenAPI 3 document of every Berth route.", obj{"type": "object"})}},
 		{method: get, path: "/metrics", id: "Metrics", tag: "metrics", summary: "Prometheus metrics: requests, latency, queue depth and workers per endpoint",
 			responses: obj{"200": textResp("Prometheus text exposition format.")}},
 		{method: post, path: "/graphql", id: "GraphQL", tag: "graphql", summary: "RunPod's GraphQL API: the management calls of runpod-python and runpodctl",

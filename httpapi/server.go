@@ -25,6 +25,7 @@ import (
 	"berth/dashboard"
 	"berth/gpu"
 	"berth/graphqlapi"
+	"berth/httpapi/v2api"
 	"berth/mgmt"
 	"berth/queue"
 	"berth/store"
@@ -106,6 +107,7 @@ type Server struct {
 	adminHash []byte // decoded APIKeyHash
 
 	mg *mgmt.Service // the management rules every API surface calls
+	v2 *v2api.API    // REST v2 management
 }
 
 // HashKey returns the stored form of an API key.
@@ -150,6 +152,7 @@ func New(cfg Config) *Server {
 	s.adminHash, _ = hex.DecodeString(cfg.APIKeyHash)
 	s.mg = mgmt.New(mgmt.Config{Store: cfg.Store, Clock: cfg.Clock, Logger: cfg.Logger, DataDir: cfg.DataDir,
 		Pods: cfg.Pods, EndpointChanged: s.endpointChanged, EndpointDeleted: s.endpointDeleted})
+	s.v2 = s.newV2()
 	s.limits = newLimiter(cfg.RateLimits, cfg.RequestsPerWorker, s.workerCount)
 	s.polls = newPollLimits(cfg.MaxLongPollsPerWorker, cfg.MaxLongPollsPerKey)
 	s.metrics = newMetrics(s)
@@ -177,7 +180,9 @@ func (s *Server) routes() {
 	// Routes are matched in order: the hot paths (worker protocol, run)
 	// come first; gorilla/mux tries one regexp per route.
 	r.Handle("/metrics", s.adminOnly(promhttp.HandlerFor(s.metrics.reg, promhttp.HandlerOpts{}).ServeHTTP)).Methods(http.MethodGet)
-	r.Handle("/v2/openapi.json", admin("openapi", s.openapiDoc)).Methods(http.MethodGet)
+	// REST v2 management (/v2/pods, /v2/serverless…), before the job API
+	// so its names are not taken for endpoint ids.
+	s.v2.Mount(r)
 
 	// Job API and worker protocol (/v2/{endpointId}).
 	job := func(op string, h http.HandlerFunc) http.Handler {

@@ -123,6 +123,10 @@ type BillingQuery struct {
 	Start, End                               time.Time
 	PodID, EndpointID, ImageName, TemplateID string
 	GPUTypeIDs, DataCenterIDs                []string
+	// VolumeID selects one network volume; PerVolume gives each volume
+	// its own records (REST v2) instead of one per bucket (v1).
+	VolumeID  string
+	PerVolume bool
 }
 
 // BillingRecord is one bucket of one group (RunPod BillingRecord).
@@ -134,6 +138,9 @@ type BillingRecord struct {
 	PodID             string    `json:"podId,omitempty"`
 	EndpointID        string    `json:"endpointId,omitempty"`
 	GPUTypeID         string    `json:"gpuTypeId,omitempty"`
+	// GPUAmount and CPUAmount split Amount (REST v2 shows them).
+	GPUAmount float64 `json:"-"`
+	CPUAmount float64 `json:"-"`
 }
 
 // VolumeBillingRecord is one bucket of network volume storage.
@@ -143,6 +150,7 @@ type VolumeBillingRecord struct {
 	DiskSpaceBilledGb                       int       `json:"diskSpaceBilledGb"`
 	HighPerformanceStorageAmount            float64   `json:"highPerformanceStorageAmount"`
 	HighPerformanceStorageDiskSpaceBilledGb int       `json:"highPerformanceStorageDiskSpaceBilledGb"`
+	VolumeID                                string    `json:"-"` // with PerVolume
 }
 
 // Bills are a billing answer: Compute for pods and endpoints, Volumes for
@@ -275,7 +283,7 @@ func (q BillingQuery) matches(iv store.UsageInterval) bool {
 		return iv.Kind == store.UsageWorker && eq(q.EndpointID, iv.EndpointID) && eq(q.TemplateID, iv.TemplateID) &&
 			eq(q.ImageName, iv.ImageName) && in(q.GPUTypeIDs, gpuGroup(iv)) && in(q.DataCenterIDs, DataCenterID)
 	}
-	return iv.Kind == store.UsageVolume
+	return iv.Kind == store.UsageVolume && (q.VolumeID == "" || q.VolumeID == iv.ID)
 }
 
 // gpuGroup is an interval's gpuTypeId; CPU work is grouped as "CPU".
@@ -311,8 +319,12 @@ func (s *Service) Billing(_ context.Context, q BillingQuery) (Bills, error) {
 		group string
 	}
 	compute := map[key]*BillingRecord{}
-	volumes := map[time.Time]*VolumeBillingRecord{}
-	volumeGB := map[time.Time]map[string]int{} // per bucket: largest size of each volume
+	type vkey struct {
+		t  time.Time
+		id string // with PerVolume
+	}
+	volumes := map[vkey]*VolumeBillingRecord{}
+	volumeGB := map[vkey]map[string]int{} // per bucket: largest size of each volume
 	err = store.UsageBetween(s.cfg.Store, q.Start, q.End, func(iv store.UsageInterval) error {
 		if !q.matches(iv) {
 			return nil
@@ -324,14 +336,18 @@ func (s *Service) Billing(_ context.Context, q BillingQuery) (Bills, error) {
 		from, to := maxTime(iv.Start, q.Start), minTime(end, q.End)
 		pieces(from, to, q.Bucket, func(b time.Time, d time.Duration) {
 			if q.Kind == BillVolumes {
-				rec := volumes[b]
+				k := vkey{t: b}
+				if q.PerVolume {
+					k.id = iv.ID
+				}
+				rec := volumes[k]
 				if rec == nil {
-					rec = &VolumeBillingRecord{Time: b}
-					volumes[b] = rec
-					volumeGB[b] = map[string]int{}
+					rec = &VolumeBillingRecord{Time: b, VolumeID: k.id}
+					volumes[k] = rec
+					volumeGB[k] = map[string]int{}
 				}
 				rec.Amount += d.Hours() / hoursPerMonth * float64(iv.SizeGB) * prices.VolumeGBMonthly
-				volumeGB[b][iv.ID] = max(volumeGB[b][iv.ID], iv.SizeGB)
+				volumeGB[k][iv.ID] = max(volumeGB[k][iv.ID], iv.SizeGB)
 				return
 			}
 			k := key{b, q.group(iv)}
@@ -349,6 +365,8 @@ func (s *Service) Billing(_ context.Context, q BillingQuery) (Bills, error) {
 				compute[k] = rec
 			}
 			rec.Amount += d.Hours() * prices.Hourly(iv.GPUTypeID, iv.GPUCount, iv.VCPUCount)
+			rec.GPUAmount += d.Hours() * prices.Hourly(iv.GPUTypeID, iv.GPUCount, 0)
+			rec.CPUAmount += d.Hours() * prices.Hourly("", 0, iv.VCPUCount)
 			rec.TimeBilledMs += d.Milliseconds()
 		})
 		return nil
@@ -359,19 +377,24 @@ func (s *Service) Billing(_ context.Context, q BillingQuery) (Bills, error) {
 	var out Bills
 	if q.Kind == BillVolumes {
 		out.Volumes = make([]VolumeBillingRecord, 0, len(volumes))
-		for b, rec := range volumes {
-			for _, gb := range volumeGB[b] {
+		for k, rec := range volumes {
+			for _, gb := range volumeGB[k] {
 				rec.DiskSpaceBilledGb += gb
 			}
 			rec.Amount = roundUSD(rec.Amount)
 			out.Volumes = append(out.Volumes, *rec)
 		}
-		slices.SortFunc(out.Volumes, func(a, b VolumeBillingRecord) int { return a.Time.Compare(b.Time) })
+		slices.SortFunc(out.Volumes, func(a, b VolumeBillingRecord) int {
+			if c := a.Time.Compare(b.Time); c != 0 {
+				return c
+			}
+			return cmp.Compare(a.VolumeID, b.VolumeID)
+		})
 		return out, nil
 	}
 	out.Compute = make([]BillingRecord, 0, len(compute))
 	for _, rec := range compute {
-		rec.Amount = roundUSD(rec.Amount)
+		rec.Amount, rec.GPUAmount, rec.CPUAmount = roundUSD(rec.Amount), roundUSD(rec.GPUAmount), roundUSD(rec.CPUAmount)
 		out.Compute = append(out.Compute, *rec)
 	}
 	slices.SortFunc(out.Compute, func(a, b BillingRecord) int {
@@ -394,3 +417,8 @@ func (p Prices) PodHourly(pod store.Pod) float64 {
 	}
 	return p.Hourly(gpuType, gpus, pod.VCPUCount)
 }
+
+// BucketStart and NextBucket align times to billing buckets (UTC; weeks
+// start on Monday) for adapters that show each bucket's range.
+func BucketStart(t time.Time, size string) time.Time { return bucketStart(t, size) }
+func NextBucket(t time.Time, size string) time.Time  { return nextBucket(t, size) }

@@ -252,7 +252,7 @@ func (s *Service) CreateEndpoint(_ context.Context, in EndpointInput) (store.End
 		if err := checkEndpointRefs(tx, &e); err != nil {
 			return err
 		}
-		return tx.Apply(store.Put(store.Endpoints, e.ID, e))
+		return tx.Apply(store.Put(store.Endpoints, e.ID, e), releaseOp(e, store.Release{CreatedAt: e.CreatedAt}))
 	})
 	if err != nil {
 		return store.Endpoint{}, err
@@ -293,10 +293,12 @@ func (s *Service) UpdateEndpoint(_ context.Context, id string, in EndpointInput)
 		if err := checkEndpointRefs(tx, &e); err != nil {
 			return err
 		}
+		ops := []store.Op{store.Put(store.Endpoints, id, e)}
 		if EndpointRolls(before, e) {
 			e.Version++
+			ops = []store.Op{store.Put(store.Endpoints, id, e), releaseOp(e, store.Release{CreatedAt: s.now(), Diff: endpointDiff(before, e)})}
 		}
-		return tx.Apply(store.Put(store.Endpoints, id, e))
+		return tx.Apply(ops...)
 	})
 	if err != nil {
 		return store.Endpoint{}, err
@@ -312,7 +314,11 @@ func (s *Service) DeleteEndpoint(_ context.Context, id string) error {
 		if tx.GetRaw(store.Endpoints, id) == nil {
 			return notFound("endpoint %s not found", id)
 		}
-		return tx.Apply(store.Delete(store.Endpoints, id))
+		ops, err := deleteReleases(tx, id)
+		if err != nil {
+			return err
+		}
+		return tx.Apply(append(ops, store.Delete(store.Endpoints, id))...)
 	})
 	if err != nil {
 		return err

@@ -119,6 +119,10 @@ type PodInput struct {
 	MinDiskBandwidthMBps *float64
 	SupportPublicIP      *bool
 	Interruptible        *bool
+	// StartSSH and StartJupyter (REST v2) inject PUBLIC_KEY and
+	// JUPYTER_PASSWORD; nil takes the template's flags.
+	StartSSH     *bool
+	StartJupyter *bool
 }
 
 var (
@@ -375,12 +379,15 @@ func (s *Service) CreatePod(ctx context.Context, in PodInput) (store.Pod, error)
 	p.ID = queue.NewID(14)
 	p.CreatedAt = s.now()
 	err := s.cfg.Store.View(func(tx *store.Tx) error {
+		var t store.Template
 		if in.TemplateID != nil && *in.TemplateID != "" {
-			var t store.Template
 			if tx.Get(store.Templates, *in.TemplateID, &t) != nil {
 				return invalid("templateId", "templateId %q does not exist", *in.TemplateID)
 			}
 			fromTemplate(&p, t)
+			if in.AllowedCudaVersions == nil && len(t.AllowedCudaVersions) > 0 {
+				in.AllowedCudaVersions = t.AllowedCudaVersions
+			}
 			if in.Env != nil {
 				merged := maps.Clone(p.Env)
 				maps.Copy(merged, in.Env)
@@ -392,6 +399,16 @@ func (s *Service) CreatePod(ctx context.Context, in PodInput) (store.Pod, error)
 		}
 		if p.ImageName == "" {
 			return invalid("imageName", "imageName is required (or a templateId whose image to run)")
+		}
+		ssh, jupyter := t.StartSSH, t.StartJupyter
+		if in.StartSSH != nil {
+			ssh = *in.StartSSH
+		}
+		if in.StartJupyter != nil {
+			jupyter = *in.StartJupyter
+		}
+		if err := injectAccess(tx, &p, ssh, jupyter); err != nil {
+			return err
 		}
 		return checkPodRefs(tx, &p)
 	})

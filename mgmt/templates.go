@@ -34,7 +34,10 @@ type TemplateInput struct {
 	// PortLabels names ports (port number → label); every port must be
 	// one of the template's. nil: not given. Labels of ports removed by
 	// an update are dropped.
-	PortLabels map[string]string
+	PortLabels          map[string]string
+	StartSSH            *bool    // REST v2
+	StartJupyter        *bool    // REST v2
+	AllowedCudaVersions []string // REST v2; nil: not given, [] clears
 }
 
 // templateIDRe is the shape of a template id: 10 lowercase alphanumerics,
@@ -161,6 +164,20 @@ func ApplyTemplate(t *store.Template, in TemplateInput, create bool) error {
 	}
 	if in.ContainerRegistryAuthID != nil {
 		t.ContainerRegistryAuthID = *in.ContainerRegistryAuthID
+	}
+	if in.StartSSH != nil {
+		t.StartSSH = *in.StartSSH
+	}
+	if in.StartJupyter != nil {
+		t.StartJupyter = *in.StartJupyter
+	}
+	if in.AllowedCudaVersions != nil {
+		for _, v := range in.AllowedCudaVersions {
+			if !cudaRe.MatchString(v) {
+				return invalid("allowedCudaVersions", "allowedCudaVersions: %q is not a CUDA version like 12.4", v)
+			}
+		}
+		t.AllowedCudaVersions = append([]string{}, in.AllowedCudaVersions...)
 	}
 	return nil
 }
@@ -290,10 +307,11 @@ func (s *Service) UpdateTemplate(_ context.Context, id string, in TemplateInput)
 			if err != nil {
 				return err
 			}
+			diff := templateDiff(before, t)
 			for _, e := range eps {
 				if e.TemplateID == id {
 					e.Version++
-					ops = append(ops, store.Put(store.Endpoints, e.ID, e))
+					ops = append(ops, store.Put(store.Endpoints, e.ID, e), releaseOp(e, store.Release{CreatedAt: s.now(), Diff: diff}))
 					rolled = append(rolled, e.ID)
 				}
 			}

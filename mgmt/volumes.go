@@ -34,6 +34,7 @@ type VolumeInput struct {
 	Name         *string
 	Size         *int // GB
 	DataCenterID *string
+	Type         *string // STANDARD or HIGH_PERFORMANCE; creation-only
 }
 
 // Volume is a network volume with Berth's usage fields.
@@ -130,6 +131,12 @@ func (s *Service) CreateVolume(_ context.Context, in VolumeInput) (Volume, error
 		return Volume{}, err
 	}
 	v := store.NetworkVolume{ID: queue.NewID(10), Name: *in.Name, Size: *in.Size, DataCenterID: *in.DataCenterID, CreatedAt: s.now()}
+	if in.Type != nil {
+		if *in.Type != "STANDARD" && *in.Type != "HIGH_PERFORMANCE" {
+			return Volume{}, invalid("type", "type must be STANDARD or HIGH_PERFORMANCE, got %q", *in.Type)
+		}
+		v.Type = *in.Type
+	}
 	if warn != "" {
 		v.Warnings = []string{warn}
 	}
@@ -190,6 +197,9 @@ func (s *Service) GetVolume(_ context.Context, id string) (Volume, error) {
 func (s *Service) UpdateVolume(_ context.Context, id string, in VolumeInput) (Volume, error) {
 	if in.DataCenterID != nil {
 		return Volume{}, invalid("dataCenterId", "dataCenterId cannot be changed: a volume stays where it was created")
+	}
+	if in.Type != nil {
+		return Volume{}, invalid("type", "type cannot be changed after a volume is created")
 	}
 	if in.Name != nil && strings.TrimSpace(*in.Name) == "" {
 		return Volume{}, invalid("name", "name must not be empty")

@@ -25,10 +25,17 @@ type Template struct {
 	ContainerRegistryAuthID string            `json:"containerRegistryAuthId,omitempty"`
 	// PortLabels names ports for people (port number → label), as
 	// RunPod's portsConfig does; set through GraphQL.
-	PortLabels   map[string]string `json:"portLabels,omitempty"`
-	Earned       float64           `json:"earned"`
-	RuntimeInMin int               `json:"runtimeInMin"`
-	CreatedAt    time.Time         `json:"createdAt"`
+	PortLabels map[string]string `json:"portLabels,omitempty"`
+	// StartSSH and StartJupyter (REST v2): pods made from the template get
+	// PUBLIC_KEY (the account's SSH keys) and a JUPYTER_PASSWORD.
+	StartSSH     bool `json:"startSsh,omitempty"`
+	StartJupyter bool `json:"startJupyter,omitempty"`
+	// AllowedCudaVersions (REST v2) is copied into pods and endpoints
+	// created from the template that do not give their own.
+	AllowedCudaVersions []string  `json:"allowedCudaVersions,omitempty"`
+	Earned              float64   `json:"earned"`
+	RuntimeInMin        int       `json:"runtimeInMin"`
+	CreatedAt           time.Time `json:"createdAt"`
 }
 
 // Endpoint is a serverless endpoint (RunPod REST v1 shape).

@@ -91,12 +91,15 @@ type Pod struct {
 // NetworkVolume is persistent storage shared by pods and workers: a
 // directory under the data folder (RunPod REST v1 shape).
 type NetworkVolume struct {
-	ID           string    `json:"id"`
-	Name         string    `json:"name"`
-	Size         int       `json:"size"` // GB
-	DataCenterID string    `json:"dataCenterId"`
-	CreatedAt    time.Time `json:"createdAt"`
-	Warnings     []string  `json:"warnings,omitempty"` // Berth: ids accepted but unknown
+	ID           string `json:"id"`
+	Name         string `json:"name"`
+	Size         int    `json:"size"` // GB
+	DataCenterID string `json:"dataCenterId"`
+	// Type (REST v2) is STANDARD or HIGH_PERFORMANCE as asked; on one
+	// host both are a directory on the data disk. "" reads as STANDARD.
+	Type      string    `json:"type,omitempty"`
+	CreatedAt time.Time `json:"createdAt"`
+	Warnings  []string  `json:"warnings,omitempty"` // Berth: ids accepted but unknown
 }
 
 // RegistryAuth is a container registry credential. The password is kept in

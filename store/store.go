@@ -29,9 +29,12 @@ const (
 	Volumes       = "network_volumes"
 	RegistryAuths = "registry_auths"
 	Usage         = "usage"
+	// Releases holds each endpoint version ("<endpointId>/<version, 10
+	// digits>"); SSH keys live in Meta under "ssh_keys".
+	Releases = "releases"
 )
 
-var allBuckets = []string{Meta, Templates, Endpoints, Jobs, JobInputs, Outbox, Workers, Pods, Volumes, RegistryAuths, Usage}
+var allBuckets = []string{Meta, Templates, Endpoints, Jobs, JobInputs, Outbox, Workers, Pods, Volumes, RegistryAuths, Usage, Releases}
 
 // ErrNotFound is returned when a keyed record does not exist.
 var ErrNotFound = errors.New("not found")

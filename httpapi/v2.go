@@ -1,0 +1,41 @@
+package httpapi
+
+import (
+	"errors"
+	"net/http"
+
+	"berth/httpapi/v2api"
+	"berth/store"
+)
+
+// newV2 builds the REST v2 management API (package v2api) over the same
+// management rules, runtime hooks and key as v1.
+func (s *Server) newV2() *v2api.API {
+	cfg := v2api.Config{
+		Mgmt: s.mg, Store: s.cfg.Store, Logger: s.cfg.Logger, Clock: s.cfg.Clock,
+		Authorized: func(r *http.Request) bool { return s.isAdmin(apiKey(r)) },
+		Instrument: s.instrument,
+		Health:     s.health,
+		GPUs:       s.cfg.GPUs,
+		WorkerLogs: s.cfg.WorkerLogs,
+		PodLogs:    s.cfg.PodLogs,
+		IsNoContainer: func(err error) bool {
+			return errors.Is(err, ErrNoSuchWorker) || errors.Is(err, ErrNoSuchPod) || errors.Is(err, store.ErrNotFound)
+		},
+	}
+	if s.cfg.WorkerInfo != nil {
+		cfg.Workers = func(endpointID string) []v2api.Worker {
+			var out []v2api.Worker
+			for _, w := range s.cfg.WorkerInfo(endpointID) {
+				out = append(out, v2api.Worker{ID: w.ID, State: w.State, ImageName: w.ImageName, Version: w.Version,
+					GPUTypeID: w.GPUTypeID, GPUCount: w.GPUCount, LastStartedAt: w.LastStartedAt})
+			}
+			return out
+		}
+	}
+	return v2api.New(cfg)
+}
+
+// V2Routes lists the REST v2 routes ("METHOD /path" → RunPod's operation
+// id); they are described by /v2/openapi.json, not /v1/openapi.json.
+func (s *Server) V2Routes() map[string]string { return s.v2.Routes() }

@@ -1,0 +1,390 @@
+package httpapi_test
+
+import (
+	"encoding/json"
+	"strings"
+	"testing"
+	"time"
+
+	"berth/httpapi"
+	"berth/store"
+)
+
+// mustProblem checks a REST v2 error: its status and an RFC 9457 body
+// whose detail mentions each of words.
+func (e *testEnv) mustProblem(want int, method, path string, body any, words ...string) {
+	e.t.Helper()
+	code, out := e.call(method, path, body)
+	if code != want {
+		e.t.Fatalf("%s %s: got %d, want %d: %s", method, path, code, want, out)
+	}
+	var p struct {
+		Title  string
+		Status int
+		Detail string
+	}
+	if err := json.Unmarshal(out, &p); err != nil || p.Title == "" || p.Status != want || p.Detail == "" {
+		e.t.Fatalf("%s %s: not a problem body (%v): %s", method, path, err, out)
+	}
+	for _, w := range words {
+		if !strings.Contains(p.Detail, w) {
+			e.t.Errorf("%s %s: detail %q does not mention %q", method, path, p.Detail, w)
+		}
+	}
+}
+
+type v2Template struct {
+	ID, Name, Image, Args, Category string
+	Disk                            int
+	Env                             map[string]string
+	Ports                           []string
+	Registry                        *string
+	StartSSH                        bool `json:"startSsh"`
+	Mounts                          struct {
+		Persistent *struct {
+			Size int
+			Path string
+		}
+	}
+}
+
+type v2Endpoint struct {
+	ID, Name, Type, Image, TemplateID, Flashboot string
+	Version                                      int
+	RequestURLs                                  map[string]string
+	GPU                                          *struct {
+		Pools, ExcludedTypes []string
+		Count                int
+	}
+	CPU     []struct{ ID string }
+	Workers struct{ Min, Max, IdleTimeout int }
+	Scaling struct {
+		Type         string
+		QueueDelay   float64
+		RequestCount int
+	}
+	Env            map[string]string
+	DataCenterIDs  []string
+	NetworkVolumes []string
+	Timeout        int64
+}
+
+type v2Pod struct {
+	ID, Name, Status, Image string
+	Actions                 []string
+	Env                     map[string]string
+	GPU                     *struct {
+		ID    string
+		Count int
+	}
+	Mounts struct {
+		Network []struct{ VolumeID, Path string }
+	}
+	SSH struct {
+		Direct *struct {
+			Port    int
+			Command string
+		}
+	}
+}
+
+// TestV2SharedWithV1: the same records, whichever version made them.
+func TestV2SharedWithV1(t *testing.T) {
+	e := newValidatingServer(t, withFakePods(newFakePods()))
+	e.conformant(true)
+
+	v1t := e.newTemplate("made-by-v1", "alpine:3", J{"dockerStartCmd": []string{"sh", "-c", "echo hi there"}, "env": J{"A": "1"}})
+	var list struct{ Templates []v2Template }
+	e.must(200, "GET", "/v2/templates", nil, &list)
+	if len(list.Templates) != 1 || list.Templates[0].ID != v1t.ID || list.Templates[0].Image != "alpine:3" ||
+		list.Templates[0].Args != `sh -c "echo hi there"` || list.Templates[0].Env["A"] != "1" {
+		t.Fatalf("v2 list of a v1 template: %+v", list.Templates)
+	}
+	var v2t v2Template
+	e.must(201, "POST", "/v2/templates", J{"name": "made-by-v2", "image": "busybox:1", "args": "sleep 'a b'", "ports": []string{"8000/http"}}, &v2t)
+	var got store.Template
+	e.must(200, "GET", "/v1/templates/"+v2t.ID, nil, &got)
+	if got.ImageName != "busybox:1" || strings.Join(got.DockerStartCmd, "|") != "sleep|a b" || got.Ports[0] != "8000/http" || !got.StartSSH {
+		t.Errorf("v1 view of a v2 template: %+v", got)
+	}
+
+	// An endpoint made through v1 is listed and changed by v2; v2's
+	// change is seen by v1.
+	ep := e.newEndpoint(v1t.ID, J{"gpuTypeIds": []string{"ADA_24", "-NVIDIA L4"}, "workersMax": 2})
+	var eps struct{ Endpoints []v2Endpoint }
+	e.must(200, "GET", "/v2/serverless", nil, &eps)
+	if len(eps.Endpoints) != 1 || eps.Endpoints[0].GPU == nil || eps.Endpoints[0].GPU.Pools[0] != "ADA_24" ||
+		eps.Endpoints[0].GPU.ExcludedTypes[0] != "NVIDIA L4" || eps.Endpoints[0].Image != "alpine:3" {
+		t.Fatalf("v2 list of a v1 endpoint: %+v", eps.Endpoints)
+	}
+	e.must(200, "PATCH", "/v2/serverless/"+ep.ID, J{"workers": J{"max": 5}}, nil)
+	var ep1 store.Endpoint
+	e.must(200, "GET", "/v1/endpoints/"+ep.ID, nil, &ep1)
+	if ep1.WorkersMax != 5 {
+		t.Errorf("v1 sees workersMax %d after the v2 PATCH, want 5", ep1.WorkersMax)
+	}
+	// v2 deletes what v1 made; v1 no longer finds it.
+	e.must(204, "DELETE", "/v2/serverless/"+ep.ID, nil, nil)
+	e.mustErr(404, "GET", "/v1/endpoints/"+ep.ID, nil, "not found")
+	e.must(204, "DELETE", "/v2/templates/"+v1t.ID, nil, nil)
+	e.mustErr(404, "GET", "/v1/templates/"+v1t.ID, nil, "not found")
+}
+
+// TestV2RoutesDoNotShadowTheJobAPI: /v2/pods and /v2/{endpointId}/run
+// both work, whatever the order of registration.
+func TestV2RoutesDoNotShadowTheJobAPI(t *testing.T) {
+	e := newValidatingServer(t, withFakePods(newFakePods()))
+	tpl := e.newTemplate("t", "alpine:3", nil)
+	ep := e.newEndpoint(tpl.ID, nil)
+	e.must(200, "GET", "/v2/pods", nil, nil)
+	e.must(200, "GET", "/v2/serverless", nil, nil)
+	var ref struct{ ID string }
+	e.must(200, "POST", "/v2/"+ep.ID+"/run", J{"input": J{"x": 1}}, &ref)
+	e.must(200, "GET", "/v2/"+ep.ID+"/status/"+ref.ID, nil, nil)
+	e.must(200, "GET", "/v2/"+ep.ID+"/health", nil, nil)
+	// A job-API path under a v2 resource name is still the job API's 404.
+	code, out := e.call("POST", "/v2/pods/run", J{"input": J{}})
+	if code != 404 || !strings.Contains(string(out), "pods") {
+		t.Errorf("POST /v2/pods/run: %d %s", code, out)
+	}
+}
+
+// TestV2NeedsTheKey: every v2 route answers 401 with a problem body
+// without the operator's key.
+func TestV2NeedsTheKey(t *testing.T) {
+	e := newValidatingServer(t)
+	for route := range e.api.V2Routes() {
+		method, path, _ := strings.Cut(route, " ")
+		path = pathParamRe.ReplaceAllString(path, "x")
+		var body any
+		if method == "POST" || method == "PATCH" || method == "PUT" {
+			body = "{}"
+		}
+		for _, hdr := range []map[string]string{nil, {"Authorization": "Bearer wrong"}} {
+			code, out := e.callWith(method, path, body, hdr)
+			var p httpapiProblem
+			json.Unmarshal(out, &p)
+			if code != 401 || p.Status != 401 || p.Title == "" || p.Detail == "" {
+				t.Errorf("%s with %v: %d %s, want a 401 problem", route, hdr, code, out)
+			}
+		}
+	}
+}
+
+type httpapiProblem struct {
+	Title  string
+	Status int
+	Detail string
+	Errors []string
+}
+
+// TestRunPodV2Conformance drives every operation of RunPod's v2.json
+// against Berth through the validator built from that document: a
+// template, a serverless endpoint with its workers, releases and logs, a
+// pod through its actions, volumes, registries, the catalogue, billing,
+// SSH keys reaching a pod, and the families one host cannot provide.
+func TestRunPodV2Conformance(t *testing.T) {
+	f := newFakePods()
+	rt := newFakeRuntime()
+	e := newValidatingServer(t, withFakePods(f), withFakeRuntime(rt), func(c *httpapi.Config) {
+		c.WorkerInfo = func(string) []httpapi.WorkerInfo {
+			return []httpapi.WorkerInfo{{ID: "zzzzcontainer1", State: "running", ImageName: "alpine:3", Version: 1, GPUTypeID: "NVIDIA GeForce RTX 4090", GPUCount: 1, LastStartedAt: fakeStart}}
+		}
+	})
+	c := e.conformant(true)
+
+	e.must(200, "GET", "/v2/openapi.json", nil, nil)
+
+	// Account SSH keys, then a template asking for SSH.
+	const key = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOMqqnkVzrm0SdG6UOoqKLsabgH5C9okWi0dh2l9GKJl me@host"
+	var keys struct{ Keys []string }
+	e.must(200, "GET", "/v2/account/ssh-keys", nil, &keys)
+	e.must(200, "PUT", "/v2/account/ssh-keys", J{"keys": []string{key}}, &keys)
+	if len(keys.Keys) != 1 {
+		t.Fatalf("keys %v", keys)
+	}
+	e.mustProblem(422, "PUT", "/v2/account/ssh-keys", J{"keys": []string{"not a key"}}, "keys[0]")
+
+	var reg struct{ ID, Name string }
+	e.must(201, "POST", "/v2/registries", J{"name": "hub", "username": "me", "password": "pw"}, &reg)
+	e.must(200, "GET", "/v2/registries", nil, nil)
+	e.must(200, "GET", "/v2/registries/"+reg.ID, nil, nil)
+	e.mustProblem(404, "GET", "/v2/registries/nosuchregistry", nil, "not found")
+	e.mustProblem(400, "POST", "/v2/registries", J{"name": "x", "username": "u"}, "password")
+
+	var vol struct {
+		ID, DataCenter, Type string
+		Size                 int
+	}
+	e.must(201, "POST", "/v2/network-volumes", J{"name": "data", "size": 10, "dataCenter": "EU-RO-1", "type": "HIGH_PERFORMANCE"}, &vol)
+	if vol.DataCenter != "EU-RO-1" || vol.Type != "HIGH_PERFORMANCE" {
+		t.Errorf("volume %+v", vol)
+	}
+	e.must(200, "GET", "/v2/network-volumes", nil, nil)
+	e.must(200, "GET", "/v2/network-volumes/"+vol.ID, nil, nil)
+	e.must(200, "PATCH", "/v2/network-volumes/"+vol.ID, J{"size": 20}, nil)
+	e.mustProblem(400, "POST", "/v2/network-volumes", J{"name": "x", "size": 5, "dataCenter": "EU-RO-1"}, "size")
+	e.mustProblem(422, "PATCH", "/v2/network-volumes/"+vol.ID, J{"size": 15}, "grow")
+
+	var tpl v2Template
+	e.must(201, "POST", "/v2/templates", J{"name": "worker", "image": "alpine:3", "args": "python -u handler.py",
+		"env": J{"K": "V"}, "ports": []string{"8888/http", "22/tcp"}, "registry": reg.ID, "mounts": J{"persistent": J{"size": 20, "path": "/workspace"}}}, &tpl)
+	if tpl.Registry == nil || *tpl.Registry != reg.ID || !tpl.StartSSH || tpl.Mounts.Persistent == nil || tpl.Category != "NVIDIA" {
+		t.Errorf("template %+v", tpl)
+	}
+	e.must(200, "GET", "/v2/templates", nil, nil)
+	e.must(200, "GET", "/v2/templates/"+tpl.ID, nil, nil)
+	e.must(200, "PATCH", "/v2/templates/"+tpl.ID, J{"env": J{"K": "W"}, "public": true}, nil)
+	e.must(200, "GET", "/v2/catalog/templates?source=community", nil, nil)
+	e.mustProblem(400, "POST", "/v2/templates", J{"name": "x", "image": "alpine", "bogus": 1}, "bogus")
+	e.mustProblem(404, "GET", "/v2/templates/abcdefghij", nil, "not found")
+
+	// A queue endpoint from the template, and one with its container inline.
+	var ep v2Endpoint
+	e.must(201, "POST", "/v2/serverless", J{"name": "queue", "type": "QUEUE", "templateId": tpl.ID,
+		"gpu": J{"pools": []string{"ADA_24"}, "count": 1}, "scaling": J{"type": "QUEUE_DELAY", "queueDelay": 4},
+		"workers": J{"min": 0, "max": 2, "idleTimeout": 5}, "dataCenterIds": []string{"EU-RO-1"}, "networkVolumes": []string{vol.ID},
+		"flashboot": "FLASHBOOT", "timeout": 600000}, &ep)
+	if ep.RequestURLs["run"] != e.srv.URL+"/v2/"+ep.ID+"/run" || ep.Flashboot != "FLASHBOOT" || ep.Workers.Max != 2 ||
+		len(ep.NetworkVolumes) != 1 || ep.Type != "QUEUE" || ep.Timeout != 600000 {
+		t.Errorf("endpoint %+v", ep)
+	}
+	var inline v2Endpoint
+	e.must(201, "POST", "/v2/serverless", J{"name": "lb", "type": "LOAD_BALANCER", "image": "busybox:1", "args": "httpd -f",
+		"cpu": []J{{"id": "cpu3c", "vcpuCount": 2}}, "scaling": J{"type": "REQUEST_COUNT", "requestCount": 4}}, &inline)
+	if inline.Image != "busybox:1" || inline.TemplateID == "" || len(inline.CPU) != 1 || inline.RequestURLs["base"] == "" {
+		t.Errorf("inline endpoint %+v", inline)
+	}
+	e.must(200, "GET", "/v2/serverless", nil, nil)
+	e.must(200, "GET", "/v2/serverless/"+ep.ID, nil, nil)
+	e.must(200, "PATCH", "/v2/serverless/"+ep.ID, J{"env": J{"MODE": "fast"}, "scaling": J{"type": "REQUEST_COUNT", "requestCount": 3}}, &ep)
+	if ep.Version != 2 || ep.Env["MODE"] != "fast" || ep.Env["K"] != "W" {
+		t.Errorf("after PATCH: %+v", ep)
+	}
+	e.must(200, "PATCH", "/v2/serverless/"+inline.ID, J{"image": "busybox:2"}, &inline)
+	if inline.Image != "busybox:2" || inline.Version != 2 {
+		t.Errorf("inline after an image PATCH: %+v", inline)
+	}
+	var ws struct {
+		Workers []struct {
+			ID      string
+			IsStale bool
+		}
+		Summary struct{ Running, Total int }
+	}
+	e.must(200, "GET", "/v2/serverless/"+ep.ID+"/workers", nil, &ws)
+	if len(ws.Workers) != 1 || !ws.Workers[0].IsStale || ws.Summary.Running != 1 {
+		t.Errorf("workers %+v", ws)
+	}
+	var rels struct {
+		Releases []struct {
+			Version int
+			Diff    []struct{ Field string }
+		}
+	}
+	e.must(200, "GET", "/v2/serverless/"+ep.ID+"/releases", nil, &rels)
+	if len(rels.Releases) != 2 || rels.Releases[0].Version != 2 || len(rels.Releases[0].Diff) != 1 || rels.Releases[0].Diff[0].Field != "env" {
+		t.Errorf("releases %+v", rels)
+	}
+	rt.set(func(rt *fakeRuntime) { rt.logs[ep.ID+"/zzzzcontainer1"] = "line one\nline two\n" })
+	_, logs := e.call("GET", "/v2/serverless/"+ep.ID+"/workers/zzzzcontainer1/logs?tail=10", nil)
+	if !strings.Contains(string(logs), `"line":"line two"`) || !strings.HasPrefix(string(logs), "id: ") {
+		t.Errorf("worker logs: %q", logs)
+	}
+	e.mustProblem(404, "GET", "/v2/serverless/"+ep.ID+"/workers/nosuchworker/logs", nil, "no container")
+	e.mustProblem(404, "GET", "/v2/serverless/nosuchendpoint", nil, "not found")
+	e.mustProblem(400, "POST", "/v2/serverless", J{"name": "x", "type": "QUEUE"}, "scaling")
+	e.mustProblem(422, "POST", "/v2/serverless", J{"name": "x", "type": "QUEUE", "templateId": tpl.ID,
+		"scaling": J{"type": "QUEUE_DELAY", "queueDelay": 4}, "workers": J{"min": 3, "max": 1}}, "workersMin")
+
+	// A pod from the template with the network volume: PUBLIC_KEY carries
+	// the account's key.
+	var pod v2Pod
+	e.must(201, "POST", "/v2/pods", J{"name": "dev", "templateId": tpl.ID, "gpu": J{"id": "NVIDIA GeForce RTX 4090", "count": 1},
+		"mounts": J{"network": []J{{"volumeId": vol.ID, "path": "/data"}}}, "dataCenterIds": []string{"US-TX-3"}}, &pod)
+	if pod.Env["PUBLIC_KEY"] != key || pod.Env["JUPYTER_PASSWORD"] == "" || pod.Status != "RUNNING" ||
+		len(pod.Mounts.Network) != 1 || pod.Mounts.Network[0].Path != "/data" || pod.SSH.Direct == nil {
+		t.Errorf("pod %+v", pod)
+	}
+	var cpuPod v2Pod
+	e.must(201, "POST", "/v2/pods", J{"name": "cpu", "image": "alpine:3", "cpu": J{"id": "cpu3g", "vcpuCount": 4}}, &cpuPod)
+	if _, ok := cpuPod.Env["PUBLIC_KEY"]; ok {
+		t.Errorf("a pod without startSsh got PUBLIC_KEY: %+v", cpuPod.Env)
+	}
+	e.must(200, "GET", "/v2/pods?includeClusterPods=true", nil, nil)
+	e.must(200, "GET", "/v2/pods/"+pod.ID, nil, nil)
+	e.must(200, "PATCH", "/v2/pods/"+pod.ID, J{"name": "dev2", "locked": false, "env": J{"X": "1"}}, nil)
+	e.must(200, "POST", "/v2/pods/"+pod.ID+"/action", J{"action": "stop"}, &pod)
+	if pod.Status != "EXITED" || strings.Join(pod.Actions, ",") != "start,terminate" {
+		t.Errorf("stopped pod %+v", pod)
+	}
+	e.mustProblem(409, "POST", "/v2/pods/"+pod.ID+"/action", J{"action": "restart"}, "EXITED")
+	e.must(200, "POST", "/v2/pods/"+pod.ID+"/action", J{"action": "start"}, nil)
+	e.must(200, "POST", "/v2/pods/"+pod.ID+"/action", J{"action": "restart"}, nil)
+	rt.set(func(rt *fakeRuntime) { rt.logs[pod.ID] = "pod says hi\n" })
+	_, logs = e.call("GET", "/v2/pods/"+pod.ID+"/logs?source=container&tail=5", nil)
+	if !strings.Contains(string(logs), "pod says hi") {
+		t.Errorf("pod logs: %q", logs)
+	}
+	e.mustProblem(400, "GET", "/v2/pods/"+pod.ID+"/logs?tail=-1", nil, "tail")
+	e.mustProblem(400, "POST", "/v2/pods", J{"name": "x"}, "image")
+	e.mustProblem(404, "GET", "/v2/pods/nosuchpod", nil, "not found")
+	e.mustProblem(422, "POST", "/v2/pods/"+pod.ID+"/action", J{"action": "explode"}, "action")
+
+	// The catalogue is this host.
+	var gpus struct {
+		GPUs []struct {
+			ID       string
+			MaxCount struct{ Secure int }
+		}
+	}
+	e.must(200, "GET", "/v2/catalog/gpus?include=AVAILABILITY", nil, &gpus)
+	if len(gpus.GPUs) < 2 || gpus.GPUs[0].ID != "NVIDIA GeForce RTX 4090" || gpus.GPUs[0].MaxCount.Secure != 2 {
+		t.Errorf("catalog gpus: %+v", gpus.GPUs[:min(2, len(gpus.GPUs))])
+	}
+	e.must(200, "GET", "/v2/catalog/gpus/NVIDIA%20GeForce%20RTX%204090?include=AVAILABILITY", nil, nil)
+	e.mustProblem(404, "GET", "/v2/catalog/gpus/NVIDIA%20Imaginary", nil, "not found")
+	e.must(200, "GET", "/v2/catalog/cpus?include=AVAILABILITY", nil, nil)
+	e.must(200, "GET", "/v2/catalog/cpus/cpu3c", nil, nil)
+	e.must(200, "GET", "/v2/catalog/datacenters?include=GPU_AVAILABILITY&include=CPU_AVAILABILITY", nil, nil)
+	e.must(200, "GET", "/v2/catalog/datacenters/BERTH-LOCAL", nil, nil)
+	e.mustProblem(404, "GET", "/v2/catalog/datacenters/EU-RO-1", nil, "BERTH-LOCAL")
+
+	// Billing from recorded run intervals.
+	now := time.Now().UTC()
+	for _, iv := range []store.UsageInterval{
+		{Kind: store.UsagePod, ID: pod.ID, GPUTypeID: "NVIDIA GeForce RTX 4090", GPUCount: 1, VCPUCount: 2, Start: now.Add(-3 * time.Hour), End: now.Add(-2 * time.Hour)},
+		{Kind: store.UsageWorker, ID: "zzzzcontainer1", EndpointID: ep.ID, GPUTypeID: "NVIDIA GeForce RTX 4090", GPUCount: 1, VCPUCount: 2, Start: now.Add(-2 * time.Hour), End: now.Add(-time.Hour)},
+	} {
+		if err := store.PutUsageInterval(e.db, iv); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, p := range []string{"/v2/billing?bucketSize=hour&lastN=6", "/v2/billing/pods?podId=" + pod.ID, "/v2/billing/serverless?serverlessId=" + ep.ID,
+		"/v2/billing/endpoints?bucketSize=week", "/v2/billing/network-volumes?networkVolumeId=" + vol.ID, "/v2/billing/clusters"} {
+		e.must(200, "GET", p, nil, nil)
+	}
+	e.mustProblem(400, "GET", "/v2/billing/pods?bucketSize=minute", nil, "bucketSize")
+
+	// What one host cannot provide says why.
+	e.mustProblem(501, "GET", "/v2/clusters", nil, "one machine")
+	e.mustProblem(501, "POST", "/v2/clusters", J{"name": "c"}, "one machine")
+	for _, m := range []string{"GET", "PATCH", "DELETE"} {
+		e.mustProblem(501, m, "/v2/clusters/c1", nil, "one machine")
+	}
+	e.mustProblem(501, "GET", "/v2/clusters/c1/pods", nil, "one machine")
+	e.mustProblem(501, "GET", "/v2/registries/delegations", nil, "ECR")
+	e.mustProblem(501, "POST", "/v2/registries/delegations", J{}, "ECR")
+	e.mustProblem(501, "DELETE", "/v2/registries/delegations/d1", nil, "ECR")
+
+	// Deletes, in dependency order; terminate is a delete.
+	e.must(204, "POST", "/v2/pods/"+pod.ID+"/action", J{"action": "terminate"}, nil)
+	e.must(204, "DELETE", "/v2/pods/"+cpuPod.ID, nil, nil)
+	e.mustProblem(409, "DELETE", "/v2/templates/"+tpl.ID, nil, "in use")
+	e.must(204, "DELETE", "/v2/serverless/"+ep.ID, nil, nil)
+	e.must(204, "DELETE", "/v2/serverless/"+inline.ID, nil, nil)
+	e.must(204, "DELETE", "/v2/templates/"+tpl.ID, nil, nil)
+	e.must(204, "DELETE", "/v2/network-volumes/"+vol.ID, nil, nil)
+	e.must(204, "DELETE", "/v2/registries/"+reg.ID, nil, nil)
+	c.checkCovered("v2")
+}

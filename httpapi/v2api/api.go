@@ -1,0 +1,372 @@
+// Package v2api serves RunPod's REST v2 management API under /v2 (the
+// contract is RunPod's own v2.json): thin adapters that translate v2's
+// shapes into package mgmt's inputs and its typed errors into RFC 9457
+// problem bodies. The resources are the same records v1 serves: a template
+// made through one version is listed by the other.
+package v2api
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/gorilla/mux"
+	"github.com/jonboulle/clockwork"
+
+	"berth/gpu"
+	"berth/mgmt"
+	"berth/queue"
+	"berth/store"
+)
+
+// Worker is a worker container of an endpoint, as the runtime reports it.
+type Worker struct {
+	ID            string
+	State         string // initializing, idle, running, throttled, unhealthy or exited
+	ImageName     string
+	Version       int // endpoint version the container runs
+	GPUTypeID     string
+	GPUCount      int
+	LastStartedAt time.Time
+}
+
+// Config holds the API's dependencies; the optional ones may be nil.
+type Config struct {
+	Mgmt   *mgmt.Service
+	Store  *store.DB
+	Logger *slog.Logger
+	Clock  clockwork.Clock
+
+	// Authorized reports whether r carries the operator's key.
+	Authorized func(r *http.Request) bool
+	// Instrument wraps a handler with metrics under a route name.
+	// Optional.
+	Instrument func(route string, h http.Handler) http.Handler
+
+	// Health is an endpoint's job and worker counts.
+	Health func(endpointID string) queue.Health
+	// Workers lists an endpoint's worker containers. Optional.
+	Workers func(endpointID string) []Worker
+	// GPUs lists this host's GPUs. Optional.
+	GPUs func() []gpu.Status
+	// WorkerLogs and PodLogs return a container's log (see httpapi.Config);
+	// they wrap ErrNoContainer when there is none. Optional: nil answers
+	// 503.
+	WorkerLogs func(ctx context.Context, endpointID, workerID string, follow bool, tail int, jobID string) (io.ReadCloser, error)
+	PodLogs    func(ctx context.Context, podID string, follow bool, tail int) (io.ReadCloser, error)
+	// IsNoContainer tells a log function's "no such container" error.
+	IsNoContainer func(error) bool
+}
+
+// API is the /v2 management API.
+type API struct {
+	cfg Config
+}
+
+// New returns the API.
+func New(cfg Config) *API {
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.Clock == nil {
+		cfg.Clock = clockwork.NewRealClock()
+	}
+	if cfg.Instrument == nil {
+		cfg.Instrument = func(_ string, h http.Handler) http.Handler { return h }
+	}
+	if cfg.IsNoContainer == nil {
+		cfg.IsNoContainer = func(error) bool { return false }
+	}
+	return &API{cfg: cfg}
+}
+
+// route is one operation of RunPod's v2.json that Berth serves.
+type route struct {
+	method, path, id string // id: v2.json's operationId
+	h                http.HandlerFunc
+}
+
+// routes is the one table the router and /v2/openapi.json are built from.
+func (a *API) routes() []route {
+	const get, post, put, patch, del = http.MethodGet, http.MethodPost, http.MethodPut, http.MethodPatch, http.MethodDelete
+	return []route{
+		{get, "/v2/openapi.json", "getOpenAPI", a.openapi},
+
+		{get, "/v2/templates", "listTemplates", a.listTemplates},
+		{post, "/v2/templates", "createTemplate", a.createTemplate},
+		{get, "/v2/templates/{id}", "getTemplate", a.getTemplate},
+		{patch, "/v2/templates/{id}", "updateTemplate", a.updateTemplate},
+		{del, "/v2/templates/{id}", "deleteTemplate", a.deleteTemplate},
+
+		{get, "/v2/serverless", "listEndpoints", a.listEndpoints},
+		{post, "/v2/serverless", "createEndpoint", a.createEndpoint},
+		{get, "/v2/serverless/{id}", "getEndpoint", a.getEndpoint},
+		{patch, "/v2/serverless/{id}", "updateEndpoint", a.updateEndpoint},
+		{del, "/v2/serverless/{id}", "deleteEndpoint", a.deleteEndpoint},
+		{get, "/v2/serverless/{id}/workers", "listEndpointWorkers", a.listWorkers},
+		{get, "/v2/serverless/{id}/releases", "listEndpointReleases", a.listReleases},
+		{get, "/v2/serverless/{id}/workers/{workerId}/logs", "getWorkerLogs", a.workerLogs},
+
+		{get, "/v2/pods", "listPods", a.listPods},
+		{post, "/v2/pods", "createPod", a.createPod},
+		{get, "/v2/pods/{id}", "getPod", a.getPod},
+		{patch, "/v2/pods/{id}", "updatePod", a.updatePod},
+		{del, "/v2/pods/{id}", "deletePod", a.deletePod},
+		{get, "/v2/pods/{id}/logs", "getPodLogs", a.podLogs},
+		{post, "/v2/pods/{id}/action", "podAction", a.podAction},
+
+		{get, "/v2/network-volumes", "listNetworkVolumes", a.listVolumes},
+		{post, "/v2/network-volumes", "createNetworkVolume", a.createVolume},
+		{get, "/v2/network-volumes/{id}", "getNetworkVolume", a.getVolume},
+		{patch, "/v2/network-volumes/{id}", "updateNetworkVolume", a.updateVolume},
+		{del, "/v2/network-volumes/{id}", "deleteNetworkVolume", a.deleteVolume},
+
+		// delegations before {id}: the literal path wins.
+		{get, "/v2/registries/delegations", "listDelegations", a.cannot(delegationsWhy)},
+		{post, "/v2/registries/delegations", "createDelegation", a.cannot(delegationsWhy)},
+		{del, "/v2/registries/delegations/{id}", "revokeDelegation", a.cannot(delegationsWhy)},
+		{get, "/v2/registries", "listRegistries", a.listRegistries},
+		{post, "/v2/registries", "createRegistry", a.createRegistry},
+		{get, "/v2/registries/{id}", "getRegistry", a.getRegistry},
+		{del, "/v2/registries/{id}", "deleteRegistry", a.deleteRegistry},
+
+		{get, "/v2/clusters", "listClusters", a.cannot(clustersWhy)},
+		{post, "/v2/clusters", "createCluster", a.cannot(clustersWhy)},
+		{get, "/v2/clusters/{id}", "getCluster", a.cannot(clustersWhy)},
+		{patch, "/v2/clusters/{id}", "updateCluster", a.cannot(clustersWhy)},
+		{del, "/v2/clusters/{id}", "deleteCluster", a.cannot(clustersWhy)},
+		{get, "/v2/clusters/{id}/pods", "listClusterPods", a.cannot(clustersWhy)},
+
+		{get, "/v2/catalog/gpus", "listGpuTypes", a.listGPUTypes},
+		{get, "/v2/catalog/gpus/{id}", "getGpuType", a.getGPUType},
+		{get, "/v2/catalog/cpus", "listCpuTypes", a.listCPUTypes},
+		{get, "/v2/catalog/cpus/{id}", "getCpuType", a.getCPUType},
+		{get, "/v2/catalog/datacenters", "listDataCenters", a.listDataCenters},
+		{get, "/v2/catalog/datacenters/{id}", "getDataCenter", a.getDataCenter},
+		{get, "/v2/catalog/templates", "listPublicTemplates", a.listPublicTemplates},
+
+		{get, "/v2/billing", "listBilling", a.billingAll},
+		{get, "/v2/billing/pods", "listPodBilling", a.billingPods},
+		{get, "/v2/billing/serverless", "listServerlessBilling", a.billingServerless},
+		{get, "/v2/billing/endpoints", "listEndpointBilling", a.billingEndpoints},
+		{get, "/v2/billing/network-volumes", "listNetworkVolumeBilling", a.billingVolumes},
+		{get, "/v2/billing/clusters", "listClusterBilling", a.billingClusters},
+
+		{get, "/v2/account/ssh-keys", "getSshKeys", a.getSSHKeys},
+		{put, "/v2/account/ssh-keys", "updateSshKeys", a.putSSHKeys},
+	}
+}
+
+// Mount adds the routes to r. Mount them before the job API's
+// /v2/{endpointId}/… subrouter so /v2/pods and the like are not taken for
+// endpoint ids.
+//
+// The routes sit behind one map lookup of the path's second segment
+// ("pods", "serverless"…), so the job API's hot paths do not pay for
+// matching them.
+func (a *API) Mount(r *mux.Router) {
+	tops := map[string]bool{}
+	for _, rt := range a.routes() {
+		tops[topSegment(rt.path)] = true
+	}
+	sub := r.MatcherFunc(func(req *http.Request, _ *mux.RouteMatch) bool { return tops[topSegment(req.URL.Path)] }).Subrouter()
+	for _, rt := range a.routes() {
+		sub.Handle(rt.path, a.cfg.Instrument("v2."+rt.id, a.auth(rt.h))).Methods(rt.method)
+	}
+}
+
+// topSegment is "pods" of "/v2/pods/…"; "" for other paths.
+func topSegment(path string) string {
+	rest, ok := strings.CutPrefix(path, "/v2/")
+	if !ok {
+		return ""
+	}
+	top, _, _ := strings.Cut(rest, "/")
+	return top
+}
+
+// Routes lists "METHOD /path" → operation id of every route (tests compare
+// it with RunPod's v2.json and the served document).
+func (a *API) Routes() map[string]string {
+	out := map[string]string{}
+	for _, rt := range a.routes() {
+		out[rt.method+" "+rt.path] = rt.id
+	}
+	return out
+}
+
+func (a *API) auth(h http.HandlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		if a.cfg.Authorized == nil || !a.cfg.Authorized(r) {
+			problem(w, http.StatusUnauthorized, "missing or invalid API key: send Authorization: Bearer <key>")
+			return
+		}
+		h(w, r)
+	}
+}
+
+// ---- answers ----
+
+// Problem is an RFC 9457 problem body, v2's ErrorResponse.
+type Problem struct {
+	Title  string   `json:"title"`
+	Status int      `json:"status"`
+	Detail string   `json:"detail"`
+	Errors []string `json:"errors,omitempty"`
+}
+
+func problem(w http.ResponseWriter, code int, detail string, errs ...string) {
+	b, _ := json.Marshal(Problem{Title: http.StatusText(code), Status: code, Detail: detail, Errors: errs})
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(code)
+	w.Write(b)
+}
+
+func writeJSON(w http.ResponseWriter, code int, v any) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		problem(w, http.StatusInternalServerError, "encode response: "+err.Error())
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(code)
+	w.Write(b)
+}
+
+// badInput is a request v2 cannot decode: malformed JSON, a wrong type or
+// an unknown field (400).
+type badInput struct{ field, msg string }
+
+func (b badInput) Error() string { return b.msg }
+
+func bad(field, format string, a ...any) error { return badInput{field, fmt.Sprintf(format, a...)} }
+
+// fail answers err: a decoding error 400, a *mgmt.Error by its kind (rule
+// violations 422, as v2 documents them; 404, 409, 503; Unsupported 501),
+// anything else 500.
+func (a *API) fail(w http.ResponseWriter, r *http.Request, err error) {
+	var b badInput
+	var me *mgmt.Error
+	switch {
+	case errors.As(err, &b):
+		problem(w, http.StatusBadRequest, b.msg, fieldErr(b.field, b.msg))
+	case errors.As(err, &me):
+		code := http.StatusUnprocessableEntity
+		switch me.Kind {
+		case mgmt.NotFound:
+			code = http.StatusNotFound
+		case mgmt.Conflict:
+			code = http.StatusConflict
+		case mgmt.Unavailable:
+			code = http.StatusServiceUnavailable
+		case mgmt.Unsupported:
+			code = http.StatusNotImplemented
+		}
+		var errs []string
+		if me.Field != "" {
+			errs = []string{fieldErr(me.Field, me.Msg)}
+		}
+		problem(w, code, me.Msg, errs...)
+	case errors.Is(err, store.ErrNotFound):
+		problem(w, http.StatusNotFound, err.Error())
+	default:
+		a.cfg.Logger.Error("v2 request failed", "path", r.URL.Path, "err", err)
+		problem(w, http.StatusInternalServerError, "internal error: "+err.Error())
+	}
+}
+
+func fieldErr(field, msg string) string {
+	if field == "" {
+		return msg
+	}
+	return "$." + field + ": " + msg
+}
+
+func (a *API) answer(w http.ResponseWriter, r *http.Request, code int, v any, err error) {
+	switch {
+	case err != nil:
+		a.fail(w, r, err)
+	case code == http.StatusNoContent:
+		w.WriteHeader(code)
+	default:
+		writeJSON(w, code, v)
+	}
+}
+
+const maxBody = 1 << 20
+
+// decode reads a JSON object strictly: v2's request schemas refuse
+// unknown properties (unevaluatedProperties: false).
+func decode(r *http.Request, v any) error {
+	body, err := io.ReadAll(io.LimitReader(r.Body, maxBody+1))
+	if err != nil {
+		return bad("", "read request body: %v", err)
+	}
+	if len(body) > maxBody {
+		return bad("", "request body over 1 MB")
+	}
+	dec := json.NewDecoder(strings.NewReader(string(body)))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		var ute *json.UnmarshalTypeError
+		if errors.As(err, &ute) {
+			return bad(ute.Field, "%s must be of type %s", ute.Field, ute.Type.String())
+		}
+		var b badInput
+		if errors.As(err, &b) {
+			return b
+		}
+		if msg := err.Error(); strings.HasPrefix(msg, "json: unknown field ") {
+			f := strings.Trim(strings.TrimPrefix(msg, "json: unknown field "), `"`)
+			return bad(f, "additional property %q not allowed", f)
+		}
+		return bad("", "request body must be a JSON object: %v", err)
+	}
+	if dec.More() {
+		return bad("", "request body must hold one JSON object")
+	}
+	return nil
+}
+
+// nullable is a JSON field that may be absent, null or a value.
+type nullable[T any] struct {
+	Set   bool // present in the body
+	Value *T   // nil: null
+}
+
+func (n *nullable[T]) UnmarshalJSON(b []byte) error {
+	n.Set = true
+	if string(b) == "null" {
+		n.Value = nil
+		return nil
+	}
+	var v T
+	if err := json.Unmarshal(b, &v); err != nil {
+		return err
+	}
+	n.Value = &v
+	return nil
+}
+
+// baseURL is how the client reached this Berth, for requestUrls.
+func baseURL(r *http.Request) string {
+	scheme := "http"
+	if r.TLS != nil || strings.EqualFold(r.Header.Get("X-Forwarded-Proto"), "https") {
+		scheme = "https"
+	}
+	host := r.Host
+	if h := r.Header.Get("X-Forwarded-Host"); h != "" {
+		host = h
+	}
+	return scheme + "://" + host
+}
+
+func pathID(r *http.Request) string { return mux.Vars(r)["id"] }
+
+func ptr[T any](v T) *T { return &v }

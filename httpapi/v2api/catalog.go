@@ -1,0 +1,341 @@
+package v2api
+
+import (
+	"net/http"
+	goruntime "runtime"
+	"slices"
+	"strconv"
+	"strings"
+
+	"berth/gpu"
+	"berth/mgmt"
+)
+
+// The catalogue is this host: its GPUs (from NVML), its CPUs and its one
+// data centre, plus RunPod's GPU type ids that Berth accepts (see
+// gpu/ids.go), shown with maxCount 0 and availability NONE when this host
+// has none of them.
+
+// GPUType is v2's GpuType.
+type GPUType struct {
+	ID           string        `json:"id"`
+	Name         string        `json:"name"`
+	Pool         *string       `json:"pool"`
+	Manufacturer string        `json:"manufacturer"`
+	Memory       int           `json:"memory"`
+	Secure       bool          `json:"secure"`
+	Community    bool          `json:"community"`
+	Price        GPUPrice      `json:"price"`
+	MaxCount     MaxCount      `json:"maxCount"`
+	Availability string        `json:"availability,omitempty"`
+	DataCenters  []Available   `json:"dataCenters,omitempty"`
+	CudaVersions []CudaVersion `json:"cudaVersions,omitempty"`
+	Free         int           `json:"free"` // Berth: GPUs of this type no worker or pod holds
+}
+
+type GPUPrice struct {
+	Secure     float64 `json:"secure"`
+	Community  float64 `json:"community"`
+	Serverless float64 `json:"serverless"`
+}
+
+type MaxCount struct {
+	Secure    int `json:"secure"`
+	Community int `json:"community"`
+}
+
+// Available is v2's DataCenterAvailability / CatalogResourceAvailability.
+type Available struct {
+	ID           string `json:"id"`
+	Name         string `json:"name"`
+	Availability string `json:"availability"`
+}
+
+type CudaVersion struct {
+	Version   string `json:"version"`
+	Available bool   `json:"available"`
+}
+
+const dcName = "this Berth host"
+
+func level(free, total int) string {
+	switch {
+	case total == 0:
+		return "NONE"
+	case free == 0:
+		return "LOW"
+	case free*2 < total:
+		return "MEDIUM"
+	}
+	return "HIGH"
+}
+
+// hostGPUs counts this host's GPUs by type: all and free.
+func (a *API) hostGPUs() (total, free map[string]int, memMiB map[string]uint64, order []string) {
+	total, free, memMiB = map[string]int{}, map[string]int{}, map[string]uint64{}
+	if a.cfg.GPUs == nil {
+		return
+	}
+	for _, s := range a.cfg.GPUs() {
+		if total[s.TypeID] == 0 {
+			order = append(order, s.TypeID)
+		}
+		total[s.TypeID]++
+		if s.Holder == "" {
+			free[s.TypeID]++
+		}
+		memMiB[s.TypeID] = s.MemoryMiB
+	}
+	return
+}
+
+func (a *API) gpuTypes(r *http.Request) ([]GPUType, error) {
+	q := r.URL.Query()
+	include := q["include"]
+	for _, v := range include {
+		if v != "AVAILABILITY" {
+			return nil, bad("include", "include must be AVAILABILITY, got %q", v)
+		}
+	}
+	for _, p := range q["product"] {
+		if p != "POD" && p != "CLUSTER" && p != "SERVERLESS" {
+			return nil, bad("product", "product must be POD, CLUSTER or SERVERLESS, got %q", p)
+		}
+	}
+	count := 0
+	if v := q.Get("count"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 {
+			return nil, bad("count", "count must be a positive integer, got %q", v)
+		}
+		count = n
+	}
+	cloud := q.Get("cloud")
+	if cloud != "" && cloud != "SECURE" && cloud != "COMMUNITY" {
+		return nil, bad("cloud", "cloud must be SECURE or COMMUNITY, got %q", cloud)
+	}
+	total, free, memMiB, order := a.hostGPUs()
+	prices := a.cfg.Mgmt.PricesOrZero()
+	ids := slices.Clone(order)
+	for _, m := range gpu.Models {
+		if !slices.Contains(ids, m.ID) {
+			ids = append(ids, m.ID)
+		}
+	}
+	var out []GPUType
+	for _, id := range ids {
+		m, known := gpu.LookupModel(id)
+		g := GPUType{ID: id, Name: strings.TrimPrefix(id, "NVIDIA "), Manufacturer: "NVIDIA", Memory: m.MemoryGB,
+			Secure: total[id] > 0, MaxCount: MaxCount{Secure: total[id]}, Free: free[id]}
+		if strings.HasPrefix(id, "AMD ") {
+			g.Manufacturer = "AMD"
+		}
+		if !known {
+			g.Memory = int((memMiB[id] + 1023) / 1024)
+		}
+		if m.Pool != "" {
+			g.Pool = ptr(m.Pool)
+		}
+		p := prices.GPUHourly[id]
+		g.Price = GPUPrice{Secure: p, Serverless: p}
+		if len(include) > 0 {
+			g.Availability = level(free[id], total[id])
+			g.DataCenters = []Available{{ID: mgmt.DataCenterID, Name: dcName, Availability: g.Availability}}
+		}
+		if cloud == "COMMUNITY" || (count > 0 && total[id] < count) {
+			continue
+		}
+		out = append(out, g)
+	}
+	return out, nil
+}
+
+func (a *API) listGPUTypes(w http.ResponseWriter, r *http.Request) {
+	gs, err := a.gpuTypes(r)
+	if gs == nil {
+		gs = []GPUType{}
+	}
+	a.answer(w, r, http.StatusOK, map[string]any{"gpus": gs}, err)
+}
+
+func (a *API) getGPUType(w http.ResponseWriter, r *http.Request) {
+	gs, err := a.gpuTypes(r)
+	if err != nil {
+		a.fail(w, r, err)
+		return
+	}
+	id := pathID(r)
+	for _, g := range gs {
+		if g.ID == id || g.ID == gpu.TypeID(id) {
+			writeJSON(w, http.StatusOK, g)
+			return
+		}
+	}
+	problem(w, http.StatusNotFound, "GPU type "+id+" not found: it is not one of RunPod's gpuTypeIds nor on this host")
+}
+
+// CPUType is v2's CpuType: RunPod's CPU flavours, run on this host's CPUs.
+type CPUType struct {
+	ID           string      `json:"id"`
+	Name         string      `json:"name"`
+	Group        string      `json:"group"`
+	VCPU         VCPURange   `json:"vcpu"`
+	RAMGBPerVCPU float64     `json:"ramGbPerVcpu"`
+	Price        CPUPrice    `json:"price"`
+	Availability string      `json:"availability,omitempty"`
+	DataCenters  []Available `json:"dataCenters,omitempty"`
+}
+
+type VCPURange struct {
+	Min int `json:"min"`
+	Max int `json:"max"`
+}
+
+type CPUPrice struct {
+	SecurePerVCPU     float64 `json:"securePerVcpu"`
+	ServerlessPerVCPU float64 `json:"serverlessPerVcpu"`
+}
+
+func (a *API) cpuTypes(r *http.Request) ([]CPUType, error) {
+	q := r.URL.Query()
+	include := q["include"]
+	for _, v := range include {
+		if v != "AVAILABILITY" {
+			return nil, bad("include", "include must be AVAILABILITY, got %q", v)
+		}
+	}
+	for _, p := range q["product"] {
+		if p != "POD" && p != "SERVERLESS" {
+			return nil, bad("product", "product must be POD or SERVERLESS, got %q", p)
+		}
+	}
+	n := goruntime.NumCPU()
+	want := 0
+	if v := q.Get("vcpuCount"); v != "" {
+		c, err := strconv.Atoi(v)
+		if err != nil || c < 2 {
+			return nil, bad("vcpuCount", "vcpuCount must be an integer of at least 2, got %q", v)
+		}
+		want = c
+	}
+	price := a.cfg.Mgmt.PricesOrZero().VCPUHourly
+	names := map[byte]string{'c': "Compute-Optimized", 'g': "General Purpose", 'm': "Memory-Optimized"}
+	var out []CPUType
+	for _, id := range mgmt.CPUFlavors {
+		c := CPUType{ID: id, Name: names[id[len(id)-1]], Group: id[:len(id)-1], VCPU: VCPURange{Min: 2, Max: max(2, n)},
+			RAMGBPerVCPU: float64(memoryPerVCPU(id)), Price: CPUPrice{SecurePerVCPU: price, ServerlessPerVCPU: price}}
+		if len(include) > 0 {
+			c.Availability = "HIGH"
+			c.DataCenters = []Available{{ID: mgmt.DataCenterID, Name: dcName, Availability: "HIGH"}}
+		}
+		if want > c.VCPU.Max {
+			continue
+		}
+		out = append(out, c)
+	}
+	return out, nil
+}
+
+func (a *API) listCPUTypes(w http.ResponseWriter, r *http.Request) {
+	cs, err := a.cpuTypes(r)
+	if cs == nil {
+		cs = []CPUType{}
+	}
+	a.answer(w, r, http.StatusOK, map[string]any{"cpus": cs}, err)
+}
+
+func (a *API) getCPUType(w http.ResponseWriter, r *http.Request) {
+	cs, err := a.cpuTypes(r)
+	if err != nil {
+		a.fail(w, r, err)
+		return
+	}
+	id := pathID(r)
+	for _, c := range cs {
+		if c.ID == id {
+			writeJSON(w, http.StatusOK, c)
+			return
+		}
+	}
+	problem(w, http.StatusNotFound, "CPU type "+id+" not found: Berth runs "+strings.Join(mgmt.CPUFlavors, ", "))
+}
+
+// DataCenter is v2's DataCenter: this host.
+type DataCenter struct {
+	ID                 string      `json:"id"`
+	Name               string      `json:"name"`
+	Region             string      `json:"region"`
+	GlobalNetwork      bool        `json:"globalNetwork"`
+	NetworkVolumeTypes []string    `json:"networkVolumeTypes"`
+	Compliance         []string    `json:"compliance"`
+	GPUAvailability    []Available `json:"gpuAvailability,omitempty"`
+	CPUAvailability    []Available `json:"cpuAvailability,omitempty"`
+}
+
+func (a *API) dataCenter(r *http.Request) (DataCenter, error) {
+	dc := DataCenter{ID: mgmt.DataCenterID, Name: dcName, Region: "UNKNOWN", NetworkVolumeTypes: []string{"STANDARD", "HIGH_PERFORMANCE"}, Compliance: []string{}}
+	for _, inc := range r.URL.Query()["include"] {
+		switch inc {
+		case "GPU_AVAILABILITY":
+			total, free, _, order := a.hostGPUs()
+			dc.GPUAvailability = []Available{}
+			for _, id := range order {
+				dc.GPUAvailability = append(dc.GPUAvailability, Available{ID: id, Name: strings.TrimPrefix(id, "NVIDIA "), Availability: level(free[id], total[id])})
+			}
+		case "CPU_AVAILABILITY":
+			dc.CPUAvailability = []Available{}
+			for _, id := range mgmt.CPUFlavors {
+				dc.CPUAvailability = append(dc.CPUAvailability, Available{ID: id, Name: id, Availability: "HIGH"})
+			}
+		default:
+			return dc, bad("include", "include must be GPU_AVAILABILITY or CPU_AVAILABILITY, got %q", inc)
+		}
+	}
+	return dc, nil
+}
+
+func (a *API) listDataCenters(w http.ResponseWriter, r *http.Request) {
+	dc, err := a.dataCenter(r)
+	if err != nil {
+		a.fail(w, r, err)
+		return
+	}
+	q := r.URL.Query()
+	keep := true
+	if rs := q["regions"]; len(rs) > 0 && !slices.Contains(rs, dc.Region) {
+		keep = false
+	}
+	for _, t := range q["networkVolumeTypes"] {
+		keep = keep && slices.Contains(dc.NetworkVolumeTypes, t)
+	}
+	if len(q["compliance"]) > 0 {
+		keep = false // no certifications for a host Berth knows nothing about
+	}
+	if v := q.Get("globalNetwork"); v != "" {
+		b, err := strconv.ParseBool(v)
+		if err != nil {
+			a.fail(w, r, bad("globalNetwork", "globalNetwork must be true or false, got %q", v))
+			return
+		}
+		keep = keep && b == dc.GlobalNetwork
+	}
+	out := []DataCenter{}
+	if keep {
+		out = append(out, dc)
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"dataCenters": out})
+}
+
+func (a *API) getDataCenter(w http.ResponseWriter, r *http.Request) {
+	dc, err := a.dataCenter(r)
+	if err != nil {
+		a.fail(w, r, err)
+		return
+	}
+	if id := pathID(r); id != dc.ID {
+		problem(w, http.StatusNotFound, "data centre "+id+" not found: this host is the one data centre "+dc.ID+
+			" (RunPod data-centre ids are accepted in requests and mapped to it)")
+		return
+	}
+	writeJSON(w, http.StatusOK, dc)
+}

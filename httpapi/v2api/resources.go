@@ -1,0 +1,210 @@
+package v2api
+
+import (
+	"net/http"
+
+	"berth/mgmt"
+)
+
+// ---- network volumes ----
+
+// NetworkVolume is v2's NetworkVolume, with Berth's usage fields.
+type NetworkVolume struct {
+	ID         string   `json:"id"`
+	Name       string   `json:"name"`
+	Size       int      `json:"size"`
+	DataCenter string   `json:"dataCenter"`
+	Type       string   `json:"type"`
+	UsedBytes  int64    `json:"usedBytes"` // Berth
+	Warnings   []string `json:"warnings,omitempty"`
+}
+
+func viewVolume(v mgmt.Volume) NetworkVolume {
+	t := v.Type
+	if t == "" {
+		t = "STANDARD"
+	}
+	return NetworkVolume{ID: v.ID, Name: v.Name, Size: v.Size, DataCenter: v.DataCenterID, Type: t, UsedBytes: v.UsedBytes, Warnings: v.Warnings}
+}
+
+// VolumeList is v2's ListNetworkVolumesResponse.
+type VolumeList struct {
+	NetworkVolumes []NetworkVolume `json:"networkVolumes"`
+}
+
+func (a *API) listVolumes(w http.ResponseWriter, r *http.Request) {
+	vs, err := a.cfg.Mgmt.ListVolumes(r.Context())
+	out := VolumeList{NetworkVolumes: []NetworkVolume{}}
+	for _, v := range vs {
+		out.NetworkVolumes = append(out.NetworkVolumes, viewVolume(v))
+	}
+	a.answer(w, r, http.StatusOK, out, err)
+}
+
+type volumeBody struct {
+	Name       *string `json:"name"`
+	Size       *int    `json:"size"`
+	DataCenter *string `json:"dataCenter"`
+	Type       *string `json:"type"`
+}
+
+// check applies v2's schema bounds (10-4096 GB), stricter than v1's.
+func (b volumeBody) check() error {
+	if b.Name != nil && *b.Name == "" {
+		return bad("name", "name must not be empty")
+	}
+	if b.Size != nil && (*b.Size < 10 || *b.Size > 4096) {
+		return bad("size", "size must be 10-4096 GB, got %d", *b.Size)
+	}
+	return nil
+}
+
+func (a *API) createVolume(w http.ResponseWriter, r *http.Request) {
+	var b volumeBody
+	if err := decode(r, &b); err != nil {
+		a.fail(w, r, err)
+		return
+	}
+	for f, missing := range map[string]bool{"name": b.Name == nil, "size": b.Size == nil, "dataCenter": b.DataCenter == nil} {
+		if missing {
+			a.fail(w, r, bad(f, "%s is required", f))
+			return
+		}
+	}
+	if err := b.check(); err != nil {
+		a.fail(w, r, err)
+		return
+	}
+	v, err := a.cfg.Mgmt.CreateVolume(r.Context(), mgmt.VolumeInput{Name: b.Name, Size: b.Size, DataCenterID: b.DataCenter, Type: b.Type})
+	a.answer(w, r, http.StatusCreated, viewVolume(v), err)
+}
+
+func (a *API) getVolume(w http.ResponseWriter, r *http.Request) {
+	v, err := a.cfg.Mgmt.GetVolume(r.Context(), pathID(r))
+	a.answer(w, r, http.StatusOK, viewVolume(v), err)
+}
+
+func (a *API) updateVolume(w http.ResponseWriter, r *http.Request) {
+	var b struct {
+		Name *string `json:"name"`
+		Size *int    `json:"size"`
+	}
+	if err := decode(r, &b); err != nil {
+		a.fail(w, r, err)
+		return
+	}
+	if b.Name == nil && b.Size == nil {
+		a.fail(w, r, bad("", "give name or size"))
+		return
+	}
+	if err := (volumeBody{Name: b.Name, Size: b.Size}).check(); err != nil {
+		a.fail(w, r, err)
+		return
+	}
+	v, err := a.cfg.Mgmt.UpdateVolume(r.Context(), pathID(r), mgmt.VolumeInput{Name: b.Name, Size: b.Size})
+	a.answer(w, r, http.StatusOK, viewVolume(v), err)
+}
+
+func (a *API) deleteVolume(w http.ResponseWriter, r *http.Request) {
+	a.answer(w, r, http.StatusNoContent, nil, a.cfg.Mgmt.DeleteVolume(r.Context(), pathID(r)))
+}
+
+// ---- registries ----
+
+// Registry is v2's Registry (never the password).
+type Registry struct {
+	ID       string `json:"id"`
+	Name     string `json:"name"`
+	Username string `json:"username"` // Berth
+}
+
+// RegistryList is v2's ListRegistriesResponse.
+type RegistryList struct {
+	Registries []Registry `json:"registries"`
+}
+
+func (a *API) listRegistries(w http.ResponseWriter, r *http.Request) {
+	as, err := a.cfg.Mgmt.ListRegistryAuths(r.Context())
+	out := RegistryList{Registries: []Registry{}}
+	for _, x := range as {
+		out.Registries = append(out.Registries, Registry{ID: x.ID, Name: x.Name, Username: x.Username})
+	}
+	a.answer(w, r, http.StatusOK, out, err)
+}
+
+func (a *API) createRegistry(w http.ResponseWriter, r *http.Request) {
+	var b struct {
+		Name     *string `json:"name"`
+		Username *string `json:"username"`
+		Password *string `json:"password"`
+	}
+	if err := decode(r, &b); err != nil {
+		a.fail(w, r, err)
+		return
+	}
+	for _, f := range []struct {
+		name string
+		v    *string
+	}{{"name", b.Name}, {"username", b.Username}, {"password", b.Password}} {
+		if f.v == nil || *f.v == "" {
+			a.fail(w, r, bad(f.name, "%s is required", f.name))
+			return
+		}
+	}
+	x, err := a.cfg.Mgmt.CreateRegistryAuth(r.Context(), mgmt.RegistryAuthInput{Name: b.Name, Username: b.Username, Password: b.Password})
+	a.answer(w, r, http.StatusCreated, Registry{ID: x.ID, Name: x.Name, Username: x.Username}, err)
+}
+
+func (a *API) getRegistry(w http.ResponseWriter, r *http.Request) {
+	x, err := a.cfg.Mgmt.GetRegistryAuth(r.Context(), pathID(r))
+	a.answer(w, r, http.StatusOK, Registry{ID: x.ID, Name: x.Name, Username: x.Username}, err)
+}
+
+func (a *API) deleteRegistry(w http.ResponseWriter, r *http.Request) {
+	a.answer(w, r, http.StatusNoContent, nil, a.cfg.Mgmt.DeleteRegistryAuth(r.Context(), pathID(r)))
+}
+
+// ---- what one host cannot do ----
+
+const (
+	clustersWhy = "Instant Clusters are groups of multi-node GPU pods on RunPod's high-speed fabric; " +
+		"a Berth host is one machine, so it has no clusters to list, create or bill. Use pods (/v2/pods) instead."
+	delegationsWhy = "registry delegations grant RunPod's AWS account pull access to a private Amazon ECR registry; " +
+		"Berth pulls with the host's Docker and stored registry credentials (/v2/registries), so there is no account to delegate to."
+)
+
+// cannot answers every call of a family one host cannot provide: 501 with
+// a problem body saying why.
+func (a *API) cannot(why string) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		problem(w, http.StatusNotImplemented, why)
+	}
+}
+
+// ---- account ----
+
+// SSHKeys is v2's SshKeys.
+type SSHKeys struct {
+	Keys []string `json:"keys"`
+}
+
+func (a *API) getSSHKeys(w http.ResponseWriter, r *http.Request) {
+	keys, err := a.cfg.Mgmt.SSHKeys(r.Context())
+	a.answer(w, r, http.StatusOK, SSHKeys{Keys: keys}, err)
+}
+
+func (a *API) putSSHKeys(w http.ResponseWriter, r *http.Request) {
+	var b struct {
+		Keys *[]string `json:"keys"`
+	}
+	if err := decode(r, &b); err != nil {
+		a.fail(w, r, err)
+		return
+	}
+	if b.Keys == nil {
+		a.fail(w, r, bad("keys", "keys is required (an empty list removes every key)"))
+		return
+	}
+	keys, err := a.cfg.Mgmt.SetSSHKeys(r.Context(), *b.Keys)
+	a.answer(w, r, http.StatusOK, SSHKeys{Keys: keys}, err)
+}

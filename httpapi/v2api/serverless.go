@@ -1,0 +1,667 @@
+package v2api
+
+import (
+	"errors"
+	"math"
+	"net/http"
+	"slices"
+	"strings"
+	"time"
+
+	"berth/gpu"
+	"berth/mgmt"
+	"berth/queue"
+	"berth/store"
+)
+
+// Endpoint is v2's Endpoint: the endpoint with its template's container.
+type Endpoint struct {
+	ID             string            `json:"id"`
+	Name           string            `json:"name"`
+	Type           string            `json:"type"`
+	RequestURLs    any               `json:"requestUrls"`
+	Image          string            `json:"image"`
+	Args           string            `json:"args"`
+	Disk           int               `json:"disk"`
+	Env            map[string]string `json:"env"`
+	Ports          []string          `json:"ports"`
+	Registry       *string           `json:"registry"`
+	GPU            *EndpointGPU      `json:"gpu"`
+	CPU            []CPUConfig       `json:"cpu,omitempty"`
+	Workers        EndpointWorkers   `json:"workers"`
+	Scaling        Scaling           `json:"scaling"`
+	DataCenterIDs  []string          `json:"dataCenterIds"`
+	NetworkVolumes []string          `json:"networkVolumes"`
+	Timeout        int64             `json:"timeout"`
+	Flashboot      string            `json:"flashboot"`
+	CreatedAt      time.Time         `json:"createdAt"`
+	// Berth: the template the container comes from, the endpoint version
+	// and why ids were accepted but match nothing here.
+	TemplateID string   `json:"templateId"`
+	Version    int      `json:"version"`
+	Warnings   []string `json:"warnings,omitempty"`
+}
+
+// EndpointGPU is v2's EndpointGpuConfig.
+type EndpointGPU struct {
+	Pools               []string `json:"pools"`
+	ExcludedTypes       []string `json:"excludedTypes,omitempty"`
+	Count               int      `json:"count"`
+	AllowedCudaVersions []string `json:"allowedCudaVersions"`
+	MinCudaVersion      *string  `json:"minCudaVersion"`
+}
+
+// CPUConfig is v2's CpuConfig (memory in GB, as RunPod's flavours give it:
+// 2, 4 or 8 GB per vCPU for c, g and m flavours).
+type CPUConfig struct {
+	ID        string `json:"id"`
+	VCPUCount int    `json:"vcpuCount"`
+	Memory    int    `json:"memory,omitempty"`
+}
+
+// EndpointWorkers is v2's EndpointWorkers.
+type EndpointWorkers struct {
+	Min         *int `json:"min,omitempty"`
+	Max         *int `json:"max,omitempty"`
+	IdleTimeout *int `json:"idleTimeout,omitempty"`
+}
+
+// Scaling is v2's EndpointScaling (QUEUE_DELAY seconds or REQUEST_COUNT).
+type Scaling struct {
+	Type         string   `json:"type"`
+	QueueDelay   *float64 `json:"queueDelay,omitempty"`
+	RequestCount *int     `json:"requestCount,omitempty"`
+}
+
+// QueueURLs and LBURLs are v2's request URLs, pointing at this Berth.
+type QueueURLs struct {
+	Run        string `json:"run"`
+	RunSync    string `json:"runSync"`
+	Status     string `json:"status"`
+	Stream     string `json:"stream"`
+	Cancel     string `json:"cancel"`
+	Retry      string `json:"retry"`
+	PurgeQueue string `json:"purgeQueue"`
+	Health     string `json:"health"`
+}
+
+type LBURLs struct {
+	Base   string `json:"base"`
+	Health string `json:"health"`
+}
+
+func memoryPerVCPU(flavor string) int {
+	switch {
+	case strings.HasSuffix(flavor, "c"):
+		return 2
+	case strings.HasSuffix(flavor, "m"):
+		return 8
+	}
+	return 4
+}
+
+func viewEndpoint(e store.Endpoint, t *store.Template, base string) Endpoint {
+	typ := e.Type
+	if typ == "" {
+		typ = store.EndpointQueue
+	}
+	v := Endpoint{
+		ID: e.ID, Name: e.Name, Type: typ, Env: map[string]string{}, Ports: []string{},
+		Workers:       EndpointWorkers{Min: ptr(e.WorkersMin), Max: ptr(e.WorkersMax), IdleTimeout: ptr(e.IdleTimeout)},
+		DataCenterIDs: nonNil(e.DataCenterIDs), NetworkVolumes: []string{}, Timeout: e.ExecutionTimeoutMs,
+		Flashboot: "OFF", CreatedAt: e.CreatedAt, TemplateID: e.TemplateID, Version: e.Version, Warnings: e.Warnings,
+	}
+	u := base + "/v2/" + e.ID
+	if typ == store.EndpointLoadBalancer {
+		v.RequestURLs = LBURLs{Base: u, Health: u + "/ping"}
+	} else {
+		v.RequestURLs = QueueURLs{Run: u + "/run", RunSync: u + "/runsync", Status: u + "/status", Stream: u + "/stream",
+			Cancel: u + "/cancel", Retry: u + "/retry", PurgeQueue: u + "/purge-queue", Health: u + "/health"}
+	}
+	if e.Flashboot {
+		v.Flashboot = "FLASHBOOT"
+	}
+	if t != nil {
+		tv := viewTemplate(*t)
+		v.Image, v.Args, v.Disk, v.Ports, v.Registry = tv.Image, tv.Args, tv.Disk, tv.Ports, tv.Registry
+		for k, val := range t.Env {
+			v.Env[k] = val
+		}
+	}
+	for k, val := range e.Env { // the endpoint's env wins, as in its workers
+		v.Env[k] = val
+	}
+	if e.NetworkVolumeID != "" {
+		v.NetworkVolumes = append(v.NetworkVolumes, e.NetworkVolumeID)
+	}
+	for _, id := range e.NetworkVolumeIDs {
+		if !slices.Contains(v.NetworkVolumes, id) {
+			v.NetworkVolumes = append(v.NetworkVolumes, id)
+		}
+	}
+	if e.ScalerType == "REQUEST_COUNT" {
+		v.Scaling = Scaling{Type: "REQUEST_COUNT", RequestCount: ptr(e.ScalerValue)}
+	} else {
+		v.Scaling = Scaling{Type: "QUEUE_DELAY", QueueDelay: ptr(float64(e.ScalerValue))}
+	}
+	if e.ComputeType == "CPU" {
+		ids := e.CPUFlavorIDs
+		if len(ids) == 0 {
+			ids = []string{"cpu3c"}
+		}
+		for _, id := range ids {
+			v.CPU = append(v.CPU, CPUConfig{ID: id, VCPUCount: e.VCPUCount, Memory: e.VCPUCount * memoryPerVCPU(id)})
+		}
+		return v
+	}
+	g := &EndpointGPU{Pools: []string{}, Count: e.GPUCount, AllowedCudaVersions: nonNil(e.AllowedCudaVersions)}
+	for _, id := range e.GPUTypeIDs {
+		if ex, ok := strings.CutPrefix(id, "-"); ok {
+			g.ExcludedTypes = append(g.ExcludedTypes, ex)
+		} else {
+			g.Pools = append(g.Pools, id)
+		}
+	}
+	if len(g.Pools) == 0 {
+		// No pool named: any GPU of this host. v2 needs at least one pool,
+		// so every pool is shown, which means the same.
+		for _, p := range gpu.Pools {
+			g.Pools = append(g.Pools, p.ID)
+		}
+	}
+	if e.MinCudaVersion != "" {
+		g.MinCudaVersion = ptr(e.MinCudaVersion)
+	}
+	v.GPU = g
+	return v
+}
+
+type endpointGPUBody struct {
+	Pools               *[]string `json:"pools"`
+	ExcludedTypes       *[]string `json:"excludedTypes"`
+	Count               *int      `json:"count"`
+	AllowedCudaVersions *[]string `json:"allowedCudaVersions"`
+	MinCudaVersion      *string   `json:"minCudaVersion"`
+}
+
+type cpuBody struct {
+	ID        string `json:"id"`
+	VCPUCount int    `json:"vcpuCount"`
+}
+
+type endpointBody struct {
+	ContainerConfig
+	Name           *string          `json:"name"`
+	Type           *string          `json:"type"`
+	TemplateID     *string          `json:"templateId"`
+	GPU            *endpointGPUBody `json:"gpu"`
+	CPU            *[]cpuBody       `json:"cpu"`
+	Workers        *EndpointWorkers `json:"workers"`
+	Scaling        *Scaling         `json:"scaling"`
+	DataCenterIDs  *[]string        `json:"dataCenterIds"`
+	NetworkVolumes *[]string        `json:"networkVolumes"`
+	Timeout        *int64           `json:"timeout"`
+	Flashboot      *string          `json:"flashboot"`
+}
+
+// input is the body as mgmt's endpoint input (templateId is set by the
+// caller). cur is the endpoint being updated, nil on create.
+func (b endpointBody) input(cur *store.Endpoint) (mgmt.EndpointInput, error) {
+	in := mgmt.EndpointInput{Name: b.Name, Type: b.Type, Env: nil}
+	if b.Name != nil && *b.Name == "" {
+		return in, bad("name", "name must not be empty")
+	}
+	if b.GPU != nil && b.CPU != nil {
+		return in, mgmt.InvalidInput("gpu", "give gpu or cpu, not both")
+	}
+	if b.CPU != nil {
+		if cur != nil && cur.ComputeType != "CPU" {
+			return in, mgmt.InvalidInput("cpu", "a GPU endpoint cannot become a CPU endpoint")
+		}
+		if len(*b.CPU) == 0 {
+			return in, mgmt.InvalidInput("cpu", "cpu must list at least one CPU type")
+		}
+		if cur == nil {
+			in.ComputeType = ptr("CPU")
+		}
+		ids := []string{}
+		for i, c := range *b.CPU {
+			if !slices.Contains(mgmt.CPUFlavors, c.ID) {
+				return in, mgmt.InvalidInput("cpu", "cpu[%d].id: %q is not one of %s", i, c.ID, strings.Join(mgmt.CPUFlavors, ", "))
+			}
+			if c.VCPUCount < 2 {
+				return in, mgmt.InvalidInput("cpu", "cpu[%d].vcpuCount must be at least 2, got %d", i, c.VCPUCount)
+			}
+			ids = append(ids, c.ID)
+		}
+		in.CPUFlavorIDs, in.VCPUCount = ids, ptr((*b.CPU)[0].VCPUCount)
+	}
+	if g := b.GPU; g != nil {
+		if cur != nil && cur.ComputeType == "CPU" {
+			return in, mgmt.InvalidInput("gpu", "a CPU endpoint cannot become a GPU endpoint")
+		}
+		if g.Pools == nil && g.ExcludedTypes != nil {
+			return in, mgmt.InvalidInput("gpu.pools", "gpu.excludedTypes needs gpu.pools")
+		}
+		if g.Pools != nil {
+			if len(*g.Pools) == 0 {
+				return in, mgmt.InvalidInput("gpu.pools", "gpu.pools must name at least one GPU pool or type")
+			}
+			ids := slices.Clone(*g.Pools)
+			if g.ExcludedTypes != nil {
+				for _, x := range *g.ExcludedTypes {
+					ids = append(ids, "-"+strings.TrimSpace(x))
+				}
+			}
+			in.GPUTypeIDs = ids
+		}
+		in.GPUCount = g.Count
+		if g.AllowedCudaVersions != nil {
+			in.AllowedCudaVersions = nonNil(*g.AllowedCudaVersions)
+		}
+		in.MinCudaVersion = g.MinCudaVersion
+	} else if cur == nil && b.CPU == nil {
+		// RunPod requires one of gpu or cpu; Berth defaults to any GPU.
+		in.GPUTypeIDs = []string{}
+	}
+	if wk := b.Workers; wk != nil {
+		in.WorkersMin, in.WorkersMax, in.IdleTimeout = wk.Min, wk.Max, wk.IdleTimeout
+	}
+	if sc := b.Scaling; sc != nil {
+		switch sc.Type {
+		case "QUEUE_DELAY":
+			if sc.QueueDelay == nil || *sc.QueueDelay < 0.5 {
+				return in, mgmt.InvalidInput("scaling.queueDelay", "scaling.queueDelay must be at least 0.5 seconds")
+			}
+			// Berth's scaler counts whole seconds.
+			in.ScalerType, in.ScalerValue = ptr("QUEUE_DELAY"), ptr(int(math.Ceil(*sc.QueueDelay)))
+		case "REQUEST_COUNT":
+			if sc.RequestCount == nil {
+				return in, mgmt.InvalidInput("scaling.requestCount", "scaling.requestCount is required for REQUEST_COUNT")
+			}
+			in.ScalerType, in.ScalerValue = ptr("REQUEST_COUNT"), sc.RequestCount
+		default:
+			return in, mgmt.InvalidInput("scaling.type", "scaling.type must be QUEUE_DELAY or REQUEST_COUNT, got %q", sc.Type)
+		}
+	}
+	if b.DataCenterIDs != nil {
+		in.DataCenterIDs = nonNil(*b.DataCenterIDs)
+	}
+	if b.NetworkVolumes != nil {
+		in.NetworkVolumeIDs = nonNil(*b.NetworkVolumes)
+		in.NetworkVolumeID = ptr("")
+	}
+	in.ExecutionTimeoutMs = b.Timeout
+	if b.Flashboot != nil {
+		switch *b.Flashboot {
+		case "OFF":
+			in.Flashboot = ptr(false)
+		case "FLASHBOOT", "PRIORITY_FLASHBOOT":
+			in.Flashboot = ptr(true)
+		default:
+			return in, mgmt.InvalidInput("flashboot", "flashboot must be OFF, FLASHBOOT or PRIORITY_FLASHBOOT, got %q", *b.Flashboot)
+		}
+	}
+	if b.Env != nil {
+		in.Env = b.Env
+	}
+	return in, nil
+}
+
+// EndpointList is v2's ListEndpointsResponse.
+type EndpointList struct {
+	Endpoints []Endpoint `json:"endpoints"`
+}
+
+func (a *API) listEndpoints(w http.ResponseWriter, r *http.Request) {
+	eps, ts, err := a.cfg.Mgmt.Endpoints(r.Context(), "", true)
+	out := EndpointList{Endpoints: []Endpoint{}}
+	for _, e := range eps {
+		out.Endpoints = append(out.Endpoints, viewEndpoint(e, tmplOf(ts, e.TemplateID), baseURL(r)))
+	}
+	a.answer(w, r, http.StatusOK, out, err)
+}
+
+func tmplOf(ts map[string]store.Template, id string) *store.Template {
+	if t, ok := ts[id]; ok {
+		return &t
+	}
+	return nil
+}
+
+func (a *API) endpoint(r *http.Request, id string) (store.Endpoint, *store.Template, error) {
+	eps, ts, err := a.cfg.Mgmt.Endpoints(r.Context(), id, true)
+	if err != nil {
+		return store.Endpoint{}, nil, err
+	}
+	if len(eps) == 0 {
+		return store.Endpoint{}, nil, &mgmt.Error{Kind: mgmt.NotFound, Msg: "endpoint " + id + " not found"}
+	}
+	return eps[0], tmplOf(ts, eps[0].TemplateID), nil
+}
+
+func (a *API) getEndpoint(w http.ResponseWriter, r *http.Request) {
+	e, t, err := a.endpoint(r, pathID(r))
+	a.answer(w, r, http.StatusOK, viewEndpoint(e, t, baseURL(r)), err)
+}
+
+// createEndpoint: v2 takes the container inline or a templateId. Inline
+// container fields make an endpoint-bound template (serverless, named
+// after the endpoint) from templateId's or from scratch, as RunPod does.
+func (a *API) createEndpoint(w http.ResponseWriter, r *http.Request) {
+	var b endpointBody
+	if err := decode(r, &b); err != nil {
+		a.fail(w, r, err)
+		return
+	}
+	switch {
+	case b.Name == nil:
+		a.fail(w, r, bad("name", "name is required"))
+		return
+	case b.Type == nil:
+		a.fail(w, r, bad("type", "type is required: QUEUE or LOAD_BALANCER"))
+		return
+	case b.Scaling == nil:
+		a.fail(w, r, bad("scaling", "scaling is required"))
+		return
+	case b.TemplateID == nil && b.Image == nil:
+		a.fail(w, r, bad("image", "image is required when templateId is not given"))
+		return
+	}
+	in, err := b.input(nil)
+	if err != nil {
+		a.fail(w, r, err)
+		return
+	}
+	ctx := r.Context()
+	tplID := ""
+	var base *store.Template
+	if b.TemplateID != nil {
+		t, err := a.cfg.Mgmt.GetTemplate(ctx, *b.TemplateID)
+		if err != nil {
+			a.fail(w, r, err)
+			return
+		}
+		base, tplID = &t, t.ID
+	}
+	// Env belongs to the endpoint (v1's endpoint env); the rest of the
+	// container to its template.
+	cc := b.ContainerConfig
+	cc.Env = nil
+	var made string
+	if cc.given() {
+		tin, err := cc.templateInput()
+		if err != nil {
+			a.fail(w, r, err)
+			return
+		}
+		tin.Name = ptr(*b.Name + "__" + queue.NewID(6))
+		tin.IsServerless = ptr(true)
+		tin.VolumeInGb = ptr(0)
+		if base != nil {
+			fillFrom(&tin, *base)
+		} else if tin.Ports == nil {
+			tin.Ports = []string{}
+		}
+		t, err := a.cfg.Mgmt.CreateTemplate(ctx, tin)
+		if err != nil {
+			a.fail(w, r, err)
+			return
+		}
+		tplID, made = t.ID, t.ID
+	}
+	if base != nil && in.AllowedCudaVersions == nil && len(base.AllowedCudaVersions) > 0 {
+		in.AllowedCudaVersions = base.AllowedCudaVersions
+	}
+	in.TemplateID = &tplID
+	e, err := a.cfg.Mgmt.CreateEndpoint(ctx, in)
+	if err != nil {
+		if made != "" {
+			a.cfg.Mgmt.DeleteTemplate(ctx, made)
+		}
+		a.fail(w, r, err)
+		return
+	}
+	e2, t, err := a.endpoint(r, e.ID)
+	a.answer(w, r, http.StatusCreated, viewEndpoint(e2, t, baseURL(r)), err)
+}
+
+// fillFrom takes what in does not give from template t.
+func fillFrom(in *mgmt.TemplateInput, t store.Template) {
+	if in.ImageName == nil {
+		in.ImageName = ptr(t.ImageName)
+	}
+	if in.DockerStartCmd == nil {
+		in.DockerStartCmd = t.DockerStartCmd
+	}
+	if in.DockerEntrypoint == nil {
+		in.DockerEntrypoint = t.DockerEntrypoint
+	}
+	if in.ContainerDiskInGb == nil {
+		in.ContainerDiskInGb = ptr(t.ContainerDiskInGb)
+	}
+	if in.Ports == nil {
+		in.Ports = nonNil(t.Ports)
+	}
+	if in.ContainerRegistryAuthID == nil {
+		in.ContainerRegistryAuthID = ptr(t.ContainerRegistryAuthID)
+	}
+	in.Env = t.Env
+}
+
+// updateEndpoint: container fields change the endpoint's template (which
+// rolls its workers, and those of any other endpoint sharing it).
+func (a *API) updateEndpoint(w http.ResponseWriter, r *http.Request) {
+	var b endpointBody
+	if err := decode(r, &b); err != nil {
+		a.fail(w, r, err)
+		return
+	}
+	ctx := r.Context()
+	cur, _, err := a.endpoint(r, pathID(r))
+	if err != nil {
+		a.fail(w, r, err)
+		return
+	}
+	in, err := b.input(&cur)
+	if err != nil {
+		a.fail(w, r, err)
+		return
+	}
+	if b.Type != nil {
+		in.Type = b.Type
+	}
+	if b.TemplateID != nil {
+		in.TemplateID = b.TemplateID
+	}
+	cc := b.ContainerConfig
+	cc.Env = nil
+	if cc.given() {
+		if b.TemplateID != nil {
+			a.fail(w, r, mgmt.InvalidInput("templateId", "give templateId or container fields (image, args, disk, ports, registry), not both"))
+			return
+		}
+		tin, err := cc.templateInput()
+		if err != nil {
+			a.fail(w, r, err)
+			return
+		}
+		if _, err := a.cfg.Mgmt.UpdateTemplate(ctx, cur.TemplateID, tin); err != nil {
+			a.fail(w, r, err)
+			return
+		}
+	}
+	if _, err := a.cfg.Mgmt.UpdateEndpoint(ctx, cur.ID, in); err != nil {
+		a.fail(w, r, err)
+		return
+	}
+	e, t, err := a.endpoint(r, cur.ID)
+	a.answer(w, r, http.StatusOK, viewEndpoint(e, t, baseURL(r)), err)
+}
+
+func (a *API) deleteEndpoint(w http.ResponseWriter, r *http.Request) {
+	a.answer(w, r, http.StatusNoContent, nil, a.cfg.Mgmt.DeleteEndpoint(r.Context(), pathID(r)))
+}
+
+// ---- workers and releases ----
+
+// WorkerView is v2's Worker.
+type WorkerView struct {
+	ID            string     `json:"id"`
+	Status        string     `json:"status"`
+	IsStale       bool       `json:"isStale"`
+	Version       *int       `json:"version"`
+	GPUCount      int        `json:"gpuCount"`
+	Image         *string    `json:"image"`
+	UptimeSeconds *int       `json:"uptimeSeconds"`
+	GPUTypeID     *string    `json:"gpuTypeId"`
+	DataCenterID  *string    `json:"dataCenterId"`
+	StartedAt     *time.Time `json:"startedAt"`
+}
+
+// WorkerSummary is v2's WorkerSummary.
+type WorkerSummary struct {
+	Running      int `json:"running"`
+	Idle         int `json:"idle"`
+	Initializing int `json:"initializing"`
+	Throttled    int `json:"throttled"`
+	Unhealthy    int `json:"unhealthy"`
+	Total        int `json:"total"`
+}
+
+// WorkerList is v2's ListEndpointWorkersResponse.
+type WorkerList struct {
+	Workers         []WorkerView  `json:"workers"`
+	Summary         WorkerSummary `json:"summary"`
+	EndpointVersion *int          `json:"endpointVersion"`
+}
+
+func (a *API) workerViews(e store.Endpoint) ([]WorkerView, WorkerSummary) {
+	var ws []Worker
+	if a.cfg.Workers != nil {
+		ws = a.cfg.Workers(e.ID)
+	}
+	now := a.cfg.Clock.Now()
+	out := []WorkerView{}
+	var sum WorkerSummary
+	for _, w := range ws {
+		st := strings.ToUpper(w.State)
+		switch st {
+		case "RUNNING":
+			sum.Running++
+		case "IDLE":
+			sum.Idle++
+		case "INITIALIZING":
+			sum.Initializing++
+		case "THROTTLED":
+			sum.Throttled++
+		case "UNHEALTHY":
+			sum.Unhealthy++
+		default:
+			continue // exited: no longer a worker
+		}
+		v := WorkerView{ID: w.ID, Status: st, IsStale: w.Version < e.Version, Version: ptr(w.Version), GPUCount: w.GPUCount,
+			Image: ptr(w.ImageName), DataCenterID: ptr(mgmt.DataCenterID)}
+		if w.GPUTypeID != "" {
+			v.GPUTypeID = ptr(w.GPUTypeID)
+		}
+		if !w.LastStartedAt.IsZero() {
+			v.StartedAt = ptr(w.LastStartedAt.UTC())
+			v.UptimeSeconds = ptr(max(0, int(now.Sub(w.LastStartedAt).Seconds())))
+		}
+		out = append(out, v)
+	}
+	if a.cfg.Health != nil && len(ws) == 0 {
+		// Workers outside Docker (worker-env) are known to the queue only.
+		h := a.cfg.Health(e.ID)
+		sum.Running, sum.Idle = h.Workers.Running, h.Workers.Idle
+		sum.Initializing, sum.Throttled, sum.Unhealthy = h.Workers.Initializing, h.Workers.Throttled, h.Workers.Unhealthy
+	}
+	sum.Total = sum.Running + sum.Idle + sum.Initializing + sum.Throttled + sum.Unhealthy
+	return out, sum
+}
+
+func (a *API) listWorkers(w http.ResponseWriter, r *http.Request) {
+	e, _, err := a.endpoint(r, pathID(r))
+	if err != nil {
+		a.fail(w, r, err)
+		return
+	}
+	ws, sum := a.workerViews(e)
+	writeJSON(w, http.StatusOK, WorkerList{Workers: ws, Summary: sum, EndpointVersion: ptr(e.Version)})
+}
+
+// Release is v2's Release: a recorded endpoint version.
+type Release struct {
+	ID          string      `json:"id"`
+	Version     *int        `json:"version"`
+	Source      string      `json:"source"`
+	WorkerCount int         `json:"workerCount"`
+	CreatedAt   time.Time   `json:"createdAt"`
+	Diff        []DiffEntry `json:"diff"`
+}
+
+// DiffEntry is one changed field of a release.
+type DiffEntry struct {
+	Field string `json:"field"`
+	Old   any    `json:"old"`
+	New   any    `json:"new"`
+}
+
+// Rollout is v2's RolloutSummary.
+type Rollout struct {
+	InProgress      bool `json:"inProgress"`
+	WorkersOnLatest int  `json:"workersOnLatest"`
+	WorkersTotal    int  `json:"workersTotal"`
+	PercentOnLatest int  `json:"percentOnLatest"`
+}
+
+// ReleaseList is v2's ListEndpointReleasesResponse.
+type ReleaseList struct {
+	EndpointVersion *int      `json:"endpointVersion"`
+	Rollout         Rollout   `json:"rollout"`
+	Releases        []Release `json:"releases"`
+}
+
+func (a *API) listReleases(w http.ResponseWriter, r *http.Request) {
+	e, _, err := a.endpoint(r, pathID(r))
+	if err != nil {
+		a.fail(w, r, err)
+		return
+	}
+	rels, err := a.cfg.Mgmt.Releases(r.Context(), e.ID)
+	if err != nil {
+		a.fail(w, r, err)
+		return
+	}
+	var ws []Worker
+	if a.cfg.Workers != nil {
+		ws = a.cfg.Workers(e.ID)
+	}
+	onVersion := map[int]int{}
+	total := 0
+	for _, wk := range ws {
+		if wk.State != "exited" {
+			onVersion[wk.Version]++
+			total++
+		}
+	}
+	out := ReleaseList{EndpointVersion: ptr(e.Version), Releases: []Release{}}
+	out.Rollout = Rollout{WorkersOnLatest: onVersion[e.Version], WorkersTotal: total, PercentOnLatest: 100}
+	if total > 0 {
+		out.Rollout.PercentOnLatest = 100 * onVersion[e.Version] / total
+	}
+	out.Rollout.InProgress = out.Rollout.WorkersOnLatest < total
+	for i := len(rels) - 1; i >= 0; i-- { // newest first
+		rel := rels[i]
+		v := Release{ID: e.ID + "-v" + itoa(rel.Version), Version: ptr(rel.Version), Source: "MANUAL",
+			WorkerCount: onVersion[rel.Version], CreatedAt: rel.CreatedAt, Diff: []DiffEntry{}}
+		for _, d := range rel.Diff {
+			v.Diff = append(v.Diff, DiffEntry{Field: d.Field, Old: d.Old, New: d.New})
+		}
+		out.Releases = append(out.Releases, v)
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+var errNoLogs = errors.New("no container runtime: Docker is not reachable")

@@ -1,0 +1,26 @@
+package store
+
+import (
+	"fmt"
+	"time"
+)
+
+// Release is one recorded version of an endpoint: what changed to make it.
+type Release struct {
+	EndpointID string        `json:"endpointId"`
+	Version    int           `json:"version"`
+	CreatedAt  time.Time     `json:"createdAt"`
+	Diff       []ReleaseDiff `json:"diff"`
+}
+
+// ReleaseDiff is one changed field (old and new as JSON values).
+type ReleaseDiff struct {
+	Field string `json:"field"`
+	Old   any    `json:"old"`
+	New   any    `json:"new"`
+}
+
+// ReleaseKey is a release's key: an endpoint's releases sort by version.
+func ReleaseKey(endpointID string, version int) string {
+	return fmt.Sprintf("%s/%010d", endpointID, version)
+}
