@@ -1,6 +1,7 @@
 package graphqlapi_test
 
 import (
+	"bytes"
 	"encoding/json"
 	"net/http"
 	"reflect"
@@ -379,3 +380,39 @@ func TestAuthAndRequestErrors(t *testing.T) {
 }
 
 func ptr[T any](v T) *T { return &v }
+
+// Concurrent create_template calls with one name: exactly one template.
+func TestConcurrentSavesOneName(t *testing.T) {
+	e := newEnv(t)
+	doc := fixture(t, "runpod-python/create_template.graphql", "name", "race", "image", "alpine:3", "dockerArgs", "")
+	const n = 8
+	errs := make(chan int, n)
+	for range n {
+		go func() {
+			b, _ := json.Marshal(map[string]string{"query": doc})
+			req, _ := http.NewRequest(http.MethodPost, e.base+"/graphql", bytes.NewReader(b))
+			req.Header.Set("Authorization", "Bearer "+testKey)
+			res, err := http.DefaultClient.Do(req)
+			if err != nil {
+				errs <- -1
+				return
+			}
+			var r struct{ Errors []struct{ Message string } }
+			json.NewDecoder(res.Body).Decode(&r)
+			res.Body.Close()
+			errs <- len(r.Errors)
+		}()
+	}
+	failed := 0
+	for range n {
+		switch k := <-errs; {
+		case k < 0:
+			t.Fatal("request failed")
+		case k > 0:
+			failed++
+		}
+	}
+	if failed != n-1 || e.count(store.Templates) != 1 {
+		t.Errorf("%d of %d refused, %d templates stored; want %d refused, 1 stored", failed, n, e.count(store.Templates), n-1)
+	}
+}
