@@ -373,6 +373,13 @@ func TestDashboardInBrowser(t *testing.T) {
 		until(fmt.Sprintf(`(() => { const c = document.querySelector(%q);
 			return c !== null && c.textContent.includes('workersMax is 0') && /oldest\s*\d/i.test(c.innerText); })()`, heldCard), time.Minute),
 		sh.save("desktop-endpoints"))
+	// Cancel one of them from its row.
+	do("cancel a queued job",
+		chromedp.Navigate(b.base+"/#/endpoint/"+held.ID),
+		chromedp.Click(chromedp.CSS(`#jobs tr[data-status="IN_QUEUE"]`)),
+		chromedp.Click(chromedp.CSS(`#jobs tr.detail .job-cancel`)),
+		visible(`#jobs tr[data-status="CANCELLED"]`),
+		until(`document.querySelectorAll('#jobs tr[data-status="IN_QUEUE"]').length === 1`, 30*time.Second))
 	do("dark", dark(true), chromedp.Navigate(b.base+"/#/endpoint/"+ep.ID), visible(`#jobs tr[data-status="COMPLETED"]`),
 		sh.save("desktop-endpoint-dark"), dark(false))
 

@@ -350,6 +350,7 @@ function endpointView(main, id) {
   const note = h('div');
   const workersBody = h('div');
   const jobsBody = h('div#jobs');
+  const actErr = h('div.form-error#job-action-error', { style: 'padding: 0 16px' });
   const expanded = new Set();
   const details = new Map(); // job id → last full view (with stream)
   let filter = '';
@@ -410,10 +411,15 @@ function endpointView(main, id) {
       h('div.stack',
         h('section.panel', h('header', h('h2', 'Workers')), workersBody),
         h('section.panel', h('header', h('h2', 'Run a job')), h('div.body', form))),
-      h('section.panel', h('header', h('h2', 'Jobs'), filters), jobsBody)));
+      h('section.panel', h('header', h('h2', 'Jobs'), filters), actErr, jobsBody)));
 
   async function act(path, jobId) {
-    try { await api('/v2/' + encodeURIComponent(id) + '/' + path + '/' + encodeURIComponent(jobId), { method: 'POST' }); } catch (e) { if (!(e instanceof AuthError)) alert(e.message); }
+    clear(actErr);
+    try {
+      await api('/v2/' + encodeURIComponent(id) + '/' + path + '/' + encodeURIComponent(jobId), { method: 'POST' });
+    } catch (e) {
+      if (!(e instanceof AuthError)) clear(actErr, path + ' ' + short(jobId) + ': ' + e.message);
+    }
     poll();
   }
 
@@ -427,8 +433,8 @@ function endpointView(main, id) {
     }
     if (d.error) blocks.push(h('div.full', h('h3', 'Error'), h('pre.code', d.error)));
     const actions = [];
-    if (d.status === 'IN_QUEUE' || d.status === 'IN_PROGRESS') actions.push(h('button.btn.small.danger', { onclick: () => act('cancel', j.id) }, 'Cancel'));
-    if (d.status === 'FAILED' || d.status === 'TIMED_OUT') actions.push(h('button.btn.small', { onclick: () => act('retry', j.id) }, 'Retry'));
+    if (d.status === 'IN_QUEUE' || d.status === 'IN_PROGRESS') actions.push(h('button.btn.small.danger.job-cancel', { onclick: () => act('cancel', j.id) }, 'Cancel'));
+    if (d.status === 'FAILED' || d.status === 'TIMED_OUT') actions.push(h('button.btn.small.job-retry', { onclick: () => act('retry', j.id) }, 'Retry'));
     if (d.workerId) actions.push(h('a.btn.small', { href: '#/logs/worker/' + encodeURIComponent(id) + '/' + encodeURIComponent(d.workerId) + '/' + encodeURIComponent(j.id) }, 'Logs of this job'));
     return h('tr.detail', h('td', { colspan: 6 },
       h('div.row.small.muted', h('span.mono', j.id), h('span', 'created ' + ago(d.createdAt)), d.retries ? h('span', d.retries + ' retries') : null,
