@@ -182,55 +182,82 @@ func cmpString(a, b string) int {
 // gpuEvictionLocked picks the frozen workers to evict so that count GPUs
 // of typeIDs can be allocated: least recently frozen first, only as many
 // as needed (found by releasing their GPUs in the allocator, probing and
-// restoring them, all under s.mu). nil when eviction would not help.
-func (s *Supervisor) gpuEvictionLocked(typeIDs []string, count int) []*workerState {
+// restoring them, all under s.mu). GPUs of workers already being evicted
+// count as free, so repeated passes while they stop evict no more. ok is
+// false when eviction cannot help; pending are the evictions under way.
+func (s *Supervisor) gpuEvictionLocked(typeIDs []string, count int) (victims, pending []*workerState, ok bool) {
 	if s.cfg.GPUs == nil {
-		return nil
+		return nil, nil, false
 	}
-	var picked []*workerState
+	var released []*workerState
 	defer func() {
-		for _, ws := range picked {
+		for _, ws := range released {
 			if err := s.cfg.GPUs.Restore(ws.id, ws.gpus); err != nil {
 				s.log.Error("flashboot: restore GPUs after an eviction probe", "worker", ws.id, "err", err)
 			}
 		}
 	}()
+	fits := func() bool {
+		if _, err := s.cfg.GPUs.Allocate(probeHolder, typeIDs, count); err != nil {
+			return false
+		}
+		s.cfg.GPUs.Release(probeHolder)
+		return true
+	}
+	for _, ws := range s.workers {
+		if ws.evicted && len(ws.gpus) > 0 {
+			s.cfg.GPUs.Release(ws.id) // still held until forgotten, which s.mu excludes
+			released = append(released, ws)
+			pending = append(pending, ws)
+		}
+	}
+	if len(pending) > 0 && fits() {
+		return nil, pending, true
+	}
 	for _, ws := range s.frozenByAgeLocked() {
 		if len(ws.gpus) == 0 {
 			continue
 		}
 		s.cfg.GPUs.Release(ws.id)
-		picked = append(picked, ws)
-		if _, err := s.cfg.GPUs.Allocate(probeHolder, typeIDs, count); err == nil {
-			s.cfg.GPUs.Release(probeHolder)
-			return slices.Clone(picked)
+		released = append(released, ws)
+		victims = append(victims, ws)
+		if fits() {
+			return victims, pending, true
 		}
 	}
-	return nil
+	return nil, nil, false
 }
 
-// evictForGPUs evicts the frozen workers whose GPUs a new worker (of
-// endpoint `forEP`) or a pod needs, and returns a channel closed once
-// they are all gone (GPUs released); nil when no eviction helps.
+// evictForGPUs evicts the frozen workers whose GPUs a new worker or a pod
+// (who) needs, and returns a channel closed once they (and evictions
+// already under way) are gone, their GPUs released; nil when no eviction
+// helps.
 func (s *Supervisor) evictForGPUs(typeIDs []string, count int, who string) <-chan struct{} {
 	s.mu.Lock()
-	victims := s.gpuEvictionLocked(typeIDs, count)
+	victims, pending, ok := s.gpuEvictionLocked(typeIDs, count)
+	if !ok {
+		s.mu.Unlock()
+		return nil
+	}
 	var gone []<-chan struct{}
 	for _, ws := range victims {
 		s.evictLocked(ws, who+" needs its GPUs")
+	}
+	for _, ws := range append(victims, pending...) {
 		gone = append(gone, s.goneChanLocked(ws))
 	}
 	s.mu.Unlock()
-	if len(victims) == 0 {
-		return nil
-	}
 	for _, ws := range victims {
 		s.stopAsync(ws, s.cfg.IdleStopGrace)
 	}
 	done := make(chan struct{})
 	go func() {
 		for _, g := range gone {
-			<-g
+			select {
+			case <-g:
+			case <-s.ctx.Done():
+				return
+			}
 		}
 		close(done)
 	}()
