@@ -156,6 +156,10 @@ type conformance struct {
 	// send; the other tests also probe liberal acceptance on purpose.
 	requests bool
 
+	// own, when set, is Berth's generated /v2/openapi.json: v2 exchanges
+	// are held to it too, so the document cannot drift from the code.
+	own routers.Router
+
 	mu   sync.Mutex
 	seen map[string]int   // "v1 POST /pods" → exchanges validated
 	used map[*allowed]int // allow-list entries met
@@ -240,7 +244,30 @@ func (c *conformance) RoundTrip(req *http.Request) (*http.Response, error) {
 	if err := openapi3filter.ValidateResponse(vr.Context(), vout); err != nil {
 		c.report(op, what+": the answer does not match RunPod's document", err, out)
 	}
+	if version == "v2" && c.own != nil {
+		c.checkOwn(vr, body, res, out, what)
+	}
 	return res, nil
+}
+
+// checkOwn validates a v2 exchange against Berth's own document.
+func (c *conformance) checkOwn(req *http.Request, body []byte, res *http.Response, out []byte, what string) {
+	vr := req.Clone(context.Background())
+	vr.Body = io.NopCloser(bytes.NewReader(body))
+	route, params, err := c.own.FindRoute(vr)
+	if err != nil {
+		c.t.Errorf("%s: Berth's /v2/openapi.json has no such operation: %v", what, err)
+		return
+	}
+	in := &openapi3filter.RequestValidationInput{Request: vr, PathParams: params, Route: route, Options: conformanceOpts}
+	if err := openapi3filter.ValidateRequest(vr.Context(), in); err != nil && res.StatusCode < 400 {
+		c.t.Errorf("%s: Berth's own document calls the request invalid but Berth accepted it:\n%v", what, err)
+	}
+	vout := &openapi3filter.ResponseValidationInput{RequestValidationInput: in, Status: res.StatusCode, Header: res.Header,
+		Body: io.NopCloser(bytes.NewReader(out)), Options: conformanceOpts}
+	if err := openapi3filter.ValidateResponse(vr.Context(), vout); err != nil {
+		c.t.Errorf("%s: the answer does not match Berth's own /v2/openapi.json:\n%v\nbody: %.600s", what, err, out)
+	}
 }
 
 // report fails the test for each part of err not on the allow-list.

@@ -2,6 +2,12 @@ package httpapi_test
 
 import (
 	"encoding/json"
+	"slices"
+	"sort"
+
+	"github.com/getkin/kin-openapi/openapi3"
+	"github.com/getkin/kin-openapi/routers"
+	"github.com/getkin/kin-openapi/routers/gorillamux"
 	"strings"
 	"testing"
 	"time"
@@ -192,8 +198,7 @@ func TestRunPodV2Conformance(t *testing.T) {
 		}
 	})
 	c := e.conformant(true)
-
-	e.must(200, "GET", "/v2/openapi.json", nil, nil)
+	c.own = loadV2Doc(t, e)
 
 	// Account SSH keys, then a template asking for SSH.
 	const key = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOMqqnkVzrm0SdG6UOoqKLsabgH5C9okWi0dh2l9GKJl me@host"
@@ -387,4 +392,67 @@ func TestRunPodV2Conformance(t *testing.T) {
 	e.must(204, "DELETE", "/v2/network-volumes/"+vol.ID, nil, nil)
 	e.must(204, "DELETE", "/v2/registries/"+reg.ID, nil, nil)
 	c.checkCovered("v2")
+}
+
+// loadV2Doc fetches Berth's /v2/openapi.json, checks it loads and
+// validates as OpenAPI 3.1, and returns a router over it.
+func loadV2Doc(t *testing.T, e *testEnv) routers.Router {
+	t.Helper()
+	doc := v2Doc(t, e)
+	r, err := gorillamux.NewRouter(doc)
+	if err != nil {
+		t.Fatalf("router for /v2/openapi.json: %v", err)
+	}
+	return r
+}
+
+func v2Doc(t *testing.T, e *testEnv) *openapi3.T {
+	t.Helper()
+	runpodDoc(t, "v2") // enables JSON Schema 2020-12 once
+	raw := e.must(200, "GET", "/v2/openapi.json", nil, nil)
+	loader := openapi3.NewLoader()
+	doc, err := loader.LoadFromData(raw)
+	if err != nil {
+		t.Fatalf("load /v2/openapi.json: %v", err)
+	}
+	if err := doc.Validate(loader.Context); err != nil {
+		t.Fatalf("/v2/openapi.json does not validate: %v", err)
+	}
+	return doc
+}
+
+// TestV2Document: Berth's /v2/openapi.json describes exactly the v2 routes
+// the router serves, each under RunPod's operation id for that path and
+// method (getOpenAPI, this document, is Berth's own).
+func TestV2Document(t *testing.T) {
+	e := newValidatingServer(t)
+	doc := v2Doc(t, e)
+	rp, _ := runpodDoc(t, "v2")
+	ours := docOps(doc)
+	theirs := docOps(rp)
+	served := servedRoutes(t, e.api.Handler())
+	for route, id := range e.api.V2Routes() {
+		if ours[route] != id {
+			t.Errorf("%s: served as %s, documented as %q", route, id, ours[route])
+		}
+		if !slices.Contains(served, route) {
+			t.Errorf("%s: in the v2 route table but not served", route)
+		}
+		if theirs[route] != id && id != "getOpenAPI" {
+			t.Errorf("%s: Berth calls it %s, RunPod's v2.json %q", route, id, theirs[route])
+		}
+	}
+	var missing []string
+	for route := range theirs {
+		if _, ok := ours[route]; !ok {
+			missing = append(missing, route)
+		}
+	}
+	sort.Strings(missing)
+	if len(missing) > 0 {
+		t.Errorf("RunPod's v2.json operations Berth does not document: %v", missing)
+	}
+	if len(ours) != len(e.api.V2Routes()) {
+		t.Errorf("the document has %d operations, the router %d", len(ours), len(e.api.V2Routes()))
+	}
 }

@@ -181,17 +181,40 @@ type allRecord struct {
 	allAmounts
 }
 
-// write answers records with metadata; unique names the count field
-// ("uniquePodCount"), "" for none.
-func writeBilling[R any](w http.ResponseWriter, records []R, q billingQuery, totals any, unique string, n int) {
-	meta := map[string]any{"query": q, "recordCount": len(records), "totals": totals}
-	if unique != "" {
-		meta[unique] = n
-	}
+// billingList is v2's List…BillingResponse: records and metadata.
+type billingList[R any, T any] struct {
+	Records  []R            `json:"records"`
+	Metadata billingMeta[T] `json:"metadata"`
+}
+
+type billingMeta[T any] struct {
+	Query                    billingQuery `json:"query"`
+	RecordCount              int          `json:"recordCount"`
+	Totals                   T            `json:"totals"`
+	UniquePodCount           *int         `json:"uniquePodCount,omitempty"`
+	UniqueServerlessCount    *int         `json:"uniqueServerlessCount,omitempty"`
+	UniqueNetworkVolumeCount *int         `json:"uniqueNetworkVolumeCount,omitempty"`
+	UniqueClusterCount       *int         `json:"uniqueClusterCount,omitempty"`
+}
+
+// writeBilling answers records with metadata; unique names the count
+// field ("uniquePodCount"), "" for none.
+func writeBilling[R any, T any](w http.ResponseWriter, records []R, q billingQuery, totals T, unique string, n int) {
 	if records == nil {
 		records = []R{}
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"records": records, "metadata": meta})
+	out := billingList[R, T]{Records: records, Metadata: billingMeta[T]{Query: q, RecordCount: len(records), Totals: totals}}
+	switch unique {
+	case "uniquePodCount":
+		out.Metadata.UniquePodCount = &n
+	case "uniqueServerlessCount":
+		out.Metadata.UniqueServerlessCount = &n
+	case "uniqueNetworkVolumeCount":
+		out.Metadata.UniqueNetworkVolumeCount = &n
+	case "uniqueClusterCount":
+		out.Metadata.UniqueClusterCount = &n
+	}
+	writeJSON(w, http.StatusOK, out)
 }
 
 func round(v float64) float64 { return float64(int64(v*1e6+0.5)) / 1e6 }

@@ -155,7 +155,7 @@ func (a *API) listGPUTypes(w http.ResponseWriter, r *http.Request) {
 	if gs == nil {
 		gs = []GPUType{}
 	}
-	a.answer(w, r, http.StatusOK, map[string]any{"gpus": gs}, err)
+	a.answer(w, r, http.StatusOK, GPUList{GPUs: gs}, err)
 }
 
 func (a *API) getGPUType(w http.ResponseWriter, r *http.Request) {
@@ -241,7 +241,7 @@ func (a *API) listCPUTypes(w http.ResponseWriter, r *http.Request) {
 	if cs == nil {
 		cs = []CPUType{}
 	}
-	a.answer(w, r, http.StatusOK, map[string]any{"cpus": cs}, err)
+	a.answer(w, r, http.StatusOK, CPUList{CPUs: cs}, err)
 }
 
 func (a *API) getCPUType(w http.ResponseWriter, r *http.Request) {
@@ -323,7 +323,7 @@ func (a *API) listDataCenters(w http.ResponseWriter, r *http.Request) {
 	if keep {
 		out = append(out, dc)
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"dataCenters": out})
+	writeJSON(w, http.StatusOK, DataCenterList{DataCenters: out})
 }
 
 func (a *API) getDataCenter(w http.ResponseWriter, r *http.Request) {
@@ -338,4 +338,17 @@ func (a *API) getDataCenter(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeJSON(w, http.StatusOK, dc)
+}
+
+// GPUList, CPUList and DataCenterList are v2's list answers.
+type GPUList struct {
+	GPUs []GPUType `json:"gpus"`
+}
+
+type CPUList struct {
+	CPUs []CPUType `json:"cpus"`
+}
+
+type DataCenterList struct {
+	DataCenters []DataCenter `json:"dataCenters"`
 }

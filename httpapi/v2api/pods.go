@@ -386,9 +386,7 @@ func (a *API) deletePod(w http.ResponseWriter, r *http.Request) {
 }
 
 func (a *API) podAction(w http.ResponseWriter, r *http.Request) {
-	var b struct {
-		Action *string `json:"action"`
-	}
+	var b actionBody
 	if err := decode(r, &b); err != nil {
 		a.fail(w, r, err)
 		return
@@ -546,4 +544,9 @@ func (a *API) sendLogs(w http.ResponseWriter, r *http.Request, lq logQuery, what
 			flusher.Flush()
 		}
 	}
+}
+
+// actionBody is v2's PodActionRequest.
+type actionBody struct {
+	Action *string `json:"action"`
 }

@@ -133,11 +133,7 @@ func (a *API) listRegistries(w http.ResponseWriter, r *http.Request) {
 }
 
 func (a *API) createRegistry(w http.ResponseWriter, r *http.Request) {
-	var b struct {
-		Name     *string `json:"name"`
-		Username *string `json:"username"`
-		Password *string `json:"password"`
-	}
+	var b registryBody
 	if err := decode(r, &b); err != nil {
 		a.fail(w, r, err)
 		return
@@ -196,7 +192,7 @@ func (a *API) getSSHKeys(w http.ResponseWriter, r *http.Request) {
 func (a *API) putSSHKeys(w http.ResponseWriter, r *http.Request) {
 	var b struct {
 		Keys *[]string `json:"keys"`
-	}
+	} // v2's UpdateSshKeysRequest
 	if err := decode(r, &b); err != nil {
 		a.fail(w, r, err)
 		return
@@ -207,4 +203,11 @@ func (a *API) putSSHKeys(w http.ResponseWriter, r *http.Request) {
 	}
 	keys, err := a.cfg.Mgmt.SetSSHKeys(r.Context(), *b.Keys)
 	a.answer(w, r, http.StatusOK, SSHKeys{Keys: keys}, err)
+}
+
+// registryBody is v2's CreateRegistryRequest.
+type registryBody struct {
+	Name     *string `json:"name"`
+	Username *string `json:"username"`
+	Password *string `json:"password"`
 }
