@@ -489,7 +489,7 @@ func (c *queueCollector) Collect(ch chan<- prometheus.Metric) {
 		for state, n := range map[string]int{"in_queue": h.Jobs.InQueue, "in_progress": h.Jobs.InProgress, "completed": h.Jobs.Completed, "failed": h.Jobs.Failed} {
 			ch <- prometheus.MustNewConstMetric(queueDepthDesc, prometheus.GaugeValue, float64(n), id, state)
 		}
-		for state, n := range map[string]int{"idle": h.Workers.Idle, "running": h.Workers.Running, "initializing": h.Workers.Initializing, "unhealthy": h.Workers.Unhealthy} {
+		for state, n := range map[string]int{"idle": h.Workers.Idle, "running": h.Workers.Running, "initializing": h.Workers.Initializing, "unhealthy": h.Workers.Unhealthy, "frozen": h.Workers.Frozen} {
 			ch <- prometheus.MustNewConstMetric(workersDesc, prometheus.GaugeValue, float64(n), id, state)
 		}
 	}

@@ -3,8 +3,11 @@ package runtime_test
 import (
 	"context"
 	"errors"
+	"io"
 	"maps"
+	"net/http"
 	"slices"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -67,6 +70,19 @@ func (e *env) paused(cid string) bool {
 	return info.Paused && info.Running
 }
 
+func (e *env) metrics() string {
+	e.t.Helper()
+	req, _ := http.NewRequest("GET", e.base+"/metrics", nil)
+	req.Header.Set("Authorization", "Bearer "+apiKey)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return string(b)
+}
+
 func (e *env) health(epID string) queue.Health {
 	e.t.Helper()
 	var h queue.Health
@@ -101,6 +117,9 @@ func TestFlashBoot(t *testing.T) {
 	})
 	if st := s.Status(ep.ID); st.Workers.Frozen != 1 || st.Workers.Idle != 0 {
 		t.Fatalf("status %+v", st)
+	}
+	if m := e.metrics(); !strings.Contains(m, `berth_workers{endpoint="`+ep.ID+`",state="frozen"} 1`) {
+		t.Fatalf("no frozen worker in /metrics:\n%s", m)
 	}
 
 	// The next job thaws it; the same worker answers.
