@@ -447,8 +447,10 @@ function endpointView(main, id) {
     const body = h('tbody');
     for (const j of jobs) {
       const open = expanded.has(j.id);
+      const toggle = () => { if (expanded.has(j.id)) expanded.delete(j.id); else expanded.add(j.id); poll(); };
       body.append(h('tr.clickable', { class: open ? 'open' : null, 'data-job': j.id, 'data-status': j.status,
-        onclick: () => { if (expanded.has(j.id)) expanded.delete(j.id); else expanded.add(j.id); poll(); } },
+        tabindex: 0, 'aria-expanded': open ? 'true' : 'false', onclick: toggle,
+        onkeydown: (ev) => { if (ev.key === 'Enter' || ev.key === ' ') { ev.preventDefault(); toggle(); } } },
       h('td', { 'data-label': 'Status' }, statusPill(j.status)),
       h('td.mono', { 'data-label': 'Job', title: j.id }, short(j.id)),
       h('td.num', { 'data-label': 'Created' }, ago(j.createdAt)),
@@ -499,9 +501,12 @@ function endpointView(main, id) {
       clear(note, hl.reason ? h('div.note', { style: 'margin-bottom:12px' }, hl.reason) : null,
         hl.lastError ? h('div.note.bad', { style: 'margin-bottom:12px' }, hl.lastError) : null);
       clear(stats, metric('Queued', q.inQueue, q.inQueue > 0 ? 'warn' : null), metric('Running', q.inProgress),
-        metric('Oldest', q.inQueue ? age(q.oldestWaitMs) : '—'), metric('Done / failed', q.completed + ' / ' + q.failed));
+        metric('Oldest', q.inQueue ? age(q.oldestWaitMs) : '—'), metric('Done', q.completed + (q.failed ? ' / ' + q.failed + '✗' : ''), q.failed ? 'warn' : null));
       clear(workersBody, workerRows(e, gpus));
+      // Rows are rebuilt on every refresh: keep the keyboard focus on its job.
+      const focused = document.activeElement && jobsBody.contains(document.activeElement) ? document.activeElement.dataset.job : null;
       clear(jobsBody, jobRows(jobs));
+      if (focused) { const row = jobsBody.querySelector('tr[data-job="' + CSS.escape(focused) + '"]'); if (row) row.focus(); }
     },
   };
 }
