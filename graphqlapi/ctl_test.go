@@ -228,6 +228,21 @@ func TestRunpodctlAccountAndCatalogue(t *testing.T) {
 	if me.PubKey != key {
 		t.Errorf("pubKey after an update and a restart: %q", me.PubKey)
 	}
+	// They are the account's SSH keys of REST v2 too.
+	var v2keys struct{ Keys []string }
+	e.rest("GET", "/v2/account/ssh-keys", nil, 200, &v2keys)
+	if !reflect.DeepEqual(v2keys.Keys, []string{key}) {
+		t.Errorf("/v2/account/ssh-keys: %+v", v2keys)
+	}
+	// runpodctl ssh add-key joins keys with a blank line; each must be a key.
+	two := key + "\n\nssh-rsa AAAAB3NzaC1yc2EAAAADAQABAAABAQ me@desk"
+	e.ctl(fixture(t, "runpodctl/update_user_settings.graphql"), J{"input": J{"pubKey": two}}).ok(t, "updateUserSettings", nil)
+	e.ctl(fixture(t, "runpodctl/ssh_keys.graphql"), nil).ok(t, "myself", &me)
+	if me.PubKey != key+"\nssh-rsa AAAAB3NzaC1yc2EAAAADAQABAAABAQ me@desk" {
+		t.Errorf("two keys: %q", me.PubKey)
+	}
+	e.ctl(fixture(t, "runpodctl/update_user_settings.graphql"), J{"input": J{"pubKey": key + "\nnot a key"}}).refused(t, "updateUserSettings", "pubKey[1]")
+	e.ctl(fixture(t, "runpodctl/update_user_settings.graphql"), J{"input": J{"pubKey": key}}).ok(t, "updateUserSettings", nil)
 
 	// runpodctl gpu list: types, data-centre availability, pools.
 	var types []struct {
@@ -272,7 +287,8 @@ func TestRunpodctlAccountAndCatalogue(t *testing.T) {
 		t.Errorf("serverlessGpuPools: %+v", pools)
 	}
 
-	// runpodctl pod create (podFindAndDeployOnDemand with variables).
+	// runpodctl pod create (podFindAndDeployOnDemand with variables);
+	// startSsh puts the account's key (set above) in PUBLIC_KEY.
 	type ctlPod struct {
 		ID, Name, ImageName, DesiredStatus string
 		CostPerHr                          float64
@@ -289,7 +305,7 @@ func TestRunpodctlAccountAndCatalogue(t *testing.T) {
 		"gpuTypeId": "NVIDIA A40", "imageName": "me/dev:1", "name": "ctl-pod", "ports": "8888/http", "startSsh": true,
 		"supportPublicIp": true, "volumeInGb": 30, "volumeMountPath": "/data", "env": []J{{"key": "HF_HOME", "value": "/data/hf"}}}}).ok(t, "podFindAndDeployOnDemand", &pod)
 	if pod.Name != "ctl-pod" || pod.DesiredStatus != "RUNNING" || pod.ContainerDiskInGb != 20 || pod.VolumeInGb != 30 || pod.VolumeMountPath != "/data" ||
-		pod.GpuCount != 1 || pod.VcpuCount != 2 || pod.MemoryInGb != 16 || pod.Ports != "8888/http" || !reflect.DeepEqual(pod.Env, []string{"HF_HOME=/data/hf"}) ||
+		pod.GpuCount != 1 || pod.VcpuCount != 2 || pod.MemoryInGb != 16 || pod.Ports != "8888/http" || !reflect.DeepEqual(pod.Env, []string{"HF_HOME=/data/hf", "PUBLIC_KEY=" + key}) ||
 		pod.Machine.GpuDisplayName != "RTX 4090" || !strings.HasPrefix(pod.Machine.Location, "local") || pod.CostPerHr != 0.04 {
 		// The fake runtime hands out a 4090, unpriced: 2 vCPUs at 0.02.
 		t.Errorf("podFindAndDeployOnDemand (runpodctl): %+v", pod)

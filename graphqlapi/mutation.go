@@ -135,6 +135,7 @@ func (r *resolver) SaveTemplate(ctx context.Context, args struct{ Input *saveTem
 		return nil, err
 	}
 	in.Name, in.ImageName, in.IsPublic, in.Readme = a.Name, a.ImageName, a.IsPublic, a.Readme
+	in.StartSSH, in.StartJupyter = a.StartSsh, a.StartJupyter
 	if a.PortsConfig != nil {
 		in.PortLabels = map[string]string{}
 		for _, pc := range *a.PortsConfig {
@@ -447,9 +448,20 @@ func (r *resolver) UpdateUserSettings(ctx context.Context, args struct{ Input *s
 	if args.Input == nil {
 		return nil, invalid("input", "input {pubKey} is required")
 	}
-	u, err := r.mg().UpdateUserSettings(ctx, mgmt.UserSettingsInput{PubKey: args.Input.PubKey})
-	if err != nil {
-		return nil, wrap(err)
+	if args.Input.PubKey == nil {
+		return r.Myself(ctx)
 	}
-	return &userView{r: r, settings: u}, nil
+	// pubKey holds the keys one per line (runpodctl separates them with
+	// blank lines); they are the account's SSH keys of REST v2 too.
+	var keys []string
+	for line := range strings.SplitSeq(*args.Input.PubKey, "\n") {
+		if line = strings.TrimSpace(line); line != "" {
+			keys = append(keys, line)
+		}
+	}
+	keys, err := r.mg().SetSSHKeys(ctx, keys)
+	if err != nil {
+		return nil, wrap(renamed(err, map[string]string{"keys": "pubKey"}))
+	}
+	return &userView{r: r, keys: keys}, nil
 }

@@ -148,6 +148,9 @@ func (a *podDeployInput) mgmt(cpu bool) (mgmt.PodInput, error) {
 		in.VCPUCount = intp(a.MinVcpuCount)
 	}
 	in.SupportPublicIP, in.GlobalNetworking = a.SupportPublicIp, a.GlobalNetwork
+	// SSH and Jupyter: PUBLIC_KEY (the account's keys) and a
+	// JUPYTER_PASSWORD in the pod's env, as RunPod's images expect.
+	in.StartSSH, in.StartJupyter = a.StartSsh, a.StartJupyter
 	in.VolumeInGb, in.ContainerDiskInGb = intp(a.VolumeInGb), intp(a.ContainerDiskInGb)
 	if dc := given(a.DataCenterId); dc != nil {
 		in.DataCenterIDs = []string{*dc}

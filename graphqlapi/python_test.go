@@ -81,6 +81,21 @@ func TestPythonTemplateAndEndpoint(t *testing.T) {
 	}
 	// The job API knows it at once.
 	e.rest("GET", "/v2/"+ep.ID+"/health", nil, 200, nil)
+	// REST v2 shows the same records.
+	var v2t struct {
+		ID, Name, Image string
+		Serverless      bool
+		Env             map[string]string
+	}
+	e.rest("GET", "/v2/templates/"+tpl.ID, nil, 200, &v2t)
+	if v2t.Name != "echo-tpl" || v2t.Image != "berth/echo:1" || !v2t.Serverless || v2t.Env["GREETING"] != "hello" {
+		t.Errorf("/v2/templates: %+v", v2t)
+	}
+	var v2e struct{ ID, Name, Image, Type string }
+	e.rest("GET", "/v2/serverless/"+ep.ID, nil, 200, &v2e)
+	if v2e.ID != ep.ID || v2e.Name != "echo" || v2e.Image != "berth/echo:1" {
+		t.Errorf("/v2/serverless: %+v", v2e)
+	}
 
 	// Every option create_endpoint has, with a network volume.
 	var vol struct{ ID string }

@@ -25,21 +25,24 @@ func (r *resolver) podView(p store.Pod, prices mgmt.Prices) *podView {
 
 // userView is the operator's account.
 type userView struct {
-	r        *resolver
-	settings mgmt.UserSettings
+	r    *resolver
+	keys []string // the account's SSH public keys (mgmt.SSHKeys)
 }
 
 func (r *resolver) Myself(ctx context.Context) (*userView, error) {
-	u, err := r.mg().UserSettings(ctx)
+	keys, err := r.mg().SSHKeys(ctx)
 	if err != nil {
 		return nil, wrap(err)
 	}
-	return &userView{r: r, settings: u}, nil
+	return &userView{r: r, keys: keys}, nil
 }
 
-func (u *userView) ID() string              { return "berth" }
-func (u *userView) Email() *string          { return nil }
-func (u *userView) PubKey() *string         { return &u.settings.PubKey }
+func (u *userView) ID() string     { return "berth" }
+func (u *userView) Email() *string { return nil }
+
+// PubKey is the account's SSH keys, one per line, as RunPod keeps them
+// (the same keys as REST v2's /v2/account/ssh-keys).
+func (u *userView) PubKey() *string         { return ptr(strings.Join(u.keys, "\n")) }
 func (u *userView) ClientBalance() *float64 { return nil }
 func (u *userView) SpendLimit() *float64    { return nil }
 func (u *userView) NotifyPodsStale() bool   { return false }

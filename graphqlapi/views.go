@@ -126,8 +126,8 @@ func (t templateView) IsPublic() bool           { return t.Template.IsPublic }
 func (t templateView) IsRunpod() bool           { return t.Template.IsRunpod }
 func (t templateView) Category() *string        { return emptyNil(t.Template.Category) }
 func (t templateView) Readme() string           { return t.Template.Readme }
-func (t templateView) StartSsh() bool           { return false }
-func (t templateView) StartJupyter() bool       { return false }
+func (t templateView) StartSsh() bool           { return t.Template.StartSSH }
+func (t templateView) StartJupyter() bool       { return t.Template.StartJupyter }
 func (t templateView) StartScript() *string     { return nil }
 func (t templateView) AdvancedStart() bool      { return false }
 func (t templateView) Earned() float64          { return t.Template.Earned }

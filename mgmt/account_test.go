@@ -10,30 +10,6 @@ import (
 	"berth/store"
 )
 
-func TestUserSettings(t *testing.T) {
-	s, _ := newService(t)
-	ctx := context.Background()
-	u, err := s.UserSettings(ctx)
-	if err != nil || u.PubKey != "" {
-		t.Fatalf("before any update: %+v %v", u, err)
-	}
-	keys := "ssh-ed25519 AAAA1 a@b\nssh-rsa AAAA2 c@d"
-	if u, err = s.UpdateUserSettings(ctx, mgmt.UserSettingsInput{PubKey: &keys}); err != nil || u.PubKey != keys {
-		t.Fatalf("update: %+v %v", u, err)
-	}
-	// Nothing given: nothing changes.
-	if u, err = s.UpdateUserSettings(ctx, mgmt.UserSettingsInput{}); err != nil || u.PubKey != keys {
-		t.Fatalf("empty update: %+v %v", u, err)
-	}
-	for name, bad := range map[string]string{"too long": strings.Repeat("k", 64<<10+1), "binary": "ssh-ed25519 \x00", "not utf-8": "\xff"} {
-		_, err := s.UpdateUserSettings(ctx, mgmt.UserSettingsInput{PubKey: &bad})
-		wantErr(t, err, mgmt.Invalid, "pubKey")
-		if u, _ := s.UserSettings(ctx); u.PubKey != keys {
-			t.Errorf("%s: a refused update changed the settings", name)
-		}
-	}
-}
-
 func TestUpdateRegistryAuth(t *testing.T) {
 	s, db := newService(t)
 	ctx := context.Background()
