@@ -326,6 +326,18 @@ func TestEveryRoute(t *testing.T) {
 		t.Errorf("/metrics: %d", code)
 	}
 
+	// The OpenAI route (openai_test.go tests it in depth).
+	for _, c := range [][2]string{{"POST", "chat/completions"}, {"POST", "completions"}, {"POST", "embeddings"}, {"POST", "responses"}, {"GET", "models"}} {
+		answerOpenAI(w, `{"output": [{"object": "x"}]}`)
+		var b any
+		if c[0] == "POST" {
+			b = J{"model": "m"}
+		}
+		e.must(200, c[0], v2+"/openai/v1/"+c[1], b, nil)
+	}
+	e.must(404, "POST", v2+"/openai/v1/", J{}, nil)
+	e.must(404, "GET", v2+"/openai/v1/", nil, nil)
+
 	// Deletes, in dependency order.
 	e.must(204, "DELETE", "/v1/pods/"+pod.ID, nil, nil)
 	e.must(204, "DELETE", "/v1/endpoints/"+ep.ID, nil, nil)

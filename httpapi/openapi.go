@@ -118,7 +118,9 @@ func document(version string) obj {
 			errResp = jErr
 		}
 		rs["401"] = errResp("Missing or invalid API key.")
-		rs["500"] = errResp("Internal error (for example the database file cannot be written).")
+		if _, ok := rs["500"]; !ok {
+			rs["500"] = errResp("Internal error (for example the database file cannot be written).")
+		}
 		spec := obj{"operationId": o.id, "tags": []string{o.tag}, "summary": o.summary, "responses": rs}
 		if o.desc != "" {
 			spec["description"] = o.desc

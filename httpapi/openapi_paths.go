@@ -169,7 +169,7 @@ func operations() []op {
 			desc:      "The bbolt file as of one read transaction (writes go on meanwhile); Content-Length is its size. `berth backup FILE` saves it.",
 			responses: obj{"200": obj{"description": "The database file.", "content": obj{"application/octet-stream": obj{"schema": obj{"type": "string", "format": "binary"}}}}}},
 	}
-	return append(append(ops, jobOperations()...), jobViewOperations()...)
+	return append(append(append(ops, jobOperations()...), jobViewOperations()...), openaiOperations()...)
 }
 
 func enumQ(name, def string, values ...string) obj {

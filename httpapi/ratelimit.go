@@ -24,6 +24,7 @@ var baseLimits = map[string]struct{ per10s, concurrent int }{
 	"cancel":      {100, 20},
 	"retry":       {100, 20},
 	"purge-queue": {2, 0},
+	"openai":      {2000, 400}, // /openai/* (GET /openai/v1/models too)
 }
 
 type limiter struct {

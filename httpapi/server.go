@@ -206,6 +206,7 @@ func (s *Server) routes() {
 	v2.Handle("/health", job("health", s.healthWithReason)).Methods(http.MethodGet)
 	v2.Handle("/retry/{jobId}", job("retry", s.retry)).Methods(http.MethodPost)
 	v2.Handle("/purge-queue", job("purge-queue", s.purge)).Methods(http.MethodPost)
+	s.openaiRoutes(v2, job) // openai.go
 	v2.Handle("/job-take-batch/{workerId}", wk("job-take-batch", s.jobTake(true))).Methods(http.MethodGet)
 
 	// GraphQL (runpod-python's and runpodctl's management calls): graphql.go.
