@@ -317,7 +317,7 @@ func TestDashboardInBrowser(t *testing.T) {
 	// A streaming job shows its chunks while it runs (peeked: the job
 	// still returns them all at the end).
 	do("a streaming job",
-		chromedp.SetValue(chromedp.CSS("#run-input"), `{"stream": ["first chunk", "second", "third", "fourth", "fifth", "sixth", "seventh", "eighth"], "stream_delay_ms": 1000}`),
+		chromedp.SetValue(chromedp.CSS("#run-input"), `{"stream": ["first chunk", "second", "third", "fourth", "fifth", "sixth", "seventh", "eighth"], "stream_delay_ms": 1500}`),
 		chromedp.Click(chromedp.CSS("#run-submit")),
 		until(`(() => { const w = document.querySelector('#job-watch .watch[data-status="IN_PROGRESS"] #job-stream');
 			return w !== null && w.textContent.includes('first chunk'); })()`, time.Minute),
