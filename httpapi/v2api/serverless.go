@@ -561,7 +561,10 @@ func (a *API) workerViews(e store.Endpoint) ([]WorkerView, WorkerSummary) {
 			continue // exited: no longer a worker
 		}
 		v := WorkerView{ID: w.ID, Status: st, IsStale: w.Version < e.Version, Version: ptr(w.Version), GPUCount: w.GPUCount,
-			Image: ptr(w.ImageName), DataCenterID: ptr(mgmt.DataCenterID)}
+			DataCenterID: ptr(mgmt.DataCenterID)}
+		if w.ImageName != "" { // not known until the container is made
+			v.Image = ptr(w.ImageName)
+		}
 		if w.GPUTypeID != "" {
 			v.GPUTypeID = ptr(w.GPUTypeID)
 		}
