@@ -64,6 +64,9 @@ func TestValidFuzzSeedsAccepted(t *testing.T) {
 			case "FuzzManagementBodies":
 				_, _, rec := a.mgmtBody(vals[0].(byte), vals[1].([]byte))
 				ok(rec.Code, rec.Body.String())
+			case "FuzzV2Bodies":
+				_, _, rec := a.v2Body(vals[0].(byte), vals[1].([]byte))
+				ok(rec.Code, rec.Body.String())
 			case "FuzzGraphQL":
 				_, rec := a.graphql(vals[0].([]byte))
 				if rec.Code != 200 || strings.Contains(rec.Body.String(), `"errors"`) {

@@ -100,7 +100,8 @@ func check(t *testing.T, what string, rec *httptest.ResponseRecorder) {
 	}
 	if rec.Code >= 400 {
 		var m map[string]any
-		if json.Unmarshal(rec.Body.Bytes(), &m) != nil || (m["error"] == nil && m["message"] == nil) {
+		// job API {"error"}, v1 {"message"}, v2 RFC 9457 {"title","detail"}
+		if json.Unmarshal(rec.Body.Bytes(), &m) != nil || (m["error"] == nil && m["message"] == nil && m["title"] == nil) {
 			t.Fatalf("%s: %d with a body that is not an error object: %q", what, rec.Code, rec.Body)
 		}
 	}
@@ -245,6 +246,9 @@ func FuzzQuery(f *testing.F) {
 		{"GET", "/v1/billing/endpoints"}, {"GET", "/v1/billing/networkvolumes"}, {"GET", "/v1/pods/{pod}/logs"},
 		{"GET", "/v1/endpoints/{ep}/workers/fq/logs"}, {"GET", "/v1/endpoints/{ep}/jobs"}, {"GET", "/v1/endpoints/{ep}/queue"},
 		{"GET", "/v1/gpus"}, {"GET", "/v2/{ep}/status-sync/no-such-job"}, {"GET", "/v1/endpoints/{ep}/jobs/{job}"},
+		{"GET", "/v2/pods"}, {"GET", "/v2/serverless"}, {"GET", "/v2/serverless/{ep}"}, {"GET", "/v2/serverless/{ep}/workers"},
+		{"GET", "/v2/templates"}, {"GET", "/v2/billing"}, {"GET", "/v2/billing/pods"}, {"GET", "/v2/catalog/gpus"},
+		{"GET", "/v2/catalog/templates"}, {"GET", "/v2/network-volumes"},
 	}
 	f.Fuzz(func(t *testing.T, which uint8, query string) {
 		r := routes[int(which)%len(routes)]
@@ -356,4 +360,50 @@ func FuzzGraphQL(f *testing.F) {
 func (a *fuzzAPI) graphql(body []byte) ([]byte, *httptest.ResponseRecorder) {
 	body = []byte(strings.NewReplacer("{ep}", a.ep, "{tpl}", a.tpl, "{pod}", a.pod).Replace(string(body)))
 	return body, a.do("POST", "/graphql", body)
+}
+
+// FuzzV2Bodies: any bytes as the body of every REST v2 write; an
+// accepted create is read back.
+func FuzzV2Bodies(f *testing.F) {
+	for i, s := range []string{
+		`{"name":"t2","image":"busybox:1","args":"sleep 1","ports":["8000/http"],"env":{"A":"1"}}`,
+		`{"name":"e2","type":"QUEUE","templateId":"{tpl}","workers":{"min":0,"max":1,"idleTimeout":5}}`,
+		`{"name":"p2","image":"alpine:3","cpu":{"id":"cpu3g","vcpuCount":2}}`,
+		`{"name":"v2","size":10,"dataCenter":"EU-RO-1","type":"HIGH_PERFORMANCE"}`,
+		`{"name":"r2","username":"u","password":"p"}`,
+		`{"env":{"B":"2"}}`, `{"scaling":{"type":"REQUEST_COUNT","requestCount":3}}`, `{"name":"p2b"}`, `{"size":20}`,
+		`{"action":"stop"}`, `{"keys":["not a key"]}`, `{"bogus":1}`, `[]`, ``,
+	} {
+		f.Add(uint8(i), []byte(s))
+	}
+	a := newFuzzAPI(f)
+	f.Fuzz(func(t *testing.T, which uint8, body []byte) {
+		r, body, rec := a.v2Body(which, body)
+		check(t, r.method+" "+r.path+" "+string(body), rec)
+		if rec.Code/100 != 2 || r.read == "" {
+			return
+		}
+		var m struct{ ID string }
+		if json.Unmarshal(rec.Body.Bytes(), &m) != nil || m.ID == "" {
+			t.Fatalf("created without an id: %s", rec.Body)
+		}
+		if g := a.do("GET", r.read+m.ID, nil); g.Code != 200 {
+			t.Fatalf("created %s not readable: %d %s", m.ID, g.Code, g.Body)
+		}
+		a.do("DELETE", r.read+m.ID, nil)
+	})
+}
+
+var v2Routes = []mgmtRoute{
+	{"POST", "/v2/templates", "/v2/templates/"}, {"POST", "/v2/serverless", "/v2/serverless/"}, {"POST", "/v2/pods", "/v2/pods/"},
+	{"POST", "/v2/network-volumes", "/v2/network-volumes/"}, {"POST", "/v2/registries", "/v2/registries/"},
+	{"PATCH", "/v2/templates/{tpl}", ""}, {"PATCH", "/v2/serverless/{ep}", ""}, {"PATCH", "/v2/pods/{pod}", ""},
+	{"PATCH", "/v2/network-volumes/{vol}", ""}, {"POST", "/v2/pods/{pod}/action", ""}, {"PUT", "/v2/account/ssh-keys", ""},
+}
+
+func (a *fuzzAPI) v2Body(which uint8, body []byte) (mgmtRoute, []byte, *httptest.ResponseRecorder) {
+	r := v2Routes[int(which)%len(v2Routes)]
+	rp := strings.NewReplacer("{ep}", a.ep, "{tpl}", a.tpl, "{pod}", a.pod, "{vol}", a.vol)
+	body = []byte(rp.Replace(string(body)))
+	return r, body, a.do(r.method, rp.Replace(r.path), body)
 }
