@@ -42,7 +42,8 @@ func serve(ctx context.Context, o cli.ServeOptions) error {
 		goruntime.GOMAXPROCS(store.Procs())
 	}
 
-	db, err := store.Open(filepath.Join(o.Data, "berth.db"), store.Options{})
+	m := httpapi.NewMetrics()
+	db, err := store.Open(filepath.Join(o.Data, "berth.db"), store.Options{OnCommit: m.Commit})
 	if err != nil {
 		return err
 	}
@@ -55,6 +56,7 @@ func serve(ctx context.Context, o cli.ServeOptions) error {
 	var sup atomic.Pointer[runtime.Supervisor]
 	q := queue.New(db, queue.Config{Logger: log.With("component", "queue"), WorkerTimeout: o.WorkerTimeout, ReconcileGrace: o.ReconcileGrace, MaxAttempts: o.MaxAttempts,
 		WebhookClient: hooks.Client(10 * time.Second),
+		OnJobFinished: m.JobFinished, OnWebhook: m.Webhook,
 		OnQueueChange: func(id string) {
 			if s := sup.Load(); s != nil {
 				s.Notify(id)
@@ -69,7 +71,7 @@ func serve(ctx context.Context, o cli.ServeOptions) error {
 	if err := q.Start(context.Background()); err != nil {
 		return err
 	}
-	s, gpus, workerLn, err := startRuntime(context.Background(), log.With("component", "runtime"), db, q, o)
+	s, gpus, workerLn, err := startRuntime(context.Background(), log.With("component", "runtime"), db, q, o, m)
 	if err != nil {
 		q.Stop()
 		return fmt.Errorf("start the container runtime: %w", err)
@@ -77,7 +79,10 @@ func serve(ctx context.Context, o cli.ServeOptions) error {
 	cfg := httpapi.Config{
 		Store: db, Queue: q, Logger: log.With("component", "http"), APIKeyHash: keyHash, DataDir: o.Data,
 		RateLimits: o.RateLimits, Version: version, PingInterval: pingInterval,
-		GPUs: gpus.Snapshot,
+		GPUs: gpus.Snapshot, Metrics: m,
+	}
+	if len(gpus.Snapshot()) > 0 {
+		cfg.GPUUsage = gpu.SampleSystem // no series without GPUs
 	}
 	if s != nil {
 		sup.Store(s)
@@ -170,7 +175,7 @@ func apiKeyHash(db *store.DB, log *slog.Logger) (string, error) {
 // workers run jobs) and says so; the allocator (never nil) still lists the
 // GPUs NVML found. workerLn, when not nil, is a listener on the Docker
 // bridge gateway that must serve the worker protocol only.
-func startRuntime(ctx context.Context, log *slog.Logger, db *store.DB, q *queue.Service, o cli.ServeOptions) (*runtime.Supervisor, *gpu.Allocator, net.Listener, error) {
+func startRuntime(ctx context.Context, log *slog.Logger, db *store.DB, q *queue.Service, o cli.ServeOptions, m *httpapi.Metrics) (*runtime.Supervisor, *gpu.Allocator, net.Listener, error) {
 	addr, data := o.Addr, o.Data
 	// runtime.Config's zero means the default and negative never.
 	flashMax, flashMem := o.FlashMaxFrozen, int64(o.FlashMinMemMiB)<<20
@@ -188,6 +193,9 @@ func startRuntime(ctx context.Context, log *slog.Logger, db *store.DB, q *queue.
 	}
 	alloc := gpu.NewAllocator(devs)
 	dock, err := runtime.NewDocker(ctx, log)
+	if err == nil {
+		dock.OnPull = m.Pull
+	}
 	if err != nil {
 		log.Warn("no Docker daemon: endpoints get no worker containers; attach workers with `berth worker-env`", "err", err)
 		return nil, alloc, nil, nil
@@ -208,7 +216,7 @@ func startRuntime(ctx context.Context, log *slog.Logger, db *store.DB, q *queue.
 	abs, _ := filepath.Abs(data)
 	sum := sha256.Sum256([]byte(abs))
 	s, err := runtime.New(runtime.Config{
-		Docker: dock, Queue: q, GPUs: alloc, Logger: log,
+		Docker: dock, Queue: q, GPUs: alloc, Logger: log, OnScale: m.Scale,
 		Instance: hex.EncodeToString(sum[:6]), DataDir: data,
 		FlashMaxFrozen: flashMax, FlashMinMemAvailable: flashMem,
 		WorkerBaseURL: "http://host.docker.internal:" + port,

@@ -12,3 +12,6 @@ func DiscoverSystem() ([]Device, error) {
 func SystemDriverVersion() (string, error) {
 	return "", ErrUnavailable
 }
+
+// SampleSystem always fails without cgo on Linux; see DiscoverSystem.
+func SampleSystem() ([]Usage, error) { return nil, ErrUnavailable }

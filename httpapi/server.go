@@ -90,6 +90,13 @@ type Config struct {
 	// endpoint's "status" (JSON as is); its "reason" (why jobs are held
 	// back) is added to /health. Optional.
 	EndpointStatus func(endpointID string) any
+
+	// Metrics holds the series other packages feed (NewMetrics; pass the
+	// one whose hooks were wired). Optional: New makes one.
+	Metrics *Metrics
+	// GPUUsage samples the GPUs for /metrics. Optional: nil (no GPUs)
+	// leaves the GPU series out.
+	GPUUsage func() ([]gpu.Usage, error)
 }
 
 // Server is Berth's HTTP API.
@@ -407,7 +414,10 @@ type metrics struct {
 }
 
 func newMetrics(s *Server) *metrics {
-	m := &metrics{reg: prometheus.NewRegistry()}
+	if s.cfg.Metrics == nil {
+		s.cfg.Metrics = NewMetrics()
+	}
+	m := &metrics{reg: s.cfg.Metrics.reg}
 	m.requests = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "berth_http_requests_total", Help: "HTTP requests by route and status code.",
 	}, []string{"route", "code"})
@@ -418,7 +428,7 @@ func newMetrics(s *Server) *metrics {
 	held := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "berth_long_polls", Help: "Long polls (job-take, job-stop, runsync, status-sync, stream) being held.",
 	}, func() float64 { return float64(s.polls.Held()) })
-	m.reg.MustRegister(m.requests, m.duration, held, &queueCollector{s: s},
+	m.reg.MustRegister(m.requests, m.duration, held, &queueCollector{s: s}, &hostCollector{s: s},
 		prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}))
 	return m
 }

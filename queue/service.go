@@ -665,6 +665,9 @@ func (s *Service) finishLocked(j *job, st store.JobStatus, output json.RawMessag
 		j.execT.Stop()
 		j.execT = nil
 	}
+	if f := s.cfg.OnJobFinished; f != nil && !j.rec.StartedAt.IsZero() {
+		f(j.rec.EndpointID, st, j.rec.StartedAt.Sub(j.rec.QueuedAt), now.Sub(j.rec.StartedAt))
+	}
 	j.rec.Status = st
 	j.rec.CompletedAt = now
 	if output != nil {

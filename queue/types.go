@@ -65,6 +65,14 @@ type Config struct {
 	// OnQueueChange is told when an endpoint's queue grows, so the
 	// autoscaler can react without polling. Optional; must not block.
 	OnQueueChange func(endpointID string)
+	// OnJobFinished is told when a job that a worker started ends (any
+	// terminal status), with its delayTime and executionTime, for
+	// metrics. Optional; called with the queue's lock held: must not block.
+	OnJobFinished func(endpointID string, status store.JobStatus, delay, execution time.Duration)
+	// OnWebhook is told the outcome of each webhook delivery attempt:
+	// "delivered", "retry" (failed, will be retried) or "failed" (gave
+	// up). Optional; must not block.
+	OnWebhook func(endpointID, result string)
 }
 
 func (c *Config) defaults() {

@@ -78,14 +78,17 @@ func (s *Service) deliver(h *store.OutboxEntry) {
 	h.Attempts++
 	err := s.post(h)
 	if err == nil {
+		s.webhookResult(h, "delivered")
 		s.st.WriteAsync(store.Delete(store.Outbox, h.ID))
 		return
 	}
 	if h.Attempts >= s.cfg.WebhookAttempts {
+		s.webhookResult(h, "failed")
 		s.log().Warn("webhook not delivered; giving up", "endpoint", h.EndpointID, "job", h.JobID, "url", h.URL, "attempts", h.Attempts, "err", err)
 		s.st.WriteAsync(store.Delete(store.Outbox, h.ID))
 		return
 	}
+	s.webhookResult(h, "retry")
 	s.log().Info("webhook failed; will retry", "endpoint", h.EndpointID, "job", h.JobID, "url", h.URL, "attempt", h.Attempts, "err", err)
 	h.NextAt = s.clock.Now().Add(s.cfg.WebhookRetryDelay)
 	s.st.WriteAsync(store.Put(store.Outbox, h.ID, h))
@@ -123,4 +126,10 @@ func (s *Service) post(h *store.OutboxEntry) error {
 		return fmt.Errorf("receiver answered %d", resp.StatusCode)
 	}
 	return nil
+}
+
+func (s *Service) webhookResult(h *store.OutboxEntry, result string) {
+	if s.cfg.OnWebhook != nil {
+		s.cfg.OnWebhook(h.EndpointID, result)
+	}
 }

@@ -35,6 +35,11 @@ type Docker struct {
 	// diskOpt remembers whether StorageOpt "size" works on this daemon
 	// (diskUnknown until the first create that asks for it).
 	diskOpt atomic.Int32
+
+	// OnPull, when set before use, is told of every image pull: the
+	// reference, how long it took and its error (nil: pulled). For
+	// metrics; must not block.
+	OnPull func(ref string, took time.Duration, err error)
 }
 
 // DaemonInfo is what Berth learned about the daemon at connect time.

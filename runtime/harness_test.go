@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -83,6 +84,9 @@ type env struct {
 	use   *usage
 	inst  string
 	image string // echoworker
+	// metrics are fed by the Supervisor (OnScale) and Docker (OnPull)
+	// and served on /metrics, as in wire.go.
+	metrics *httpapi.Metrics
 }
 
 type envOpt func(*runtime.Config)
@@ -111,6 +115,8 @@ func newEnvAt(t testing.TB, host string, opts ...envOpt) *env {
 		t.Fatalf("NewDocker: %v", err)
 	}
 	e.d = d
+	e.metrics = httpapi.NewMetrics()
+	d.OnPull = e.metrics.Pull
 	t.Cleanup(func() { _ = d.Close() })
 	e.image = dockertest.BuildGoImage(t, echoWorker)
 
@@ -138,7 +144,7 @@ func newEnvAt(t testing.TB, host string, opts ...envOpt) *env {
 	}
 	t.Cleanup(e.q.Stop)
 
-	api := httpapi.New(httpapi.Config{Store: db, Queue: e.q, Logger: e.log, APIKeyHash: httpapi.HashKey(apiKey),
+	api := httpapi.New(httpapi.Config{Store: db, Queue: e.q, Logger: e.log, APIKeyHash: httpapi.HashKey(apiKey), Metrics: e.metrics,
 		Workers: func(id string) queue.WorkerCounts {
 			if s := e.sup.Load(); s != nil {
 				return s.WorkerCounts(id)
@@ -172,6 +178,7 @@ func newEnvAt(t testing.TB, host string, opts ...envOpt) *env {
 			return httpapi.WorkerEnv(base, ep, w, key, 2000)
 		},
 		OnRun:          e.use.record,
+		OnScale:        e.metrics.Scale,
 		TickInterval:   100 * time.Millisecond,
 		ResyncInterval: 2 * time.Second,
 		BackoffBase:    200 * time.Millisecond,
@@ -320,6 +327,34 @@ func (e *env) call(method, path, body string, out any) {
 			e.t.Fatalf("%s %s: %v: %s", method, path, err, b)
 		}
 	}
+}
+
+// metric scrapes /metrics and returns the value of name{labels} (pairs),
+// -1 when there is no such series.
+func (e *env) metric(name string, labels ...string) float64 {
+	e.t.Helper()
+	req, _ := http.NewRequest(http.MethodGet, e.base+"/metrics", nil)
+	req.Header.Set("Authorization", "Bearer "+apiKey)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	for _, line := range strings.Split(string(b), "\n") {
+		if !strings.HasPrefix(line, name+"{") && !strings.HasPrefix(line, name+" ") {
+			continue
+		}
+		ok := true
+		for i := 0; i+1 < len(labels); i += 2 {
+			ok = ok && strings.Contains(line, labels[i]+`="`+labels[i+1]+`"`)
+		}
+		if ok {
+			f, _ := strconv.ParseFloat(line[strings.LastIndex(line, " ")+1:], 64)
+			return f
+		}
+	}
+	return -1
 }
 
 // wait returns the job's status once it is terminal.

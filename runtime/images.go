@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"strings"
+	"time"
 
 	"github.com/distribution/reference"
 	"github.com/moby/moby/api/pkg/authconfig"
@@ -54,6 +55,15 @@ func (d *Docker) EnsureImage(ctx context.Context, ref string, auth *RegistryAuth
 		opts.RegistryAuth = enc
 	}
 	d.log.Info("pulling image", "ref", ref)
+	start := time.Now()
+	err = d.pull(ctx, ref, opts, progress)
+	if d.OnPull != nil {
+		d.OnPull(ref, time.Since(start), err)
+	}
+	return err
+}
+
+func (d *Docker) pull(ctx context.Context, ref string, opts client.ImagePullOptions, progress func(msg string)) error {
 	resp, err := d.cli.ImagePull(ctx, ref, opts)
 	if err != nil {
 		return fmt.Errorf("pull image %q: %w", ref, err)

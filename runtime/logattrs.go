@@ -14,3 +14,9 @@ func (s *Supervisor) wlog(ws *workerState) *slog.Logger {
 	}
 	return l
 }
+
+func (s *Supervisor) scaled(endpointID, action string) {
+	if s.cfg.OnScale != nil {
+		s.cfg.OnScale(endpointID, action)
+	}
+}

@@ -78,6 +78,16 @@ func TestRegistryWorkerPull(t *testing.T) {
 	if jsonString(out) != "pulled" {
 		t.Fatalf("output %s", out)
 	}
+	// /metrics counted the refused pull, the good one and the start.
+	if ok, bad := e.metric("berth_image_pulls_total", "result", "ok"), e.metric("berth_image_pulls_total", "result", "error"); ok != 1 || bad < 1 {
+		t.Errorf("image pulls: ok %v, error %v", ok, bad)
+	}
+	if n := e.metric("berth_image_pull_seconds_count"); n < 2 {
+		t.Errorf("pull durations observed: %v", n)
+	}
+	if n := e.metric("berth_scaling_decisions_total", "endpoint", goodEP.ID, "action", "start"); n < 1 {
+		t.Errorf("worker starts of %s counted: %v", goodEP.ID, n)
+	}
 	if st := s.Status(goodEP.ID); st.Unhealthy || st.LastError != "" {
 		t.Fatalf("status %+v", st)
 	}

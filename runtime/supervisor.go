@@ -83,6 +83,13 @@ type Config struct {
 	// KindPod; endpointID is "" for pods; gpuTypeID is "" without a GPU.
 	OnRun func(kind, id, endpointID, gpuTypeID string, gpuCount int, start, end time.Time)
 
+	// OnScale is told each scaling decision, for metrics: "start" (a
+	// worker container is launched), "drain" (a worker is asked to finish
+	// and stop: scale-down, idle timeout, new version) or "kill" (a worker
+	// stopped for a fault). Optional; may be called with the Supervisor's
+	// lock held: must not block.
+	OnScale func(endpointID, action string)
+
 	Clock  clockwork.Clock // [real clock]
 	Logger *slog.Logger    // [slog.Default]
 

@@ -225,6 +225,13 @@ func TestDrainOnScaleDown(t *testing.T) {
 		t.Fatalf("health %+v: the drained worker's job must complete, not be retried", h.Jobs)
 	}
 	e.eventually("the drained container gone", func() bool { return len(e.running(ep.ID)) <= 1 })
+	// /metrics counted the decisions: two starts, at least one drain.
+	if n := e.metric("berth_scaling_decisions_total", "endpoint", ep.ID, "action", "start"); n < 2 {
+		t.Errorf("starts counted: %v", n)
+	}
+	if n := e.metric("berth_scaling_decisions_total", "endpoint", ep.ID, "action", "drain"); n < 1 {
+		t.Errorf("drains counted: %v", n)
+	}
 }
 
 // TestRollingUpdate: a new endpoint version starts new workers first, then

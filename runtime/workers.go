@@ -329,6 +329,7 @@ func (s *Supervisor) observeLocked(ws *workerState, loads map[string]queue.Worke
 	}
 	ws.stopsSeen = seenNow
 	if fault != "" {
+		s.scaled(ws.endpointID, "kill")
 		s.wlog(ws).Warn("stopping worker", "reason", fault)
 		ws.draining, ws.drainReason, ws.fault = true, fault, fault
 		*kill = append(*kill, ws)
@@ -344,6 +345,7 @@ func idleFor(ws *workerState, now time.Time) time.Duration {
 
 func (s *Supervisor) markDrainLocked(ws *workerState, reason string) {
 	ws.draining, ws.drainReason = true, reason
+	s.scaled(ws.endpointID, "drain")
 	s.wlog(ws).Info("draining worker", "reason", reason)
 }
 
@@ -471,6 +473,7 @@ func (s *Supervisor) startOne(ep store.Endpoint, tmpl store.Template, key string
 	es.attempts++
 	s.wg.Add(1)
 	s.mu.Unlock()
+	s.scaled(ws.endpointID, "start")
 	s.wlog(ws).Info("starting worker", "version", ep.Version, "image", tmpl.ImageName, "gpus", ws.gpus)
 	go s.launch(ws, ep, tmpl, reg.Key)
 	return nil

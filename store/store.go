@@ -88,6 +88,8 @@ type DB struct {
 
 	// MaxBatch bounds how many queued writes share one transaction.
 	maxBatch int
+
+	onCommit func(time.Duration, int)
 }
 
 type batchEntry struct {
@@ -100,6 +102,10 @@ type Options struct {
 	// NoSync turns fsync off. Only benchmarks comparing against a memory
 	// ceiling use it; Berth itself never does.
 	NoSync bool
+	// OnCommit, if set, is told how long each group-commit transaction
+	// took (fsync included) and how many writes it carried. For metrics;
+	// called on the commit goroutine: must not block.
+	OnCommit func(took time.Duration, writes int)
 }
 
 // Open opens (creating if needed) the database file at path.
@@ -123,7 +129,7 @@ func Open(path string, opts Options) (*DB, error) {
 	if err != nil {
 		return nil, err
 	}
-	db := &DB{bolt: b, wake: make(chan struct{}, 1), done: make(chan struct{}), maxBatch: 4096}
+	db := &DB{bolt: b, wake: make(chan struct{}, 1), done: make(chan struct{}), maxBatch: 4096, onCommit: opts.OnCommit}
 	go db.commitLoop()
 	return db, nil
 }
@@ -210,6 +216,7 @@ func (db *DB) commitLoop() {
 			<-db.wake
 			continue
 		}
+		start := time.Now()
 		err := db.bolt.Update(func(tx *bolt.Tx) error {
 			for _, e := range batch {
 				for _, op := range e.ops {
@@ -220,6 +227,9 @@ func (db *DB) commitLoop() {
 			}
 			return nil
 		})
+		if db.onCommit != nil {
+			db.onCommit(time.Since(start), len(batch))
+		}
 		for _, e := range batch {
 			if e.done != nil {
 				e.done <- err
