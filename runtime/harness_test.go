@@ -86,7 +86,7 @@ type env struct {
 	image string // echoworker
 	// metrics are fed by the Supervisor (OnScale) and Docker (OnPull)
 	// and served on /metrics, as in wire.go.
-	metrics *httpapi.Metrics
+	prom *httpapi.Metrics
 }
 
 type envOpt func(*runtime.Config)
@@ -115,8 +115,8 @@ func newEnvAt(t testing.TB, host string, opts ...envOpt) *env {
 		t.Fatalf("NewDocker: %v", err)
 	}
 	e.d = d
-	e.metrics = httpapi.NewMetrics()
-	d.OnPull = e.metrics.Pull
+	e.prom = httpapi.NewMetrics()
+	d.OnPull = e.prom.Pull
 	t.Cleanup(func() { _ = d.Close() })
 	e.image = dockertest.BuildGoImage(t, echoWorker)
 
@@ -144,7 +144,7 @@ func newEnvAt(t testing.TB, host string, opts ...envOpt) *env {
 	}
 	t.Cleanup(e.q.Stop)
 
-	api := httpapi.New(httpapi.Config{Store: db, Queue: e.q, Logger: e.log, APIKeyHash: httpapi.HashKey(apiKey), Metrics: e.metrics,
+	api := httpapi.New(httpapi.Config{Store: db, Queue: e.q, Logger: e.log, APIKeyHash: httpapi.HashKey(apiKey), Metrics: e.prom,
 		Workers: func(id string) queue.WorkerCounts {
 			if s := e.sup.Load(); s != nil {
 				return s.WorkerCounts(id)
@@ -178,7 +178,7 @@ func newEnvAt(t testing.TB, host string, opts ...envOpt) *env {
 			return httpapi.WorkerEnv(base, ep, w, key, 2000)
 		},
 		OnRun:          e.use.record,
-		OnScale:        e.metrics.Scale,
+		OnScale:        e.prom.Scale,
 		TickInterval:   100 * time.Millisecond,
 		ResyncInterval: 2 * time.Second,
 		BackoffBase:    200 * time.Millisecond,
