@@ -319,6 +319,20 @@ func TestPythonGPUs(t *testing.T) {
 	if len(one) != 1 || !reflect.DeepEqual(one[0], want) {
 		t.Errorf("get_gpu 4090 x2:\n got %+v\nwant %+v", one, want)
 	}
+	// Stock: one of the two boards is held by a worker.
+	var stock []struct {
+		LowestPrice struct {
+			StockStatus           *string
+			MaxUnreservedGpuCount int
+			AvailableGpuCounts    []int
+		}
+	}
+	for n, want := range map[string]string{"1": "High", "2": "Low"} {
+		e.python(`query { gpuTypes(input: {id: "NVIDIA GeForce RTX 4090"}) { lowestPrice(input: {gpuCount: ` + n + `}) { stockStatus maxUnreservedGpuCount availableGpuCounts } } }`).ok(t, "gpuTypes", &stock)
+		if lp := stock[0].LowestPrice; lp.StockStatus == nil || *lp.StockStatus != want || lp.MaxUnreservedGpuCount != 1 || !reflect.DeepEqual(lp.AvailableGpuCounts, []int{1, 2}) {
+			t.Errorf("4090 x%s: %+v, want stock %s", n, lp, want)
+		}
+	}
 	e.python(fixture(t, "runpod-python/get_gpu.graphql", "gpuId", "NVIDIA GeForce RTX 4090", "gpuCount", "3")).ok(t, "gpuTypes", &one)
 	if len(one) != 1 || one[0].LowestPrice.UninterruptablePrice != nil {
 		t.Errorf("get_gpu 4090 x3 (this host has 2): %+v", one)

@@ -160,7 +160,7 @@ func (r *resolver) GpuTypes(args struct {
 	}
 	out := []gpuTypeView{}
 	for _, g := range all {
-		if slices.Contains(want, g.model.ID) {
+		if slices.Contains(want, g.g.ID) {
 			out = append(out, g)
 		}
 	}
@@ -184,15 +184,10 @@ func (r *resolver) ServerlessGpuPools() []serverlessPool {
 // DataCenters is this host, with the GPU types it has.
 func (r *resolver) DataCenters() []dataCenterView {
 	dc := dataCenterView{ID: mgmt.DataCenterID, Name: "Berth (this host)", Location: "local", GpuAvailability: []gpuAvailability{}}
-	for _, g := range gpuCatalogue(r.cfg.GPUs(), mgmt.Prices{}) {
-		if g.total == 0 {
-			continue
+	for _, g := range mgmt.GPUCatalogue(r.cfg.GPUs(), mgmt.Prices{}) {
+		if g.Total > 0 {
+			dc.GpuAvailability = append(dc.GpuAvailability, gpuAvailability{GpuTypeId: g.ID, DisplayName: displayName(g.ID), StockStatus: stockStatus(g.Stock(1))})
 		}
-		st := "Low"
-		if g.free > 0 {
-			st = "High"
-		}
-		dc.GpuAvailability = append(dc.GpuAvailability, gpuAvailability{GpuTypeId: g.model.ID, DisplayName: displayName(g.model.ID), StockStatus: &st})
 	}
 	return []dataCenterView{dc}
 }

@@ -404,12 +404,7 @@ func (v podView) NetworkVolume(ctx context.Context) (*volumeView, error) {
 
 // ---- GPUs ----
 
-type gpuTypeView struct {
-	model gpu.Model
-	price float64
-	total int // this host's boards of the type
-	free  int
-}
+type gpuTypeView struct{ g mgmt.GPUType }
 
 type lowestPrice struct {
 	GpuName, GpuTypeId                    string
@@ -438,27 +433,27 @@ type lowestPriceArgs struct {
 	}
 }
 
-func (g gpuTypeView) ID() string          { return g.model.ID }
-func (g gpuTypeView) DisplayName() string { return displayName(g.model.ID) }
+func (g gpuTypeView) ID() string          { return g.g.ID }
+func (g gpuTypeView) DisplayName() string { return displayName(g.g.ID) }
 func (g gpuTypeView) Manufacturer() string {
-	if strings.HasPrefix(g.model.ID, "AMD ") {
+	if strings.HasPrefix(g.g.ID, "AMD ") {
 		return "AMD"
 	}
 	return "Nvidia"
 }
-func (g gpuTypeView) MemoryInGb() int32                { return i32(g.model.MemoryGB) }
+func (g gpuTypeView) MemoryInGb() int32                { return i32(g.g.MemoryGB) }
 func (g gpuTypeView) CudaCores() *int32                { return nil }
-func (g gpuTypeView) SecureCloud() bool                { return g.total > 0 }
+func (g gpuTypeView) SecureCloud() bool                { return g.g.Total > 0 }
 func (g gpuTypeView) CommunityCloud() bool             { return false }
-func (g gpuTypeView) SecurePrice() *float64            { return &g.price }
+func (g gpuTypeView) SecurePrice() *float64            { return &g.g.Price }
 func (g gpuTypeView) CommunityPrice() *float64         { return nil }
 func (g gpuTypeView) OneWeekPrice() *float64           { return nil }
 func (g gpuTypeView) OneMonthPrice() *float64          { return nil }
 func (g gpuTypeView) ThreeMonthPrice() *float64        { return nil }
 func (g gpuTypeView) CommunitySpotPrice() *float64     { return nil }
 func (g gpuTypeView) SecureSpotPrice() *float64        { return nil }
-func (g gpuTypeView) MaxGpuCount() int32               { return i32(g.total) }
-func (g gpuTypeView) MaxGpuCountSecureCloud() int32    { return i32(g.total) }
+func (g gpuTypeView) MaxGpuCount() int32               { return i32(g.g.Total) }
+func (g gpuTypeView) MaxGpuCountSecureCloud() int32    { return i32(g.g.Total) }
 func (g gpuTypeView) MaxGpuCountCommunityCloud() int32 { return 0 }
 
 // LowestPrice answers from the price table: the per-GPU price when this
@@ -471,19 +466,25 @@ func (g gpuTypeView) LowestPrice(args lowestPriceArgs) (*lowestPrice, error) {
 			return nil, invalid("gpuCount", "gpuCount must be at least 1, got %d", n)
 		}
 	}
-	lp := &lowestPrice{GpuName: displayName(g.model.ID), GpuTypeId: g.model.ID, MaxUnreservedGpuCount: i32(g.free), AvailableGpuCounts: []int32{}}
-	for i := 1; i <= g.total; i++ {
+	lp := &lowestPrice{GpuName: displayName(g.g.ID), GpuTypeId: g.g.ID, MaxUnreservedGpuCount: i32(g.g.Free), AvailableGpuCounts: []int32{}}
+	for i := 1; i <= g.g.Total; i++ {
 		lp.AvailableGpuCounts = append(lp.AvailableGpuCounts, int32(i))
 	}
-	if g.total >= n {
-		lp.UninterruptablePrice = ptr(g.price)
+	if g.g.Total >= n {
+		lp.UninterruptablePrice = ptr(g.g.Price)
 		lp.MinVcpu = ptr(i32(runtime.NumCPU()))
-		lp.StockStatus = ptr("Low")
-		if g.free >= n {
-			lp.StockStatus = ptr("High")
-		}
+		lp.StockStatus = stockStatus(g.g.Stock(n))
 	}
 	return lp, nil
+}
+
+// stockStatus is mgmt's stock level as RunPod's GraphQL spells it
+// ("High", "Medium", "Low"); null when the host has too few boards.
+func stockStatus(level string) *string {
+	if level == "" {
+		return nil
+	}
+	return ptr(level[:1] + strings.ToLower(level[1:]))
 }
 
 // displayName is RunPod's short name: "RTX 4090" for "NVIDIA GeForce RTX 4090".
@@ -493,27 +494,12 @@ func displayName(id string) string {
 	return s
 }
 
-// gpuCatalogue is RunPod's GPU types (gpu.Models) and any board of this
-// host missing from them, with the host's counts and the table's prices.
+// gpuCatalogue is mgmt's catalogue as GraphQL views.
 func gpuCatalogue(devs []gpu.Status, prices mgmt.Prices) []gpuTypeView {
-	total, free := map[string]int{}, map[string]int{}
-	var extra []gpu.Model
-	for _, d := range devs {
-		t := d.TypeID
-		if t == "" {
-			t = gpu.TypeID(d.Name)
-		}
-		if _, ok := gpu.LookupModel(t); !ok && total[t] == 0 {
-			extra = append(extra, gpu.Model{ID: t, MemoryGB: int((d.MemoryMiB + 512) / 1024)})
-		}
-		total[t]++
-		if d.Holder == "" {
-			free[t]++
-		}
-	}
-	out := make([]gpuTypeView, 0, len(gpu.Models)+len(extra))
-	for _, m := range append(slices.Clone(gpu.Models), extra...) {
-		out = append(out, gpuTypeView{model: m, price: prices.GPUHourly[m.ID], total: total[m.ID], free: free[m.ID]})
+	cat := mgmt.GPUCatalogue(devs, prices)
+	out := make([]gpuTypeView, 0, len(cat))
+	for _, g := range cat {
+		out = append(out, gpuTypeView{g})
 	}
 	return out
 }

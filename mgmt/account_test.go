@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"berth/gpu"
 	"berth/mgmt"
 	"berth/store"
 )
@@ -83,6 +84,35 @@ func TestPodHourly(t *testing.T) {
 	} {
 		if got := p.PodHourly(c.pod); got < c.want-1e-9 || got > c.want+1e-9 {
 			t.Errorf("%+v: %v, want %v", c.pod, got, c.want)
+		}
+	}
+}
+
+func TestGPUCatalogue(t *testing.T) {
+	devs := []gpu.Status{
+		{Device: gpu.Device{Name: "NVIDIA A40", TypeID: "NVIDIA A40", MemoryMiB: 46068}, Holder: "w1"},
+		{Device: gpu.Device{Name: "NVIDIA A40", TypeID: "NVIDIA A40", MemoryMiB: 46068}},
+		{Device: gpu.Device{Name: "NVIDIA A40", TypeID: "NVIDIA A40", MemoryMiB: 46068}, Holder: "pod"},
+		{Device: gpu.Device{Name: "Board X", MemoryMiB: 20000}},
+	}
+	cat := mgmt.GPUCatalogue(devs, mgmt.Prices{GPUHourly: map[string]float64{"NVIDIA A40": 0.4}})
+	if len(cat) != len(gpu.Models)+1 || cat[0].ID != "NVIDIA A40" || cat[1].ID != "NVIDIA Board X" {
+		t.Fatalf("order: %d types, first %q %q", len(cat), cat[0].ID, cat[1].ID)
+	}
+	a40, x := cat[0], cat[1]
+	if !a40.Known || a40.Total != 3 || a40.Free != 1 || a40.Price != 0.4 || a40.MemoryGB != 48 || a40.Pool != "AMPERE_48" {
+		t.Errorf("A40: %+v", a40)
+	}
+	if x.Known || x.Total != 1 || x.MemoryGB != 20 || x.Price != 0 {
+		t.Errorf("local board: %+v", x)
+	}
+	for _, c := range []struct {
+		g    mgmt.GPUType
+		n    int
+		want string
+	}{{a40, 1, "MEDIUM"}, {a40, 2, "LOW"}, {a40, 4, ""}, {x, 1, "HIGH"}, {cat[2], 1, ""}} {
+		if got := c.g.Stock(c.n); got != c.want {
+			t.Errorf("%s x%d: %q, want %q", c.g.ID, c.n, got, c.want)
 		}
 	}
 }
