@@ -138,3 +138,61 @@ func TestDaemonRestart(t *testing.T) {
 		t.Fatalf("containers of workers %v", left)
 	}
 }
+
+// TestFlashBootDaemonReconnect: a frozen worker resumed behind Berth's
+// back while the daemon cannot be reached (as after a daemon restart with
+// live-restore) is found running at the reconcile that follows the
+// reconnection: it counts as idle again, not frozen, and serves the next
+// job without a thaw. (Not parallel: it points DOCKER_HOST at a proxy.)
+func TestFlashBootDaemonReconnect(t *testing.T) {
+	dockertest.Require(t)
+	host := os.Getenv("DOCKER_HOST")
+	if host == "" {
+		host = "unix:///var/run/docker.sock"
+	}
+	if !strings.HasPrefix(host, "unix://") {
+		t.Skipf("DOCKER_HOST %s is not a unix socket", host)
+	}
+	direct, err := client.New(client.WithHost(host))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer direct.Close()
+	proxy := newSockProxy(t, strings.TrimPrefix(host, "unix://"))
+	t.Setenv("DOCKER_HOST", "unix://"+proxy.ln.Addr().String())
+
+	e, clock, _ := flashEnv(t)
+	tm := e.putTemplate(nil)
+	ep := e.putEndpoint(tm.ID, func(ep *store.Endpoint) { ep.Flashboot, ep.WorkersMax = true, 1 })
+	s := e.start()
+	e.waitCompleted(ep.ID, e.run(ep.ID, `{"echo": "cold"}`))
+	e.workerIn(ep.ID, runtime.StateIdle)
+	clock.Advance(6 * time.Second)
+	w := e.workerIn(ep.ID, runtime.StateFrozen)
+	e.eventually("paused", func() bool { return e.paused(w.ContainerID) })
+
+	proxy.cut()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := direct.ContainerUnpause(ctx, w.ContainerID, client.ContainerUnpauseOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	proxy.up()
+	// The re-subscription waits out its back-off on the fake clock.
+	e.eventually("the resumed worker idle again", func() bool {
+		clock.Advance(500 * time.Millisecond)
+		ws := s.Workers(ep.ID)
+		return len(ws) == 1 && ws[0].State == runtime.StateIdle && ws[0].WorkerID == w.WorkerID
+	})
+	for _, l := range e.q.Workers(ep.ID) {
+		if l.Frozen {
+			t.Fatalf("the queue still has %s frozen", l.WorkerID)
+		}
+	}
+	if out := jsonString(e.waitCompleted(ep.ID, e.run(ep.ID, `{"echo": "resumed"}`))); out != "resumed" {
+		t.Fatalf("output %q", out)
+	}
+	if st := s.Status(ep.ID); st.Attempts != 1 {
+		t.Fatalf("%d containers launched", st.Attempts)
+	}
+}

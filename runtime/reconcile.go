@@ -91,7 +91,8 @@ func (s *Supervisor) resyncWorker(ctx context.Context, info ContainerInfo, eps m
 		s.mu.Lock()
 		unpaused := info.Running && !info.Paused && ws.fz == fzFrozen
 		if unpaused {
-			ws.fz = fzNone // resumed behind Berth's back: it serves again
+			// Resumed behind Berth's back: it serves again, idle from now.
+			ws.fz, ws.idleSince = fzNone, s.clock.Now()
 		}
 		s.mu.Unlock()
 		if unpaused {
