@@ -29,6 +29,7 @@ type harness struct {
 	clock *clockwork.FakeClock
 	cfg   queue.Config
 	logs  *logtest.Lines
+	opts  store.Options
 }
 
 func newHarness(t *testing.T, cfg queue.Config) *harness {
@@ -45,7 +46,7 @@ func newHarness(t *testing.T, cfg queue.Config) *harness {
 }
 
 func (h *harness) open() {
-	db, err := store.Open(h.path, store.Options{})
+	db, err := store.Open(h.path, h.opts)
 	if err != nil {
 		h.t.Fatal(err)
 	}

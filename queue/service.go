@@ -1,15 +1,15 @@
 package queue
 
 import (
-	"cmp"
+	"container/heap"
 	"container/list"
 	"context"
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
-	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -28,7 +28,11 @@ type Service struct {
 	clock clockwork.Clock
 
 	mu        sync.Mutex
-	jobs      map[string]*job
+	jobs      map[string]*job  // loaded jobs: running, finished, or queued and looked at
+	cold      map[string]*qent // queued jobs kept only as their queue entry
+	exp       expiryHeap       // the cold entries by ttl
+	expT      clockwork.Timer  // fires at exp's earliest ttl
+	expAt     int64
 	endpoints map[string]*endpointQ
 	workers   map[string]*worker
 	keys      map[string]string // key hash → worker id
@@ -44,7 +48,7 @@ type Service struct {
 type job struct {
 	rec     store.Job
 	input   json.RawMessage
-	elem    *list.Element // in its endpoint's FIFO while queued
+	q       *qent // its queue entry while queued
 	chunks  []json.RawMessage
 	changed chan struct{} // closed on every change, then replaced
 	timers  []clockwork.Timer
@@ -55,7 +59,7 @@ type job struct {
 
 type endpointQ struct {
 	id      string
-	fifo    *list.List // of *job
+	fifo    ring
 	waiters *list.List // of *takeWaiter
 	low     int        // lowPriority jobs in fifo
 	// counts of retained jobs
@@ -102,7 +106,7 @@ func New(st Store, cfg Config) *Service {
 	cfg.defaults()
 	return &Service{
 		cfg: cfg, st: st, clock: cfg.Clock,
-		jobs: map[string]*job{}, endpoints: map[string]*endpointQ{},
+		jobs: map[string]*job{}, cold: map[string]*qent{}, endpoints: map[string]*endpointQ{},
 		workers: map[string]*worker{}, keys: map[string]string{},
 		hq: hookQueue{signal: make(chan struct{}, 1)}, stopCh: make(chan struct{}),
 	}
@@ -117,29 +121,11 @@ func (s *Service) log() interface {
 }
 
 // Start loads jobs, workers and pending webhooks from the store and resumes
-// every timer from its stored time.
+// every timer from its stored time. Queued jobs are loaded from the job
+// index alone; the others (running, finished, or queued with a worker that
+// may still answer) in full.
 func (s *Service) Start(ctx context.Context) error {
 	now := s.clock.Now()
-	var loaded []*job
-	err := s.st.Scan(store.Jobs, func(key string, raw []byte) error {
-		var rec store.Job
-		if err := json.Unmarshal(raw, &rec); err != nil {
-			s.log().Error("skipping unreadable job record", "job", key, "err", err)
-			return nil
-		}
-		loaded = append(loaded, &job{rec: rec, changed: make(chan struct{})})
-		return nil
-	})
-	if err != nil {
-		return fmt.Errorf("load jobs: %w", err)
-	}
-	inputs := map[string]json.RawMessage{}
-	if err := s.st.Scan(store.JobInputs, func(key string, raw []byte) error {
-		inputs[key] = append(json.RawMessage(nil), raw...)
-		return nil
-	}); err != nil {
-		return fmt.Errorf("load job inputs: %w", err)
-	}
 	var ws []store.Worker
 	if err := s.st.Scan(store.Workers, func(key string, raw []byte) error {
 		var w store.Worker
@@ -165,18 +151,28 @@ func (s *Service) Start(ctx context.Context) error {
 	for _, w := range ws {
 		s.addWorkerLocked(w, now)
 	}
-	// Queued jobs go back in their original order.
-	sortJobs(loaded)
-	for _, j := range loaded {
-		j.input = j.rec.Input
-		if j.input == nil {
-			j.input = inputs[j.rec.ID]
+	// The index yields jobs in submission order: queued jobs go back in
+	// their original order.
+	loaded := 0
+	err := s.st.ScanJobIndex(func(e store.JobEntry, load func() (store.Job, json.RawMessage, error)) error {
+		loaded++
+		if e.Seq > s.seq {
+			s.seq = e.Seq
 		}
-		if j.rec.Seq > s.seq {
-			s.seq = j.rec.Seq
+		ep := s.endpointLocked(e.EndpointID)
+		if e.Status == store.InQueue && !e.HasWorker {
+			q := &qent{id: e.ID, ep: ep, seq: e.Seq, queuedAt: e.QueuedAt.UnixNano(), expires: e.ExpiresAt.UnixNano(), low: e.LowPriority, hidx: -1}
+			s.cold[e.ID] = q
+			s.pushColdLocked(ep, q)
+			return nil
 		}
+		rec, input, err := load()
+		if err != nil {
+			s.log().Error("skipping unreadable job record", "job", e.ID, "err", err)
+			return nil
+		}
+		j := &job{rec: rec, input: input, changed: make(chan struct{})}
 		s.jobs[j.rec.ID] = j
-		ep := s.endpointLocked(j.rec.EndpointID)
 		switch j.rec.Status {
 		case store.InQueue:
 			s.pushLocked(ep, j, false)
@@ -195,7 +191,13 @@ func (s *Service) Start(ctx context.Context) error {
 			s.armRetentionLocked(j)
 		}
 		s.armTTLLocked(j)
+		return nil
+	})
+	if err != nil {
+		s.mu.Unlock()
+		return fmt.Errorf("load jobs: %w", err)
 	}
+	s.armExpiryLocked()
 	s.started = true
 	s.mu.Unlock()
 
@@ -206,7 +208,7 @@ func (s *Service) Start(ctx context.Context) error {
 	for _, h := range hooks {
 		s.scheduleHook(h)
 	}
-	s.log().Info("queue loaded", "jobs", len(loaded), "workers", len(ws), "webhooks", len(hooks))
+	s.log().Info("queue loaded", "jobs", loaded, "workers", len(ws), "webhooks", len(hooks))
 	return nil
 }
 
@@ -220,6 +222,9 @@ func (s *Service) Stop() {
 	s.stopped = true
 	for _, j := range s.jobs {
 		j.stopTimers()
+	}
+	if s.expT != nil {
+		s.expT.Stop()
 	}
 	for _, w := range s.workers {
 		if w.lostT != nil {
@@ -237,11 +242,6 @@ func (s *Service) Stop() {
 	s.wg.Wait()
 }
 
-func sortJobs(js []*job) {
-	// insertion order = Seq; a simple sort keeps the FIFO after a restart
-	slices.SortFunc(js, func(a, b *job) int { return cmp.Compare(a.rec.Seq, b.rec.Seq) })
-}
-
 func (j *job) stopTimers() {
 	for _, t := range j.timers {
 		t.Stop()
@@ -257,7 +257,7 @@ func (j *job) stopTimers() {
 func (s *Service) endpointLocked(id string) *endpointQ {
 	ep := s.endpoints[id]
 	if ep == nil {
-		ep = &endpointQ{id: id, fifo: list.New(), waiters: list.New()}
+		ep = &endpointQ{id: id, waiters: list.New()}
 		s.endpoints[id] = ep
 	}
 	return ep
@@ -280,12 +280,28 @@ func (j *job) changedLocked() {
 // pushLocked queues j; front puts it ahead of the others (a requeue after a
 // lost worker keeps its place).
 func (s *Service) pushLocked(ep *endpointQ, j *job, front bool) {
+	j.q = &qent{id: j.rec.ID, ep: ep, j: j, seq: j.rec.Seq, queuedAt: j.rec.QueuedAt.UnixNano(), low: j.rec.LowPriority, hidx: -1}
 	if front {
-		j.elem = ep.fifo.PushFront(j)
+		ep.fifo.pushFront(j.q)
 	} else {
-		j.elem = ep.fifo.PushBack(j)
+		ep.fifo.pushBack(j.q)
 	}
-	if j.rec.LowPriority {
+	s.queuedLocked(ep, j.q)
+}
+
+// pushColdLocked queues a job kept only as its entry; its ttl is kept by
+// the expiry heap.
+func (s *Service) pushColdLocked(ep *endpointQ, q *qent) {
+	ep.fifo.pushBack(q)
+	s.exp.add(q)
+	if s.started {
+		s.armExpiryLocked()
+	}
+	s.queuedLocked(ep, q)
+}
+
+func (s *Service) queuedLocked(ep *endpointQ, q *qent) {
+	if q.low {
 		ep.low++
 	}
 	if tw := ep.nextWaiterLocked(); tw != nil {
@@ -297,15 +313,132 @@ func (s *Service) pushLocked(ep *endpointQ, j *job, front bool) {
 }
 
 func (s *Service) unqueueLocked(ep *endpointQ, j *job) {
-	if j.elem == nil {
+	if j.q == nil {
 		return
 	}
-	ep.fifo.Remove(j.elem)
-	j.elem = nil
-	if j.rec.LowPriority {
+	ep.fifo.remove(j.q)
+	if j.q.low {
 		ep.low--
 	}
+	j.q = nil
 }
+
+// takeFrontLocked removes the endpoint's first queued job and returns it
+// loaded, or nil when the queue is empty.
+func (s *Service) takeFrontLocked(ep *endpointQ) *job {
+	for {
+		q := ep.fifo.front()
+		if q == nil {
+			return nil
+		}
+		if q.j != nil {
+			j := q.j
+			s.unqueueLocked(ep, j)
+			return j
+		}
+		j, err := s.warmLocked(q)
+		if err != nil {
+			continue // warmLocked dropped the entry
+		}
+		s.unqueueLocked(ep, j)
+		return j
+	}
+}
+
+// readLocked loads a cold entry's job from the store.
+func (s *Service) readLocked(q *qent) (*job, error) {
+	rec, input, err := s.st.LoadJob(q.id)
+	if err != nil {
+		s.log().Error("cannot read a queued job's record", "job", q.id, "err", err)
+		if errors.Is(err, store.ErrNotFound) {
+			s.dropColdLocked(q)
+			return nil, ErrNotFound
+		}
+		return nil, fmt.Errorf("load job: %w", err)
+	}
+	return &job{rec: rec, input: input, changed: make(chan struct{})}, nil
+}
+
+// warmLocked loads a cold entry's job and keeps it loaded, in its place in
+// the queue, with its own timers (the caller changes or watches it).
+func (s *Service) warmLocked(q *qent) (*job, error) {
+	j, err := s.readLocked(q)
+	if err != nil {
+		return nil, err
+	}
+	q.j, j.q = j, q
+	delete(s.cold, q.id)
+	s.unexpireLocked(q)
+	s.jobs[q.id] = j
+	s.armTTLLocked(j)
+	return j, nil
+}
+
+// dropColdLocked forgets a cold entry.
+func (s *Service) dropColdLocked(q *qent) {
+	q.ep.fifo.remove(q)
+	if q.low {
+		q.ep.low--
+	}
+	delete(s.cold, q.id)
+	s.unexpireLocked(q)
+}
+
+// unexpireLocked takes q out of the expiry heap; the timer follows the
+// earliest ttl exactly (tests count the fake clock's timers).
+func (s *Service) unexpireLocked(q *qent) {
+	first := q.hidx == 0
+	s.exp.drop(q)
+	if first && s.expT != nil {
+		s.expT.Stop()
+		s.expT = nil
+		s.armExpiryLocked()
+	}
+}
+
+// armExpiryLocked sets the timer for the earliest cold ttl. A timer set for
+// an entry since loaded or removed fires, finds nothing due and re-arms.
+func (s *Service) armExpiryLocked() {
+	if len(s.exp) == 0 || s.stopped {
+		return
+	}
+	at := s.exp[0].expires
+	if s.expT != nil {
+		if at >= s.expAt {
+			return
+		}
+		s.expT.Stop()
+	}
+	s.expAt = at
+	s.expT = s.clock.AfterFunc(time.Duration(at-s.clock.Now().UnixNano()), s.expireCold)
+}
+
+// expireCold removes the cold jobs whose ttl has passed, a bounded number
+// per lock hold.
+func (s *Service) expireCold() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.expT = nil
+	if s.stopped {
+		return
+	}
+	now := s.clock.Now().UnixNano()
+	var ops []store.Op
+	for n := 0; n < removeBatch && len(s.exp) > 0 && s.exp[0].expires <= now; n++ {
+		q := heap.Pop(&s.exp).(*qent)
+		s.log().Info("job expired (ttl)", "job", q.id, "status", store.InQueue)
+		s.dropColdLocked(q)
+		ops = append(ops, store.DeleteJob(q.id, q.seq)...)
+	}
+	if len(ops) > 0 {
+		s.st.WriteAsync(ops...)
+	}
+	s.armExpiryLocked()
+}
+
+// removeBatch bounds the jobs purged or expired per lock hold and
+// transaction, so other requests wait for at most one batch.
+const removeBatch = 2000
 
 func (s *Service) countTerminalLocked(ep *endpointQ, st store.JobStatus, d int) {
 	switch st {
@@ -326,10 +459,7 @@ func newJobID(sync bool) string {
 	return id
 }
 
-func jobOps(j *job) store.Op {
-	b, _ := j.rec.MarshalJSON() // direct: json.Marshal would re-scan it
-	return store.PutRaw(store.Jobs, j.rec.ID, b)
-}
+func jobOps(j *job) []store.Op { return store.PutJob(&j.rec) }
 
 // inlineInput is the largest input kept inside the job record; larger ones
 // are stored once in their own bucket so state changes don't rewrite them.
@@ -365,9 +495,9 @@ func (s *Service) Submit(req SubmitRequest) (StatusResponse, error) {
 	var done <-chan error
 	if len(j.input) <= inlineInput {
 		j.rec.Input = j.input
-		done = s.st.Enqueue(jobOps(j))
+		done = s.st.Enqueue(jobOps(j)...)
 	} else {
-		done = s.st.Enqueue(store.PutRaw(store.JobInputs, j.rec.ID, j.input), jobOps(j))
+		done = s.st.Enqueue(append([]store.Op{store.PutRaw(store.JobInputs, j.rec.ID, j.input)}, jobOps(j)...)...)
 	}
 	s.mu.Unlock()
 	if err := <-done; err != nil {
@@ -379,9 +509,18 @@ func (s *Service) Submit(req SubmitRequest) (StatusResponse, error) {
 		// On disk: it is queued again at the next start.
 		return s.viewLocked(j), nil
 	}
-	s.jobs[j.rec.ID] = j
-	s.pushLocked(s.endpointLocked(req.EndpointID), j, false)
-	s.armTTLLocked(j)
+	ep := s.endpointLocked(req.EndpointID)
+	if req.Sync || ep.waiters.Len() > 0 {
+		// Waited on at once (runsync), or about to be handed to a waiting
+		// worker: keep it loaded.
+		s.jobs[j.rec.ID] = j
+		s.pushLocked(ep, j, false)
+		s.armTTLLocked(j)
+	} else {
+		q := &qent{id: j.rec.ID, ep: ep, seq: j.rec.Seq, queuedAt: now.UnixNano(), expires: j.rec.ExpiresAt.UnixNano(), low: j.rec.LowPriority, hidx: -1}
+		s.cold[q.id] = q
+		s.pushColdLocked(ep, q)
+	}
 	return s.viewLocked(j), nil
 }
 
@@ -415,12 +554,33 @@ func (s *Service) viewLocked(j *job) StatusResponse {
 	return r
 }
 
+// lookupLocked finds a job, loading a cold one (and keeping it loaded:
+// the caller changes or watches it).
 func (s *Service) lookupLocked(endpointID, id string) (*job, error) {
 	j := s.jobs[id]
-	if j == nil || j.rec.EndpointID != endpointID {
+	if j == nil {
+		q := s.cold[id]
+		if q == nil || q.ep.id != endpointID {
+			return nil, ErrNotFound
+		}
+		return s.warmLocked(q)
+	}
+	if j.rec.EndpointID != endpointID {
 		return nil, ErrNotFound
 	}
 	return j, nil
+}
+
+// peekLocked finds a job for reading only: a cold one is read from the
+// store and stays cold.
+func (s *Service) peekLocked(endpointID, id string) (*job, error) {
+	if q := s.cold[id]; q != nil && s.jobs[id] == nil {
+		if q.ep.id != endpointID {
+			return nil, ErrNotFound
+		}
+		return s.readLocked(q)
+	}
+	return s.lookupLocked(endpointID, id)
 }
 
 // Status returns a job's status body. A ttl > 0 resets the job's expiry to
@@ -428,7 +588,11 @@ func (s *Service) lookupLocked(endpointID, id string) (*job, error) {
 func (s *Service) Status(endpointID, id string, ttl time.Duration) (StatusResponse, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	j, err := s.lookupLocked(endpointID, id)
+	find := s.peekLocked
+	if ttl > 0 {
+		find = s.lookupLocked
+	}
+	j, err := find(endpointID, id)
 	if err != nil {
 		return StatusResponse{}, err
 	}
@@ -559,7 +723,7 @@ func (s *Service) Retry(endpointID, id string) (StatusResponse, error) {
 	j.rec.Retries++
 	j.chunks = nil
 	ep.retried++
-	done := s.st.Enqueue(jobOps(j))
+	done := s.st.Enqueue(jobOps(j)...)
 	s.pushLocked(ep, j, false)
 	j.changedLocked()
 	s.mu.Unlock()
@@ -570,24 +734,38 @@ func (s *Service) Retry(endpointID, id string) (StatusResponse, error) {
 }
 
 // Purge removes every queued job of the endpoint; running jobs continue.
+// It works in batches, each removed and written in its own lock hold and
+// transaction, so a purge of a million jobs does not stall other requests;
+// it returns once every batch is on disk.
 func (s *Service) Purge(endpointID string) (int, error) {
-	s.mu.Lock()
-	ep := s.endpointLocked(endpointID)
-	var ops []store.Op
 	n := 0
-	for e := ep.fifo.Front(); e != nil; {
-		next := e.Next()
-		j := e.Value.(*job)
-		ops = append(ops, s.removeLocked(j)...)
-		n++
-		e = next
+	for {
+		s.mu.Lock()
+		ep := s.endpointLocked(endpointID)
+		var ops []store.Op
+		for k := 0; k < removeBatch; k++ {
+			q := ep.fifo.front()
+			if q == nil {
+				break
+			}
+			if q.j != nil {
+				ops = append(ops, s.removeLocked(q.j)...)
+			} else {
+				s.dropColdLocked(q)
+				ops = append(ops, store.DeleteJob(q.id, q.seq)...)
+			}
+			n++
+		}
+		if len(ops) == 0 {
+			s.mu.Unlock()
+			return n, nil
+		}
+		done := s.st.Enqueue(ops...)
+		s.mu.Unlock()
+		if err := <-done; err != nil {
+			return n, fmt.Errorf("store purge: %w", err)
+		}
 	}
-	done := s.st.Enqueue(ops...)
-	s.mu.Unlock()
-	if err := <-done; err != nil {
-		return 0, fmt.Errorf("store purge: %w", err)
-	}
-	return n, nil
 }
 
 // Health returns the endpoint's job counts and the queue's view of its
@@ -597,7 +775,7 @@ func (s *Service) Health(endpointID string) Health {
 	defer s.mu.Unlock()
 	var h Health
 	if ep := s.endpoints[endpointID]; ep != nil {
-		h.Jobs = JobCounts{Completed: ep.completed, Failed: ep.failed, InProgress: ep.inProgress, InQueue: ep.fifo.Len(), Retried: ep.retried}
+		h.Jobs = JobCounts{Completed: ep.completed, Failed: ep.failed, InProgress: ep.inProgress, InQueue: ep.fifo.len(), Retried: ep.retried}
 	}
 	for _, w := range s.workers {
 		if w.rec.EndpointID != endpointID || w.lost || w.lastSeen.IsZero() {
@@ -632,14 +810,15 @@ func (s *Service) Stats(endpointID string) QueueStats {
 	if ep == nil {
 		return QueueStats{}
 	}
-	st := QueueStats{InQueue: ep.fifo.Len(), LowPriority: ep.low, InProgress: ep.inProgress}
-	now := s.clock.Now()
-	for e := ep.fifo.Front(); e != nil; e = e.Next() {
-		if j := e.Value.(*job); !j.rec.LowPriority {
-			st.OldestWait = now.Sub(j.rec.QueuedAt)
-			break
+	st := QueueStats{InQueue: ep.fifo.len(), LowPriority: ep.low, InProgress: ep.inProgress}
+	now := s.clock.Now().UnixNano()
+	ep.fifo.each(func(q *qent) bool {
+		if q.low {
+			return true
 		}
-	}
+		st.OldestWait = time.Duration(now - q.queuedAt)
+		return false
+	})
 	return st
 }
 
@@ -681,7 +860,7 @@ func (s *Service) finishLocked(j *job, st store.JobStatus, output json.RawMessag
 	j.rec.RetainUntil = now.Add(ret)
 	s.countTerminalLocked(ep, st, +1)
 	s.armRetentionLocked(j)
-	ops := []store.Op{jobOps(j)}
+	ops := jobOps(j)
 	if j.rec.Webhook != "" {
 		body, _ := json.Marshal(s.viewLocked(j))
 		h := &store.OutboxEntry{ID: uuid.NewString(), JobID: j.rec.ID, EndpointID: j.rec.EndpointID, URL: j.rec.Webhook, Body: body, NextAt: now}
@@ -712,7 +891,7 @@ func (s *Service) removeLocked(j *job) []store.Op {
 	j.gone = true
 	delete(s.jobs, j.rec.ID)
 	j.changedLocked()
-	return []store.Op{store.Delete(store.Jobs, j.rec.ID), store.Delete(store.JobInputs, j.rec.ID)}
+	return store.DeleteJob(j.rec.ID, j.rec.Seq)
 }
 
 // ---- timers ----
@@ -737,7 +916,7 @@ func (s *Service) setTTLLocked(j *job, ttl time.Duration) {
 		s.armRetentionLocked(j)
 	}
 	s.armTTLLocked(j)
-	s.st.WriteAsync(jobOps(j))
+	s.st.WriteAsync(jobOps(j)...)
 }
 
 // expire is the hard ttl: the job goes in any state.

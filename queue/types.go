@@ -40,6 +40,11 @@ type Store interface {
 	Enqueue(ops ...store.Op) <-chan error
 	WriteAsync(ops ...store.Op)
 	Scan(bucket string, fn func(key string, raw []byte) error) error
+	// ScanJobIndex yields every job's index entry in submission order;
+	// load reads that job's record and input in the same transaction.
+	ScanJobIndex(fn func(e store.JobEntry, load func() (store.Job, json.RawMessage, error)) error) error
+	// LoadJob reads a job's record and input.
+	LoadJob(id string) (store.Job, json.RawMessage, error)
 }
 
 // Config tunes a Service. Zero values take the defaults in brackets.

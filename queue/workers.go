@@ -163,7 +163,7 @@ func (s *Service) loseWorkerLocked(w *worker, reason string) <-chan error {
 		if ch := s.requeueLocked(j, reason); ch != nil {
 			waits = append(waits, ch)
 		} else {
-			ops = append(ops, jobOps(j))
+			ops = append(ops, jobOps(j)...)
 		}
 	}
 	w.toStop = nil
@@ -231,7 +231,7 @@ func (s *Service) Take(ctx context.Context, endpointID, workerID string, n int) 
 			s.removeWaiterLocked(endpointID, tw)
 		}
 		ep := s.endpointLocked(endpointID)
-		if ep.fifo.Len() > 0 {
+		if ep.fifo.len() > 0 {
 			out := s.assignLocked(ep, w, n)
 			s.mu.Unlock()
 			return out, nil
@@ -264,7 +264,7 @@ func (s *Service) removeWaiterLocked(endpointID string, tw *takeWaiter) {
 	select {
 	case <-tw.ch:
 		// it was woken but is not taking: wake the next one instead
-		if ep.fifo.Len() > 0 {
+		if ep.fifo.len() > 0 {
 			if next := ep.nextWaiterLocked(); next != nil {
 				wake(next.ch)
 			}
@@ -277,9 +277,11 @@ func (s *Service) assignLocked(ep *endpointQ, w *worker, n int) []TakenJob {
 	now := s.clock.Now()
 	var out []TakenJob
 	var ops []store.Op
-	for len(out) < n && ep.fifo.Len() > 0 {
-		j := ep.fifo.Front().Value.(*job)
-		s.unqueueLocked(ep, j)
+	for len(out) < n {
+		j := s.takeFrontLocked(ep)
+		if j == nil {
+			break
+		}
 		j.rec.Status = store.InProgress
 		j.rec.WorkerID = w.rec.ID
 		j.rec.StartedAt = now
@@ -288,7 +290,7 @@ func (s *Service) assignLocked(ep *endpointQ, w *worker, n int) []TakenJob {
 		w.inflight[j.rec.ID] = j
 		s.armExecLocked(j)
 		j.changedLocked()
-		ops = append(ops, jobOps(j))
+		ops = append(ops, jobOps(j)...)
 		t := TakenJob{ID: j.rec.ID, Input: j.input, S3Config: j.rec.S3Config, Policy: j.rec.Policy}
 		if j.rec.Webhook != "" {
 			wh := j.rec.Webhook
@@ -314,7 +316,7 @@ func (s *Service) Untake(endpointID, workerID string, ids []string) {
 		}
 		j.rec.Attempts--
 		s.requeueLocked(j, "the worker's job-take request was closed")
-		ops = append(ops, jobOps(j))
+		ops = append(ops, jobOps(j)...)
 	}
 	s.st.WriteAsync(ops...)
 }
@@ -526,7 +528,7 @@ func (s *Service) Ping(endpointID, workerID string, jobIDs []string) {
 			continue
 		}
 		if ch := s.requeueLocked(j, fmt.Sprintf("worker %s no longer reports the job", workerID)); ch == nil {
-			ops = append(ops, jobOps(j))
+			ops = append(ops, jobOps(j)...)
 		}
 	}
 	if len(ops) > 0 {

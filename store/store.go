@@ -34,7 +34,12 @@ const (
 	Releases = "releases"
 )
 
-var allBuckets = []string{Meta, Templates, Endpoints, Jobs, JobInputs, Outbox, Workers, Pods, Volumes, RegistryAuths, Usage, Releases}
+var allBuckets = []string{Meta, Templates, Endpoints, Jobs, JobInputs, JobIndex, Outbox, Workers, Pods, Volumes, RegistryAuths, Usage, Releases}
+
+// fillPercent of the buckets whose keys grow with time (UUIDv7 job ids,
+// sequence numbers): bbolt splits pages at half their size by default, which
+// leaves every page of an append-only bucket half empty.
+var fillPercent = map[string]float64{Jobs: 0.9, JobIndex: 1}
 
 // ErrNotFound is returned when a keyed record does not exist.
 var ErrNotFound = errors.New("not found")
@@ -124,7 +129,7 @@ func Open(path string, opts Options) (*DB, error) {
 				return fmt.Errorf("create bucket %s: %w", name, err)
 			}
 		}
-		return nil
+		return migrate(tx)
 	})
 	if err != nil {
 		return nil, err
@@ -242,6 +247,9 @@ func apply(tx *bolt.Tx, op Op) error {
 	b := tx.Bucket([]byte(op.Bucket))
 	if b == nil {
 		return fmt.Errorf("store: unknown bucket %q", op.Bucket)
+	}
+	if f, ok := fillPercent[op.Bucket]; ok {
+		b.FillPercent = f
 	}
 	if op.Value == nil {
 		return b.Delete([]byte(op.Key))

@@ -1,0 +1,131 @@
+package queue_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"berth/queue"
+	"berth/store"
+)
+
+// Queued jobs nobody looks at are kept as index entries only; these tests
+// check that such jobs behave like the others: order, input, look-ups,
+// cancel, ttl, purge and restart.
+
+func TestColdQueueKeepsOrderInputAndCounts(t *testing.T) {
+	h := newHarness(t, queue.Config{})
+	h.opts.NoSync = true // thousands of submissions; durability is not what this tests
+	h.restart()
+	const n = 4500 // more than two purge batches
+	big := `{"blob":"` + strings.Repeat("x", 5000) + `"}`
+	ids := make([]string, n)
+	for i := range ids {
+		in := fmt.Sprintf(`{"n":%d}`, i)
+		if i == 1 {
+			in = big // stored apart from the record
+		}
+		ids[i] = h.submit(in, func(r *queue.SubmitRequest) { r.LowPriority = i%2 == 1 })
+	}
+	if st := h.q.Stats(ep); st.InQueue != n || st.LowPriority != n/2 {
+		t.Fatalf("stats %+v", st)
+	}
+	// A look-up reads the stored record.
+	if r := h.mustStatus(ids[7], store.InQueue); string(r.Input) != `{"n":7}` {
+		t.Fatalf("status input %s", r.Input)
+	}
+	h.restart()
+	if got := h.q.Health(ep).Jobs.InQueue; got != n {
+		t.Fatalf("after restart inQueue %d", got)
+	}
+	js, err := h.q.Take(context.Background(), ep, "w1", 3)
+	if err != nil || len(js) != 3 {
+		t.Fatal(js, err)
+	}
+	for i, j := range js {
+		want := fmt.Sprintf(`{"n":%d}`, i)
+		if i == 1 {
+			want = big
+		}
+		if j.ID != ids[i] || string(j.Input) != want {
+			t.Fatalf("took %d: %s %.40s, want %s %.40s", i, j.ID, j.Input, ids[i], want)
+		}
+	}
+	// Cancel one in the middle: it leaves the queue, its place is skipped.
+	if r, err := h.q.Cancel(ep, ids[3]); err != nil || r.Status != store.Cancelled {
+		t.Fatal(r, err)
+	}
+	if j := h.take("w2"); j.ID != ids[4] {
+		t.Fatalf("took %s, want %s", j.ID, ids[4])
+	}
+	left := n - 5
+	if got, err := h.q.Purge(ep); err != nil || got != left {
+		t.Fatalf("purged %d (%v), want %d", got, err, left)
+	}
+	if _, err := h.status(ids[n-1]); !errors.Is(err, queue.ErrNotFound) {
+		t.Fatalf("purged job: %v", err)
+	}
+	h.restart()
+	hc := h.q.Health(ep).Jobs
+	if hc.InQueue != 0 || hc.InProgress != 4 {
+		t.Fatalf("after purge and restart: %+v", hc)
+	}
+	h.mustStatus(ids[3], store.Cancelled)
+}
+
+func TestColdJobsExpireAtTheirTTL(t *testing.T) {
+	h := newHarness(t, queue.Config{})
+	var short []string
+	for i := 0; i < 3; i++ {
+		short = append(short, h.submit(`{}`, func(r *queue.SubmitRequest) { r.TTL = 10 * time.Second }))
+	}
+	long := h.submit(`{}`, func(r *queue.SubmitRequest) { r.TTL = time.Hour })
+	h.restart() // the ttls come back from the index
+	h.clock.Advance(10 * time.Second)
+	deadline := time.Now().Add(20 * time.Second)
+	for h.q.Health(ep).Jobs.InQueue != 1 {
+		if time.Now().After(deadline) {
+			t.Fatalf("inQueue %d after the short ttl", h.q.Health(ep).Jobs.InQueue)
+		}
+		time.Sleep(time.Millisecond) // the expiry runs on the timer's goroutine
+	}
+	for _, id := range short {
+		if _, err := h.status(id); !errors.Is(err, queue.ErrNotFound) {
+			t.Fatalf("expired job %s: %v", id, err)
+		}
+	}
+	h.mustStatus(long, store.InQueue)
+	h.restart()
+	if got := h.q.Health(ep).Jobs.InQueue; got != 1 {
+		t.Fatalf("after restart inQueue %d", got)
+	}
+	if j := h.take("w1"); j.ID != long {
+		t.Fatalf("took %s", j.ID)
+	}
+}
+
+func TestStatusTTLOnColdJobIsKept(t *testing.T) {
+	h := newHarness(t, queue.Config{})
+	id := h.submit(`{"a":1}`, func(r *queue.SubmitRequest) { r.TTL = 10 * time.Second })
+	if _, err := h.q.Status(ep, id, time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	h.clock.Advance(30 * time.Second)
+	r := h.mustStatus(id, store.InQueue)
+	if string(r.Input) != `{"a":1}` {
+		t.Fatalf("%+v", r)
+	}
+	var in json.RawMessage
+	if j := h.take("w1"); j.ID != id {
+		t.Fatal(j)
+	} else {
+		in = j.Input
+	}
+	if string(in) != `{"a":1}` {
+		t.Fatal(string(in))
+	}
+}

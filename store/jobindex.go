@@ -1,0 +1,178 @@
+package store
+
+import (
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+)
+
+// JobIndex holds one small entry per job, written in the same transaction
+// as the job's record: what the queue needs to order and hand out jobs and
+// to find the ones it must load in full at start-up. Keys are the job's
+// sequence number (8 bytes, big-endian) followed by its id, so a scan
+// yields jobs in submission order without decoding any record.
+const JobIndex = "job_index"
+
+// layoutKey in Meta names the file's layout version; files without it
+// predate the job index and are migrated on Open.
+const (
+	layoutKey     = "layout"
+	layoutVersion = "2"
+)
+
+// JobEntry is a job's index entry.
+type JobEntry struct {
+	ID          string
+	EndpointID  string
+	Seq         uint64
+	Status      JobStatus
+	LowPriority bool
+	// HasWorker: the record names a worker (a queued job with it is one
+	// whose worker was presumed lost and whose late result is welcome).
+	HasWorker bool
+	QueuedAt  time.Time
+	ExpiresAt time.Time
+}
+
+// Entry returns the job's index entry.
+func (j *Job) Entry() JobEntry {
+	return JobEntry{ID: j.ID, EndpointID: j.EndpointID, Seq: j.Seq, Status: j.Status, LowPriority: j.LowPriority,
+		HasWorker: j.WorkerID != "", QueuedAt: j.QueuedAt, ExpiresAt: j.ExpiresAt}
+}
+
+var statusCodes = []JobStatus{InQueue, InProgress, Completed, Failed, Cancelled, TimedOut}
+
+const (
+	flagLow = 1 << iota
+	flagWorker
+)
+
+func indexKey(seq uint64, id string) []byte {
+	k := make([]byte, 8, 8+len(id))
+	binary.BigEndian.PutUint64(k, seq)
+	return append(k, id...)
+}
+
+// encode: status code, flags, queuedAt and expiresAt (Unix ns), endpoint id.
+func (e JobEntry) encode() []byte {
+	b := make([]byte, 18, 18+len(e.EndpointID))
+	for i, s := range statusCodes {
+		if s == e.Status {
+			b[0] = byte(i)
+		}
+	}
+	if e.LowPriority {
+		b[1] |= flagLow
+	}
+	if e.HasWorker {
+		b[1] |= flagWorker
+	}
+	binary.BigEndian.PutUint64(b[2:], uint64(e.QueuedAt.UnixNano()))
+	binary.BigEndian.PutUint64(b[10:], uint64(e.ExpiresAt.UnixNano()))
+	return append(b, e.EndpointID...)
+}
+
+func decodeEntry(k, v []byte) (JobEntry, error) {
+	if len(k) < 8 || len(v) < 18 || int(v[0]) >= len(statusCodes) {
+		return JobEntry{}, errors.New("malformed job index entry")
+	}
+	return JobEntry{
+		Seq: binary.BigEndian.Uint64(k), ID: string(k[8:]), Status: statusCodes[v[0]],
+		LowPriority: v[1]&flagLow != 0, HasWorker: v[1]&flagWorker != 0,
+		QueuedAt:   time.Unix(0, int64(binary.BigEndian.Uint64(v[2:]))),
+		ExpiresAt:  time.Unix(0, int64(binary.BigEndian.Uint64(v[10:]))),
+		EndpointID: string(v[18:]),
+	}, nil
+}
+
+// PutJob returns the ops storing a job's record and its index entry. The
+// record is encoded without reflection (see jobjson.go).
+func PutJob(j *Job) []Op {
+	rec, _ := j.MarshalJSON()
+	e := j.Entry()
+	return []Op{
+		{Bucket: Jobs, Key: j.ID, Value: rec},
+		{Bucket: JobIndex, Key: string(indexKey(e.Seq, e.ID)), Value: e.encode()},
+	}
+}
+
+// DeleteJob returns the ops removing a job: record, stored input, index.
+func DeleteJob(id string, seq uint64) []Op {
+	return []Op{Delete(Jobs, id), Delete(JobInputs, id), Delete(JobIndex, string(indexKey(seq, id)))}
+}
+
+// LoadJob reads a job's record and its input (kept in the record or, when
+// large, in JobInputs).
+func (db *DB) LoadJob(id string) (Job, json.RawMessage, error) {
+	var j Job
+	var input json.RawMessage
+	err := db.bolt.View(func(tx *bolt.Tx) error {
+		var err error
+		j, input, err = loadJob(tx, id)
+		return err
+	})
+	return j, input, err
+}
+
+func loadJob(tx *bolt.Tx, id string) (Job, json.RawMessage, error) {
+	var j Job
+	raw := tx.Bucket([]byte(Jobs)).Get([]byte(id))
+	if raw == nil {
+		return j, nil, fmt.Errorf("job %q: %w", id, ErrNotFound)
+	}
+	if err := json.Unmarshal(raw, &j); err != nil {
+		return j, nil, fmt.Errorf("decode job %q: %w", id, err)
+	}
+	input := j.Input
+	if input == nil {
+		if raw := tx.Bucket([]byte(JobInputs)).Get([]byte(id)); raw != nil {
+			input = append(json.RawMessage(nil), raw...)
+		}
+	}
+	return j, input, nil
+}
+
+// ScanJobIndex calls fn for every job's index entry in sequence order,
+// decoding no record; load reads the entry's record and input when fn
+// needs them.
+func (db *DB) ScanJobIndex(fn func(e JobEntry, load func() (Job, json.RawMessage, error)) error) error {
+	return db.bolt.View(func(tx *bolt.Tx) error {
+		return tx.Bucket([]byte(JobIndex)).ForEach(func(k, v []byte) error {
+			e, err := decodeEntry(k, v)
+			if err != nil {
+				return fmt.Errorf("job index entry %x: %w", k, err)
+			}
+			return fn(e, func() (Job, json.RawMessage, error) { return loadJob(tx, e.ID) })
+		})
+	})
+}
+
+// migrate brings a file written before the job index up to date: it builds
+// the index from the job records, in the transaction that creates the
+// buckets, so a crash leaves either the old layout or the new one.
+func migrate(tx *bolt.Tx) error {
+	meta := tx.Bucket([]byte(Meta))
+	if string(meta.Get([]byte(layoutKey))) == layoutVersion {
+		return nil
+	}
+	idx := tx.Bucket([]byte(JobIndex))
+	idx.FillPercent = 1
+	err := tx.Bucket([]byte(Jobs)).ForEach(func(k, v []byte) error {
+		var j Job
+		if err := json.Unmarshal(v, &j); err != nil {
+			// Unreadable before too (the queue skipped it): leave it be.
+			return nil
+		}
+		j.ID = string(k)
+		e := j.Entry()
+		return idx.Put(indexKey(e.Seq, e.ID), e.encode())
+	})
+	if err != nil {
+		return fmt.Errorf("build job index: %w", err)
+	}
+	return meta.Put([]byte(layoutKey), []byte(layoutVersion))
+}
