@@ -9,7 +9,7 @@ import "container/heap"
 type qent struct {
 	id       string
 	ep       *endpointQ
-	j        *job  // the loaded job (hot), nil when cold
+	j        *job // the loaded job (hot), nil when cold
 	seq      uint64
 	queuedAt int64 // Unix ns
 	expires  int64 // Unix ns, the ttl of a cold job

@@ -154,6 +154,7 @@ func (s *Service) Start(ctx context.Context) error {
 	// The index yields jobs in submission order: queued jobs go back in
 	// their original order.
 	loaded := 0
+	var slab []qent // entries allocated in blocks: far fewer objects for the GC
 	err := s.st.ScanJobIndex(func(e store.JobEntry, load func() (store.Job, json.RawMessage, error)) error {
 		loaded++
 		if e.Seq > s.seq {
@@ -161,9 +162,18 @@ func (s *Service) Start(ctx context.Context) error {
 		}
 		ep := s.endpointLocked(e.EndpointID)
 		if e.Status == store.InQueue && !e.HasWorker {
-			q := &qent{id: e.ID, ep: ep, seq: e.Seq, queuedAt: e.QueuedAt.UnixNano(), expires: e.ExpiresAt.UnixNano(), low: e.LowPriority, hidx: -1}
+			if len(slab) == 0 {
+				slab = make([]qent, 1024)
+			}
+			q := &slab[0]
+			slab = slab[1:]
+			*q = qent{id: e.ID, ep: ep, seq: e.Seq, queuedAt: e.QueuedAt.UnixNano(), expires: e.ExpiresAt.UnixNano(), low: e.LowPriority, hidx: int32(len(s.exp))}
 			s.cold[e.ID] = q
-			s.pushColdLocked(ep, q)
+			ep.fifo.pushBack(q)
+			s.exp = append(s.exp, q) // ordered once, below
+			if q.low {
+				ep.low++
+			}
 			return nil
 		}
 		rec, input, err := load()
@@ -197,6 +207,7 @@ func (s *Service) Start(ctx context.Context) error {
 		s.mu.Unlock()
 		return fmt.Errorf("load jobs: %w", err)
 	}
+	heap.Init(&s.exp)
 	s.armExpiryLocked()
 	s.started = true
 	s.mu.Unlock()

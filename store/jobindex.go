@@ -76,16 +76,21 @@ func (e JobEntry) encode() []byte {
 	return append(b, e.EndpointID...)
 }
 
-func decodeEntry(k, v []byte) (JobEntry, error) {
+// decodeEntry reuses endpoint when the entry names the same one (the
+// compiler compares without allocating): a scan allocates only the ids.
+func decodeEntry(k, v []byte, endpoint string) (JobEntry, error) {
 	if len(k) < 8 || len(v) < 18 || int(v[0]) >= len(statusCodes) {
 		return JobEntry{}, errors.New("malformed job index entry")
+	}
+	if string(v[18:]) != endpoint {
+		endpoint = string(v[18:])
 	}
 	return JobEntry{
 		Seq: binary.BigEndian.Uint64(k), ID: string(k[8:]), Status: statusCodes[v[0]],
 		LowPriority: v[1]&flagLow != 0, HasWorker: v[1]&flagWorker != 0,
 		QueuedAt:   time.Unix(0, int64(binary.BigEndian.Uint64(v[2:]))),
 		ExpiresAt:  time.Unix(0, int64(binary.BigEndian.Uint64(v[10:]))),
-		EndpointID: string(v[18:]),
+		EndpointID: endpoint,
 	}, nil
 }
 
@@ -140,12 +145,15 @@ func loadJob(tx *bolt.Tx, id string) (Job, json.RawMessage, error) {
 // decoding no record; load reads the entry's record and input when fn
 // needs them.
 func (db *DB) ScanJobIndex(fn func(e JobEntry, load func() (Job, json.RawMessage, error)) error) error {
+	defer db.releaseMapped()
 	return db.bolt.View(func(tx *bolt.Tx) error {
+		var lastEndpoint string
 		return tx.Bucket([]byte(JobIndex)).ForEach(func(k, v []byte) error {
-			e, err := decodeEntry(k, v)
+			e, err := decodeEntry(k, v, lastEndpoint)
 			if err != nil {
 				return fmt.Errorf("job index entry %x: %w", k, err)
 			}
+			lastEndpoint = e.EndpointID
 			return fn(e, func() (Job, json.RawMessage, error) { return loadJob(tx, e.ID) })
 		})
 	})
