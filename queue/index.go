@@ -124,6 +124,15 @@ func (r *ring) each(fn func(*qent) bool) {
 	}
 }
 
+// eachBack calls fn for live entries back to front until it returns false.
+func (r *ring) eachBack(fn func(*qent) bool) {
+	for i := r.n - 1; i >= 0; i-- {
+		if q := r.at(i); !q.removed && !fn(q) {
+			return
+		}
+	}
+}
+
 // expiryHeap orders cold entries by ttl: one timer serves them all instead
 // of a timer per job.
 type expiryHeap []*qent

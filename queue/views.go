@@ -60,11 +60,25 @@ func (s *Service) Jobs(endpointID string, f JobFilter) []JobView {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	want := func(st store.JobStatus) bool { return len(f.Statuses) == 0 || slices.Contains(f.Statuses, st) }
 	var js []*job
 	for _, j := range s.jobs {
-		if j.rec.EndpointID == endpointID && (len(f.Statuses) == 0 || slices.Contains(f.Statuses, j.rec.Status)) {
+		if j.rec.EndpointID == endpointID && want(j.rec.Status) {
 			js = append(js, j)
 		}
+	}
+	// Queued jobs kept only as queue entries: the newest are at the back.
+	if ep := s.endpoints[endpointID]; ep != nil && want(store.InQueue) {
+		n := 0
+		ep.fifo.eachBack(func(q *qent) bool {
+			if q.j == nil {
+				if j, err := s.readLocked(q); err == nil {
+					js = append(js, j)
+					n++
+				}
+			}
+			return n < f.Limit
+		})
 	}
 	slices.SortFunc(js, func(a, b *job) int {
 		if c := b.rec.CreatedAt.Compare(a.rec.CreatedAt); c != 0 {
@@ -83,7 +97,7 @@ func (s *Service) Jobs(endpointID string, f JobFilter) []JobView {
 func (s *Service) Job(endpointID, id string) (JobView, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	j, err := s.lookupLocked(endpointID, id)
+	j, err := s.peekLocked(endpointID, id)
 	if err != nil {
 		return JobView{}, err
 	}
@@ -101,9 +115,12 @@ func (s *Service) Queue(endpointID string) QueueView {
 	if ep == nil {
 		return v
 	}
-	v.InQueue, v.InProgress = ep.fifo.Len(), ep.inProgress
-	if e := ep.fifo.Front(); e != nil {
-		t := e.Value.(*job).rec.QueuedAt
+	v.InQueue, v.InProgress = ep.fifo.len(), ep.inProgress
+	if q := ep.fifo.front(); q != nil {
+		t := time.Unix(0, q.queuedAt).UTC()
+		if q.j != nil {
+			t = q.j.rec.QueuedAt
+		}
 		v.OldestQueuedAt = &t
 		v.OldestWaitMs = *ms(s.clock.Now().Sub(t))
 	}
