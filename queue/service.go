@@ -178,7 +178,7 @@ func (s *Service) Start(ctx context.Context) error {
 		}
 		rec, input, err := load()
 		if err != nil {
-			s.log().Error("skipping unreadable job record", "job", e.ID, "err", err)
+			s.log().Error("skipping unreadable job record", "endpoint", e.EndpointID, "job", e.ID, "err", err)
 			return nil
 		}
 		j := &job{rec: rec, input: input, changed: make(chan struct{})}
@@ -360,7 +360,7 @@ func (s *Service) takeFrontLocked(ep *endpointQ) *job {
 func (s *Service) readLocked(q *qent) (*job, error) {
 	rec, input, err := s.st.LoadJob(q.id)
 	if err != nil {
-		s.log().Error("cannot read a queued job's record", "job", q.id, "err", err)
+		s.log().Error("cannot read a queued job's record", "endpoint", q.ep.id, "job", q.id, "err", err)
 		if errors.Is(err, store.ErrNotFound) {
 			s.dropColdLocked(q)
 			return nil, ErrNotFound
@@ -437,7 +437,7 @@ func (s *Service) expireCold() {
 	var ops []store.Op
 	for n := 0; n < removeBatch && len(s.exp) > 0 && s.exp[0].expires <= now; n++ {
 		q := heap.Pop(&s.exp).(*qent)
-		s.log().Info("job expired (ttl)", "job", q.id, "status", store.InQueue)
+		s.log().Info("job expired (ttl)", "endpoint", q.ep.id, "job", q.id, "status", store.InQueue)
 		s.dropColdLocked(q)
 		ops = append(ops, store.DeleteJob(q.id, q.seq)...)
 	}
