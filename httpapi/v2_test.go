@@ -208,7 +208,7 @@ func TestRunPodV2Conformance(t *testing.T) {
 	if len(keys.Keys) != 1 {
 		t.Fatalf("keys %v", keys)
 	}
-	e.mustProblem(422, "PUT", "/v2/account/ssh-keys", J{"keys": []string{"not a key"}}, "keys[0]")
+	e.mustProblem(400, "PUT", "/v2/account/ssh-keys", J{"keys": []string{"not a key"}}, "keys[0]")
 
 	var reg struct{ ID, Name string }
 	e.must(201, "POST", "/v2/registries", J{"name": "hub", "username": "me", "password": "pw"}, &reg)
@@ -229,7 +229,7 @@ func TestRunPodV2Conformance(t *testing.T) {
 	e.must(200, "GET", "/v2/network-volumes/"+vol.ID, nil, nil)
 	e.must(200, "PATCH", "/v2/network-volumes/"+vol.ID, J{"size": 20}, nil)
 	e.mustProblem(400, "POST", "/v2/network-volumes", J{"name": "x", "size": 5, "dataCenter": "EU-RO-1"}, "size")
-	e.mustProblem(422, "PATCH", "/v2/network-volumes/"+vol.ID, J{"size": 15}, "grow")
+	e.mustProblem(400, "PATCH", "/v2/network-volumes/"+vol.ID, J{"size": 15}, "grow")
 
 	var tpl v2Template
 	e.must(201, "POST", "/v2/templates", J{"name": "worker", "image": "alpine:3", "args": "python -u handler.py",
@@ -299,8 +299,8 @@ func TestRunPodV2Conformance(t *testing.T) {
 	e.mustProblem(404, "GET", "/v2/serverless/"+ep.ID+"/workers/nosuchworker/logs", nil, "no container")
 	e.mustProblem(404, "GET", "/v2/serverless/nosuchendpoint", nil, "not found")
 	e.mustProblem(400, "POST", "/v2/serverless", J{"name": "x", "type": "QUEUE"}, "scaling")
-	e.mustProblem(422, "POST", "/v2/serverless", J{"name": "x", "type": "QUEUE", "templateId": tpl.ID,
-		"scaling": J{"type": "QUEUE_DELAY", "queueDelay": 4}, "workers": J{"min": 3, "max": 1}}, "workersMin")
+	e.mustProblem(400, "POST", "/v2/serverless", J{"name": "x", "type": "QUEUE", "templateId": tpl.ID,
+		"scaling": J{"type": "QUEUE_DELAY", "queueDelay": 4}, "workers": J{"min": 3, "max": 1}}, "workers.min (3) must not exceed workers.max (1)")
 
 	// A pod from the template with the network volume: PUBLIC_KEY carries
 	// the account's key.
@@ -334,7 +334,7 @@ func TestRunPodV2Conformance(t *testing.T) {
 	e.mustProblem(400, "GET", "/v2/pods/"+pod.ID+"/logs?tail=-1", nil, "tail")
 	e.mustProblem(400, "POST", "/v2/pods", J{"name": "x"}, "image")
 	e.mustProblem(404, "GET", "/v2/pods/nosuchpod", nil, "not found")
-	e.mustProblem(422, "POST", "/v2/pods/"+pod.ID+"/action", J{"action": "explode"}, "action")
+	e.mustProblem(400, "POST", "/v2/pods/"+pod.ID+"/action", J{"action": "explode"}, "action")
 
 	// The catalogue is this host.
 	var gpus struct {
@@ -454,5 +454,40 @@ func TestV2Document(t *testing.T) {
 	}
 	if len(ours) != len(e.api.V2Routes()) {
 		t.Errorf("the document has %d operations, the router %d", len(ours), len(e.api.V2Routes()))
+	}
+}
+
+// TestV2LiberalIDs: RunPod data-centre ids and GPU pool ids are accepted
+// and recorded; unknown-but-well-formed ones with a warning; malformed
+// ones are 400 naming the field, and nothing is stored.
+func TestV2LiberalIDs(t *testing.T) {
+	e := newValidatingServer(t, withFakePods(newFakePods()))
+	e.conformant(true)
+	var tpl v2Template
+	e.must(201, "POST", "/v2/templates", J{"name": "t", "image": "alpine:3"}, &tpl)
+	body := func(dcs []string, pools []string) J {
+		return J{"name": "e", "type": "QUEUE", "templateId": tpl.ID, "scaling": J{"type": "QUEUE_DELAY", "queueDelay": 4},
+			"dataCenterIds": dcs, "gpu": J{"pools": pools}}
+	}
+	var ep struct {
+		v2Endpoint
+		Warnings []string
+	}
+	e.must(201, "POST", "/v2/serverless", body([]string{"EU-RO-1", "US-TX-3"}, []string{"AMPERE_16", "HOPPER_141"}), &ep)
+	if strings.Join(ep.DataCenterIDs, ",") != "EU-RO-1,US-TX-3" || strings.Join(ep.GPU.Pools, ",") != "AMPERE_16,HOPPER_141" || len(ep.Warnings) != 0 {
+		t.Errorf("known ids: %+v", ep)
+	}
+	e.must(201, "POST", "/v2/serverless", body([]string{"MARS-BASE-1"}, []string{"QUANTUM_512"}), &ep)
+	if len(ep.Warnings) != 2 {
+		t.Errorf("unknown-but-well-formed ids: warnings %q", ep.Warnings)
+	}
+	e.mustProblem(400, "POST", "/v2/serverless", body([]string{"eu ro 1"}, []string{"ADA_24"}), "dataCenterIds")
+	e.mustProblem(400, "POST", "/v2/network-volumes", J{"name": "v", "size": 10, "dataCenter": "eu ro 1"}, "dataCenter")
+	var list struct{ Endpoints []v2Endpoint }
+	e.must(200, "GET", "/v2/serverless", nil, &list)
+	var vols struct{ NetworkVolumes []any }
+	e.must(200, "GET", "/v2/network-volumes", nil, &vols)
+	if len(list.Endpoints) != 2 || len(vols.NetworkVolumes) != 0 {
+		t.Errorf("after refused creates: %d endpoints (want 2), %d volumes (want 0)", len(list.Endpoints), len(vols.NetworkVolumes))
 	}
 }

@@ -13,6 +13,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"sort"
 	"strings"
 	"time"
 
@@ -247,9 +248,10 @@ func (b badInput) Error() string { return b.msg }
 
 func bad(field, format string, a ...any) error { return badInput{field, fmt.Sprintf(format, a...)} }
 
-// fail answers err: a decoding error 400, a *mgmt.Error by its kind (rule
-// violations 422, as v2 documents them; 404, 409, 503; Unsupported 501),
-// anything else 500.
+// fail answers err: a decoding error 400, a *mgmt.Error by its kind (a
+// refused input 400 naming the field — RunPod's BadRequestError is
+// "malformed or conflicts with request rules" — 404, 409, 503;
+// Unsupported 501), anything else 500.
 func (a *API) fail(w http.ResponseWriter, r *http.Request, err error) {
 	var b badInput
 	var me *mgmt.Error
@@ -257,7 +259,8 @@ func (a *API) fail(w http.ResponseWriter, r *http.Request, err error) {
 	case errors.As(err, &b):
 		problem(w, http.StatusBadRequest, b.msg, fieldErr(b.field, b.msg))
 	case errors.As(err, &me):
-		code := http.StatusUnprocessableEntity
+		me = v2Names(me, v2Fields)
+		code := http.StatusBadRequest
 		switch me.Kind {
 		case mgmt.NotFound:
 			code = http.StatusNotFound
@@ -279,6 +282,63 @@ func (a *API) fail(w http.ResponseWriter, r *http.Request, err error) {
 		a.cfg.Logger.Error("v2 request failed", "path", r.URL.Path, "err", err)
 		problem(w, http.StatusInternalServerError, "internal error: "+err.Error())
 	}
+}
+
+// v2Fields maps mgmt's (v1's) field names to v2's, so an error names the
+// field the client sent.
+var v2Fields = map[string]string{
+	"imageName": "image", "containerDiskInGb": "disk", "containerRegistryAuthId": "registry", "dockerArgs": "args",
+	"dockerStartCmd": "args", "volumeInGb": "mounts.persistent.size", "volumeMountPath": "mounts.persistent.path",
+	"isPublic": "public", "isServerless": "serverless", "workersMin": "workers.min", "workersMax": "workers.max",
+	"idleTimeout": "workers.idleTimeout", "gpuTypeIds": "gpu.pools", "gpuCount": "gpu.count", "vcpuCount": "cpu.vcpuCount",
+	"cpuFlavorIds": "cpu.id", "scalerType": "scaling.type", "scalerValue": "scaling", "executionTimeoutMs": "timeout",
+	"networkVolumeIds": "networkVolumes", "networkVolumeId": "mounts.network.volumeId", "minCudaVersion": "gpu.minCudaVersion",
+	"allowedCudaVersions": "gpu.allowedCudaVersions", "dataCenterId": "dataCenter", "cloudType": "cloud", "computeType": "cpu",
+}
+
+// v2Names renames the fields named in e (its Field and its message).
+func v2Names(e *mgmt.Error, names map[string]string) *mgmt.Error {
+	out := *e
+	if n, ok := names[e.Field]; ok {
+		out.Field = n
+	}
+	// Longest names first, so "networkVolumeIds" is not caught as "networkVolumeId".
+	keys := make([]string, 0, len(names))
+	for k := range names {
+		keys = append(keys, k)
+	}
+	sort.Slice(keys, func(i, j int) bool { return len(keys[i]) > len(keys[j]) })
+	msg := e.Msg
+	for _, k := range keys {
+		msg = replaceWord(msg, k, names[k])
+	}
+	out.Msg = msg
+	return &out
+}
+
+// replaceWord replaces whole-word occurrences of old in s.
+func replaceWord(s, old, new string) string {
+	var b strings.Builder
+	for {
+		i := strings.Index(s, old)
+		if i < 0 {
+			b.WriteString(s)
+			return b.String()
+		}
+		end := i + len(old)
+		word := (i == 0 || !isWordByte(s[i-1])) && (end == len(s) || !isWordByte(s[end]))
+		b.WriteString(s[:i])
+		if word {
+			b.WriteString(new)
+		} else {
+			b.WriteString(old)
+		}
+		s = s[end:]
+	}
+}
+
+func isWordByte(c byte) bool {
+	return c == '_' || c >= '0' && c <= '9' || c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z'
 }
 
 func fieldErr(field, msg string) string {

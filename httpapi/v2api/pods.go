@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -336,6 +337,11 @@ func (a *API) createPod(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	p, err := a.cfg.Mgmt.CreatePod(r.Context(), in)
+	var me *mgmt.Error
+	if errors.As(err, &me) {
+		// A pod names one GPU type (gpu.id) and a network mount.
+		err = v2Names(me, map[string]string{"gpuTypeIds": "gpu.id", "networkVolumeId": "mounts.network.volumeId"})
+	}
 	a.answer(w, r, http.StatusCreated, a.viewPod(p, a.cfg.Mgmt.PricesOrZero()), err)
 }
 
