@@ -79,7 +79,8 @@ func serve(ctx context.Context, o cli.ServeOptions) error {
 	cfg := httpapi.Config{
 		Store: db, Queue: q, Logger: log.With("component", "http"), APIKeyHash: keyHash, DataDir: o.Data,
 		RateLimits: o.RateLimits, Version: version, PingInterval: pingInterval,
-		GPUs: gpus.Snapshot, Metrics: m,
+		WebhookURL: hooks.CheckURL,
+		GPUs:       gpus.Snapshot, Metrics: m,
 	}
 	if len(gpus.Snapshot()) > 0 {
 		cfg.GPUUsage = gpu.SampleSystem // no series without GPUs

@@ -166,6 +166,12 @@ func (s *Server) submit(w http.ResponseWriter, r *http.Request, sync bool) (queu
 		writeErr(w, r, http.StatusBadRequest, err.Error())
 		return queue.StatusResponse{}, false
 	}
+	if req.Webhook != "" && s.cfg.WebhookURL != nil {
+		if err := s.cfg.WebhookURL(req.Webhook); err != nil {
+			writeErr(w, r, http.StatusBadRequest, "webhook: "+err.Error())
+			return queue.StatusResponse{}, false
+		}
+	}
 	res, err := s.cfg.Queue.Submit(req)
 	if err != nil {
 		s.internal(w, r, err)

@@ -74,6 +74,10 @@ type Config struct {
 	// Optional: nil answers 503.
 	WorkerLogs func(ctx context.Context, endpointID, workerID string, follow bool, tail int, jobID string) (io.ReadCloser, error)
 	PodLogs    func(ctx context.Context, podID string, follow bool, tail int) (io.ReadCloser, error)
+	// WebhookURL refuses a job's webhook URL at submission (400), e.g.
+	// queue.WebhookGuard.CheckURL. Optional.
+	WebhookURL func(rawURL string) error
+
 	// Request deadlines and long-poll caps (limits.go). BodyGrace: a body
 	// must start arriving within it [10s]; MinBodyRate: then it must keep
 	// up this many bytes/s on average [64 KiB/s]; WriteTimeout: a response

@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
+	"net/url"
 	"strconv"
 	"strings"
 	"sync"
@@ -192,6 +193,38 @@ func (g *WebhookGuard) Check(host string, ip netip.Addr, port uint16) error {
 		}
 	}
 	return nil
+}
+
+// CheckURL refuses at submission what is sure to be refused at delivery: a
+// webhook URL whose host is an address literal, or "localhost", that the
+// policy forbids. Names are resolved only at delivery (where the check that
+// matters is made), so they pass here.
+func (g *WebhookGuard) CheckURL(raw string) error {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return err
+	}
+	host := u.Hostname()
+	port := u.Port()
+	if port == "" {
+		port = "80"
+		if u.Scheme == "https" {
+			port = "443"
+		}
+	}
+	p, err := strconv.ParseUint(port, 10, 16)
+	if err != nil {
+		return fmt.Errorf("webhook port %q: %w", port, err)
+	}
+	ip, err := netip.ParseAddr(host)
+	if err != nil {
+		h := strings.ToLower(strings.TrimSuffix(host, "."))
+		if h != "localhost" && !strings.HasSuffix(h, ".localhost") {
+			return nil
+		}
+		ip = netip.MustParseAddr("127.0.0.1") // RFC 6761: always loopback
+	}
+	return g.Check(host, ip, uint16(p))
 }
 
 // DialContext resolves addr's host, drops the addresses the policy forbids

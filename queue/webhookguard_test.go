@@ -309,3 +309,39 @@ func TestServiceAppliesTheDefaultPolicy(t *testing.T) {
 		}
 	}
 }
+
+// TestWebhookCheckURL: what is sure to be refused at delivery is refused at
+// submission; names are left to the delivery-time check.
+func TestWebhookCheckURL(t *testing.T) {
+	for _, tc := range []struct {
+		allow []string
+		url   string
+		why   string
+	}{
+		{nil, "http://127.0.0.1:9/x", "loopback"},
+		{nil, "http://[::1]/", "loopback"},
+		{nil, "http://[::ffff:127.0.0.1]:80/", "loopback"},
+		{nil, "http://localhost:8080/hook", "loopback"},
+		{nil, "http://app.LOCALHOST./hook", "loopback"},
+		{nil, "http://169.254.169.254/latest/meta-data/", "metadata"},
+		{nil, "https://[fe80::1]/", "link-local"},
+		{nil, "http://0.0.0.0:8080/", "unspecified"},
+		{nil, "https://hooks.example.com/x", ""},
+		{nil, "http://10.0.0.5:8000/x", ""},
+		{nil, "http://nas.lan/x", ""},
+		{[]string{"127.0.0.0/8"}, "http://localhost/x", ""},
+		{[]string{"localhost"}, "http://localhost:3000/x", ""},
+	} {
+		g, err := queue.NewWebhookGuard(queue.WebhookPolicy{Allow: tc.allow})
+		if err != nil {
+			t.Fatal(err)
+		}
+		err = g.CheckURL(tc.url)
+		if tc.why == "" && err != nil {
+			t.Errorf("%s %v: %v", tc.url, tc.allow, err)
+		}
+		if tc.why != "" && (!errors.Is(err, queue.ErrWebhookForbidden) || !strings.Contains(err.Error(), tc.why)) {
+			t.Errorf("%s %v: got %v, want forbidden as %s", tc.url, tc.allow, err, tc.why)
+		}
+	}
+}
