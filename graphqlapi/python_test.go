@@ -328,7 +328,7 @@ func TestPythonGPUs(t *testing.T) {
 		}
 	}
 	for n, want := range map[string]string{"1": "High", "2": "Low"} {
-		e.python(`query { gpuTypes(input: {id: "NVIDIA GeForce RTX 4090"}) { lowestPrice(input: {gpuCount: ` + n + `}) { stockStatus maxUnreservedGpuCount availableGpuCounts } } }`).ok(t, "gpuTypes", &stock)
+		e.python(`query { gpuTypes(input: {id: "NVIDIA GeForce RTX 4090"}) { lowestPrice(input: {gpuCount: `+n+`}) { stockStatus maxUnreservedGpuCount availableGpuCounts } } }`).ok(t, "gpuTypes", &stock)
 		if lp := stock[0].LowestPrice; lp.StockStatus == nil || *lp.StockStatus != want || lp.MaxUnreservedGpuCount != 1 || !reflect.DeepEqual(lp.AvailableGpuCounts, []int{1, 2}) {
 			t.Errorf("4090 x%s: %+v, want stock %s", n, lp, want)
 		}
