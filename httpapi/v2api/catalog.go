@@ -58,37 +58,6 @@ type CudaVersion struct {
 
 const dcName = "this Berth host"
 
-func level(free, total int) string {
-	switch {
-	case total == 0:
-		return "NONE"
-	case free == 0:
-		return "LOW"
-	case free*2 < total:
-		return "MEDIUM"
-	}
-	return "HIGH"
-}
-
-// hostGPUs counts this host's GPUs by type: all and free.
-func (a *API) hostGPUs() (total, free map[string]int, memMiB map[string]uint64, order []string) {
-	total, free, memMiB = map[string]int{}, map[string]int{}, map[string]uint64{}
-	if a.cfg.GPUs == nil {
-		return
-	}
-	for _, s := range a.cfg.GPUs() {
-		if total[s.TypeID] == 0 {
-			order = append(order, s.TypeID)
-		}
-		total[s.TypeID]++
-		if s.Holder == "" {
-			free[s.TypeID]++
-		}
-		memMiB[s.TypeID] = s.MemoryMiB
-	}
-	return
-}
-
 func (a *API) gpuTypes(r *http.Request) ([]GPUType, error) {
 	q := r.URL.Query()
 	include := q["include"]
@@ -114,35 +83,30 @@ func (a *API) gpuTypes(r *http.Request) ([]GPUType, error) {
 	if cloud != "" && cloud != "SECURE" && cloud != "COMMUNITY" {
 		return nil, bad("cloud", "cloud must be SECURE or COMMUNITY, got %q", cloud)
 	}
-	total, free, memMiB, order := a.hostGPUs()
-	prices := a.cfg.Mgmt.PricesOrZero()
-	ids := slices.Clone(order)
-	for _, m := range gpu.Models {
-		if !slices.Contains(ids, m.ID) {
-			ids = append(ids, m.ID)
-		}
+	var devs []gpu.Status
+	if a.cfg.GPUs != nil {
+		devs = a.cfg.GPUs()
 	}
+	// One catalogue for every API surface (mgmt.GPUCatalogue).
 	var out []GPUType
-	for _, id := range ids {
-		m, known := gpu.LookupModel(id)
-		g := GPUType{ID: id, Name: strings.TrimPrefix(id, "NVIDIA "), Manufacturer: "NVIDIA", Memory: m.MemoryGB,
-			Secure: total[id] > 0, MaxCount: MaxCount{Secure: total[id]}, Free: free[id]}
-		if strings.HasPrefix(id, "AMD ") {
+	for _, c := range mgmt.GPUCatalogue(devs, a.cfg.Mgmt.PricesOrZero()) {
+		g := GPUType{ID: c.ID, Name: strings.TrimPrefix(c.ID, "NVIDIA "), Manufacturer: "NVIDIA", Memory: c.MemoryGB,
+			Secure: c.Total > 0, MaxCount: MaxCount{Secure: c.Total}, Free: c.Free,
+			Price: GPUPrice{Secure: c.Price, Serverless: c.Price}}
+		if strings.HasPrefix(c.ID, "AMD ") {
 			g.Manufacturer = "AMD"
 		}
-		if !known {
-			g.Memory = int((memMiB[id] + 1023) / 1024)
+		if c.Pool != "" {
+			g.Pool = ptr(c.Pool)
 		}
-		if m.Pool != "" {
-			g.Pool = ptr(m.Pool)
-		}
-		p := prices.GPUHourly[id]
-		g.Price = GPUPrice{Secure: p, Serverless: p}
 		if len(include) > 0 {
-			g.Availability = level(free[id], total[id])
+			g.Availability = c.Stock(1)
+			if g.Availability == "" {
+				g.Availability = "NONE"
+			}
 			g.DataCenters = []Available{{ID: mgmt.DataCenterID, Name: dcName, Availability: g.Availability}}
 		}
-		if cloud == "COMMUNITY" || (count > 0 && total[id] < count) {
+		if cloud == "COMMUNITY" || (count > 0 && c.Total < count) {
 			continue
 		}
 		out = append(out, g)
@@ -277,10 +241,15 @@ func (a *API) dataCenter(r *http.Request) (DataCenter, error) {
 	for _, inc := range r.URL.Query()["include"] {
 		switch inc {
 		case "GPU_AVAILABILITY":
-			total, free, _, order := a.hostGPUs()
+			var devs []gpu.Status
+			if a.cfg.GPUs != nil {
+				devs = a.cfg.GPUs()
+			}
 			dc.GPUAvailability = []Available{}
-			for _, id := range order {
-				dc.GPUAvailability = append(dc.GPUAvailability, Available{ID: id, Name: strings.TrimPrefix(id, "NVIDIA "), Availability: level(free[id], total[id])})
+			for _, c := range mgmt.GPUCatalogue(devs, mgmt.Prices{}) {
+				if c.Total > 0 {
+					dc.GPUAvailability = append(dc.GPUAvailability, Available{ID: c.ID, Name: strings.TrimPrefix(c.ID, "NVIDIA "), Availability: c.Stock(1)})
+				}
 			}
 		case "CPU_AVAILABILITY":
 			dc.CPUAvailability = []Available{}
