@@ -491,3 +491,34 @@ func TestV2LiberalIDs(t *testing.T) {
 		t.Errorf("after refused creates: %d endpoints (want 2), %d volumes (want 0)", len(list.Endpoints), len(vols.NetworkVolumes))
 	}
 }
+
+// TestV2FrozenWorkersAreIdle: a FlashBoot worker frozen by Berth is listed
+// by v2 (which has no frozen state) as IDLE, not dropped.
+func TestV2FrozenWorkersAreIdle(t *testing.T) {
+	e := newValidatingServer(t, func(c *httpapi.Config) {
+		c.WorkerInfo = func(string) []httpapi.WorkerInfo {
+			return []httpapi.WorkerInfo{
+				{ID: "frozenworker01", State: "frozen", ImageName: "alpine:3", Version: 1, LastStartedAt: fakeStart},
+				{ID: "runningworker1", State: "running", ImageName: "alpine:3", Version: 1, LastStartedAt: fakeStart},
+			}
+		}
+	})
+	var tpl v2Template
+	e.must(201, "POST", "/v2/templates", J{"name": "worker", "image": "alpine:3"}, &tpl)
+	var ep v2Endpoint
+	e.must(201, "POST", "/v2/serverless", J{"name": "fb", "type": "QUEUE", "templateId": tpl.ID, "flashboot": "FLASHBOOT",
+		"scaling": J{"type": "QUEUE_DELAY", "queueDelay": 4}, "workers": J{"min": 0, "max": 2, "idleTimeout": 5}}, &ep)
+	var ws struct {
+		Workers []struct{ ID, Status string }
+		Summary struct{ Running, Idle, Total int }
+	}
+	e.must(200, "GET", "/v2/serverless/"+ep.ID+"/workers", nil, &ws)
+	if len(ws.Workers) != 2 || ws.Summary.Idle != 1 || ws.Summary.Running != 1 {
+		t.Fatalf("workers %+v", ws)
+	}
+	for _, w := range ws.Workers {
+		if w.ID == "frozenworker01" && w.Status != "IDLE" {
+			t.Fatalf("frozen worker listed as %q", w.Status)
+		}
+	}
+}

@@ -99,7 +99,7 @@ function statusPill(st) {
   return h('span.pill', { class: cls, 'data-status': st }, text);
 }
 
-const WSTATE = { idle: 'ok', running: 'run', initializing: 'warn', throttled: 'warn', unhealthy: 'bad', draining: 'run', lost: 'bad', exited: '' };
+const WSTATE = { idle: 'ok', running: 'run', initializing: 'warn', throttled: 'warn', unhealthy: 'bad', draining: 'run', lost: 'bad', exited: '', frozen: 'ok' };
 function workerPill(st) { return h('span.pill', { class: WSTATE[st] ?? '', 'data-state': st }, st || 'unknown'); }
 
 // ---------- API ----------
@@ -268,6 +268,7 @@ function endpointHealth(e, q) {
   else if (q && q.inQueue > 0 && counts.running + counts.idle === 0) pill = h('span.pill.warn', 'scaling up');
   else if (counts.running > 0) pill = h('span.pill.run', 'busy');
   else if (counts.initializing > 0 && counts.idle === 0) pill = h('span.pill.warn.spin', 'starting');
+  else if (counts.idle + counts.initializing === 0 && counts.frozen > 0) pill = h('span.pill.ok', 'frozen (flashboot)');
   else if (counts.idle + counts.initializing === 0) pill = h('span.pill', 'scaled to zero');
   return { counts, pill, reason: st.reason, warning: st.warning, lastError: st.lastError };
 }

@@ -546,6 +546,11 @@ func (a *API) workerViews(e store.Endpoint) ([]WorkerView, WorkerSummary) {
 	var sum WorkerSummary
 	for _, w := range ws {
 		st := strings.ToUpper(w.State)
+		if st == "FROZEN" {
+			// A FlashBoot worker paused by Berth: v2 has no such state, and
+			// it is idle (the next job thaws it).
+			st = "IDLE"
+		}
 		switch st {
 		case "RUNNING":
 			sum.Running++
