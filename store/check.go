@@ -37,7 +37,19 @@ func corrupt(path, what string) error {
 //
 // The walk reads every page, as bbolt's own open walk does right after it;
 // the README gives its cost. A missing file is fine: Open creates it.
-func preflight(path string) error {
+//
+// The walk reads every page (seconds for a large queue), so it is skipped
+// when a clean-close marker (see writeCleanMarker) says the file is exactly
+// as Close left it. full (berth check) always walks and leaves the marker.
+func preflight(path string, full bool) error {
+	var marker []byte
+	if !full {
+		// Consumed before the read-write open: if this run crashes, the
+		// next start walks.
+		if m, err := os.ReadFile(markerPath(path)); err == nil && os.Remove(markerPath(path)) == nil {
+			marker = m
+		}
+	}
 	info, err := os.Stat(path)
 	if errors.Is(err, os.ErrNotExist) {
 		return nil
@@ -60,8 +72,30 @@ func preflight(path string) error {
 		if hwm := tx.Size(); info.Size() < hwm {
 			return corrupt(path, fmt.Sprintf("the file is truncated: it is %d bytes but its header says its pages reach %d bytes", info.Size(), hwm))
 		}
+		if marker != nil && string(marker) == fileStamp(info, tx.ID()) {
+			return nil
+		}
 		return walk(path, tx)
 	})
+}
+
+// The clean-close marker, berth.db.clean, records the file's size, mtime
+// and last transaction id as a clean Close left them. A write from outside
+// (a copy, a restore, dd) changes the mtime or the size; a crash leaves no
+// marker, since Open removes it first. What it cannot see is damage that
+// changes neither (bit rot on the disk): 'berth check' finds that.
+func markerPath(path string) string { return path + ".clean" }
+
+func fileStamp(info os.FileInfo, txid int) string {
+	return fmt.Sprintf("size=%d mtime=%d txid=%d", info.Size(), info.ModTime().UnixNano(), txid)
+}
+
+// writeCleanMarker is called once the file is closed after txid, its last
+// transaction. A marker that fails to be written only costs a walk.
+func writeCleanMarker(path string, txid int) {
+	if info, err := os.Stat(path); err == nil {
+		_ = os.WriteFile(markerPath(path), []byte(fileStamp(info, txid)), 0o600)
+	}
 }
 
 // walk visits every branch and leaf page of every bucket through cursors,
@@ -119,7 +153,7 @@ func openBolt(path string, o *bolt.Options, init func(*bolt.Tx) error) (b *bolt.
 			err = fmt.Errorf("%w%s", err, advice)
 		}
 	}()
-	if err := preflight(path); err != nil {
+	if err := preflight(path, false); err != nil {
 		return nil, err
 	}
 	// A page pointer past the mapping faults; on this goroutine that is a
@@ -144,7 +178,7 @@ func Check(path string) error {
 	if _, err := os.Stat(path); err != nil {
 		return fmt.Errorf("check %s: %w", path, err)
 	}
-	if err := preflight(path); err != nil {
+	if err := preflight(path, true); err != nil {
 		return err
 	}
 	b, err := bolt.Open(path, 0o600, &bolt.Options{ReadOnly: true, Timeout: time.Second})

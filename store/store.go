@@ -159,8 +159,13 @@ func (db *DB) Close() error {
 	// file (seconds for a million jobs). Commits in between skip it (it is
 	// costly once many pages are free); after a crash Open walks the file.
 	db.bolt.NoFreelistSync = false
-	err := db.bolt.Update(func(*bolt.Tx) error { return nil })
-	return errors.Join(err, db.bolt.Close())
+	var txid int
+	err := db.bolt.Update(func(tx *bolt.Tx) error { txid = tx.ID(); return nil })
+	path := db.bolt.Path()
+	if err = errors.Join(err, db.bolt.Close()); err == nil {
+		writeCleanMarker(path, txid) // the next Open may skip its page walk
+	}
+	return err
 }
 
 func (db *DB) signal() {
