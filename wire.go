@@ -71,7 +71,11 @@ func serve(ctx context.Context, o cli.ServeOptions) error {
 	if err := q.Start(context.Background()); err != nil {
 		return err
 	}
-	s, gpus, workerLn, err := startRuntime(context.Background(), log.With("component", "runtime"), db, q, o, m)
+	var apiPtr atomic.Pointer[httpapi.Server]
+	lb := newBalancer(log.With("component", "lbproxy"), db, &sup, &apiPtr) // lbwire.go
+	lb.Start()
+	defer lb.Stop()
+	s, gpus, workerLn, err := startRuntime(context.Background(), log.With("component", "runtime"), db, lb.Queue(q), o, m)
 	if err != nil {
 		q.Stop()
 		return fmt.Errorf("start the container runtime: %w", err)
@@ -94,6 +98,7 @@ func serve(ctx context.Context, o cli.ServeOptions) error {
 		wireLogsAndStatus(&cfg, s)
 	}
 	api := httpapi.New(cfg)
+	apiPtr.Store(api)
 	if workerLn != nil {
 		hooks.DenyListener(workerLn.Addr())
 		log.Info("worker protocol for containers", "addr", workerLn.Addr().String())
@@ -106,7 +111,7 @@ func serve(ctx context.Context, o cli.ServeOptions) error {
 		return err
 	}
 	hooks.DenyListener(ln.Addr())
-	srv := newHTTPServer(api.Handler())
+	srv := newHTTPServer(lb.Handler(api.Handler()))
 	log.Info("berth serving", "addr", ln.Addr().String(), "data", o.Data, "version", version, "rateLimits", o.RateLimits)
 
 	errc := make(chan error, 1)
@@ -176,7 +181,7 @@ func apiKeyHash(db *store.DB, log *slog.Logger) (string, error) {
 // workers run jobs) and says so; the allocator (never nil) still lists the
 // GPUs NVML found. workerLn, when not nil, is a listener on the Docker
 // bridge gateway that must serve the worker protocol only.
-func startRuntime(ctx context.Context, log *slog.Logger, db *store.DB, q *queue.Service, o cli.ServeOptions, m *httpapi.Metrics) (*runtime.Supervisor, *gpu.Allocator, net.Listener, error) {
+func startRuntime(ctx context.Context, log *slog.Logger, db *store.DB, q runtime.Queue, o cli.ServeOptions, m *httpapi.Metrics) (*runtime.Supervisor, *gpu.Allocator, net.Listener, error) {
 	addr, data := o.Addr, o.Data
 	// runtime.Config's zero means the default and negative never.
 	flashMax, flashMem := o.FlashMaxFrozen, int64(o.FlashMinMemMiB)<<20

@@ -17,6 +17,7 @@ import (
 
 	"berth/httpapi"
 	"berth/internal/dockertest"
+	"berth/lbproxy"
 	"berth/queue"
 	"berth/runtime"
 	"berth/store"
@@ -46,6 +47,7 @@ type stack struct {
 	d    *runtime.Docker
 	sup  atomic.Pointer[runtime.Supervisor]
 	api  *httpapi.Server
+	lb   *lbproxy.Balancer
 	base string // http://127.0.0.1:PORT
 	inst string
 }
@@ -97,8 +99,34 @@ func newStack(t testing.TB) *stack {
 	port := ln.Addr().(*net.TCPAddr).Port
 	s.base = fmt.Sprintf("http://127.0.0.1:%d", port)
 
+	// The load-balancing proxy, wired as berth serve wires it (lbwire.go).
+	var apiPtr atomic.Pointer[httpapi.Server]
+	s.lb = lbproxy.New(lbproxy.Config{Logger: log, Domain: "lb.test", ProbeInterval: 200 * time.Millisecond,
+		UnhealthyAfter: 3 * time.Second,
+		Endpoint: func(id string) (store.Endpoint, error) {
+			var e store.Endpoint
+			return e, db.View(func(tx *store.Tx) error { return tx.Get(store.Endpoints, id, &e) })
+		},
+		WorkerNet: func(ctx context.Context, id string) (lbproxy.WorkerNet, error) {
+			sv := s.sup.Load()
+			if sv == nil {
+				return lbproxy.WorkerNet{}, context.Canceled
+			}
+			n, err := sv.WorkerNet(ctx, id)
+			return lbproxy.WorkerNet{IP: n.IP, Env: n.Env}, err
+		},
+		Wake: func(ep string) {
+			if sv := s.sup.Load(); sv != nil {
+				sv.Notify(ep)
+			}
+		},
+		Authorize: func(r *http.Request) bool { a := apiPtr.Load(); return a != nil && a.Authorized(r) },
+	})
+	s.lb.Start()
+	t.Cleanup(s.lb.Stop)
+
 	sup, err := runtime.New(runtime.Config{
-		Docker: d, Queue: s.q, Instance: s.inst, Logger: log,
+		Docker: d, Queue: s.lb.Queue(s.q), Instance: s.inst, Logger: log,
 		Endpoints: func() ([]store.Endpoint, error) {
 			var out []store.Endpoint
 			err := db.Scan(store.Endpoints, func(_ string, raw []byte) error {
@@ -136,9 +164,17 @@ func newStack(t testing.TB) *stack {
 	t.Cleanup(sup.Stop)
 
 	cfg := httpapi.Config{Store: db, Queue: s.q, Logger: log, APIKeyHash: httpapi.HashKey(apiKey), RateLimits: true,
-		Workers: sup.WorkerCounts, EndpointChanged: sup.Notify, EndpointDeleted: sup.Notify}
+		Workers: sup.WorkerCounts, EndpointChanged: sup.Notify, EndpointDeleted: sup.Notify,
+		WorkerInfo: func(ep string) []httpapi.WorkerInfo {
+			var out []httpapi.WorkerInfo
+			for _, w := range sup.Workers(ep) {
+				out = append(out, httpapi.WorkerInfo{ID: w.WorkerID, State: w.State, Version: w.Version})
+			}
+			return out
+		}}
 	s.api = httpapi.New(cfg)
-	srv := &http.Server{Handler: s.api.Handler()}
+	apiPtr.Store(s.api)
+	srv := &http.Server{Handler: s.lb.Handler(s.api.Handler())}
 	go func() { _ = srv.Serve(ln) }()
 	t.Cleanup(func() { _ = srv.Close() })
 	return s
