@@ -67,6 +67,7 @@ type Config struct {
 	Domain string
 
 	ColdStartWait  time.Duration // a request waits this long for a healthy worker [2m]
+	StrictWait     time.Duration // a strict-affinity request waits this long for its worker [5m]
 	Timeout        time.Duration // until the worker's response headers [5m30s]
 	MaxBody        int64         // request body limit; responses too [30 MB]
 	ProbeInterval  time.Duration // health checks [1s]
@@ -121,6 +122,9 @@ func New(cfg Config) *Balancer {
 	}
 	if cfg.ColdStartWait <= 0 {
 		cfg.ColdStartWait = DefaultColdStartWait
+	}
+	if cfg.StrictWait <= 0 {
+		cfg.StrictWait = 5 * time.Minute // RunPod: strict requests wait up to ~5 min
 	}
 	if cfg.Timeout <= 0 {
 		cfg.Timeout = DefaultTimeout
@@ -530,7 +534,7 @@ func (b *Balancer) serve(w http.ResponseWriter, r *http.Request, epID, path stri
 func (b *Balancer) pick(ctx context.Context, ep string, aff affinity) (*lbWorker, int, string, string) {
 	wait := b.cfg.ColdStartWait
 	if aff.mode == "strict" || aff.mode == "strict-resume" {
-		wait = max(wait, 5*time.Minute) // RunPod: strict requests wait up to ~5 min
+		wait = b.cfg.StrictWait
 	}
 	timer := time.NewTimer(wait)
 	defer timer.Stop()
