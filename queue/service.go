@@ -449,7 +449,7 @@ func (s *Service) expireCold() {
 
 // removeBatch bounds the jobs purged or expired per lock hold and
 // transaction, so other requests wait for at most one batch.
-const removeBatch = 2000
+const removeBatch = 500
 
 func (s *Service) countTerminalLocked(ep *endpointQ, st store.JobStatus, d int) {
 	switch st {
