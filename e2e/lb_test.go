@@ -71,13 +71,13 @@ func TestLoadBalancingEndpoint(t *testing.T) {
 	if res.StatusCode != 200 || e.Worker == "" || e.Worker != first || e.Path != "/echo" || e.Query != "x=1" || e.Authorization != "" {
 		t.Fatalf("first request: %d %s (worker header %q)", res.StatusCode, b, first)
 	}
-	var h struct{ Workers struct{ Ready int } }
+	var h struct{ Workers struct{ Ready, Idle, Running int } }
 	s.call("GET", "/v2/"+ep.ID+"/health", nil, 200, &h)
 	var view struct {
 		Workers []struct{ ID, State string }
 	}
 	s.call("GET", "/v1/endpoints/"+ep.ID+"?includeWorkers=true", nil, 200, &view)
-	if h.Workers.Ready != 1 || len(view.Workers) != 1 || view.Workers[0].ID != first ||
+	if h.Workers.Ready != 1 || h.Workers.Idle+h.Workers.Running != 1 || len(view.Workers) != 1 || view.Workers[0].ID != first ||
 		(view.Workers[0].State != "idle" && view.Workers[0].State != "running") {
 		t.Errorf("/health workers %+v, includeWorkers %+v; want the one worker ready (idle or running)", h.Workers, view.Workers)
 	}

@@ -158,6 +158,20 @@ func (s *Server) health(endpointID string) queue.Health {
 		h.Workers.Throttled += c.Throttled
 		h.Workers.Unhealthy += c.Unhealthy
 	}
+	if s.cfg.WorkerInfo != nil {
+		// Load-balancing workers never talk to the queue: their idle and
+		// running counts are the runtime's (in-flight requests).
+		if e, err := s.endpoint(endpointID); err == nil && e.LoadBalancer() {
+			for _, wi := range s.cfg.WorkerInfo(endpointID) {
+				switch wi.State {
+				case "idle":
+					h.Workers.Idle++
+				case "running", "draining":
+					h.Workers.Running++
+				}
+			}
+		}
+	}
 	return h
 }
 
