@@ -160,6 +160,11 @@ func (s *Server) submit(w http.ResponseWriter, r *http.Request, sync bool) (queu
 		return queue.StatusResponse{}, false
 	}
 	ep := endpointOf(r)
+	if ep.LoadBalancer() {
+		// No worker of a load-balancing endpoint takes jobs: it would wait forever.
+		writeErr(w, r, http.StatusBadRequest, "endpoint "+ep.ID+" is a LOAD_BALANCER endpoint: it has no queue; send requests to its workers at /lb/"+ep.ID+"/…")
+		return queue.StatusResponse{}, false
+	}
 	defExec := time.Duration(ep.ExecutionTimeoutMs) * time.Millisecond
 	req, err := parseSubmission(body, ep.ID, defExec, sync)
 	if err != nil {

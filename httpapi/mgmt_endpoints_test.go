@@ -284,4 +284,7 @@ func TestLoadBalancerEndpointType(t *testing.T) {
 	}
 	e.mustErr(400, "PATCH", "/v1/endpoints/"+lb.ID, J{"type": "QUEUE"}, "type", "cannot be changed")
 	e.mustErr(400, "PATCH", "/v1/endpoints/"+lb.ID, J{"scalerType": "QUEUE_DELAY"}, "scalerType")
+	// No queue: jobs are refused rather than left waiting forever.
+	e.mustErr(400, "POST", "/v2/"+lb.ID+"/run", J{"input": J{}}, "LOAD_BALANCER", "/lb/"+lb.ID)
+	e.mustErr(400, "POST", "/v2/"+lb.ID+"/runsync", J{"input": J{}}, "LOAD_BALANCER")
 }
