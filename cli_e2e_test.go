@@ -8,8 +8,14 @@ import (
 	"encoding/json"
 	"io"
 	"net"
+	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
 	"path/filepath"
+	"regexp"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -144,8 +150,117 @@ func TestCLIWithWorkerContainers(t *testing.T) {
 		t.Fatalf("pod logs: exit %d %s", code, errs)
 	}
 	ok(nil, "pod", "delete", pod.ID)
+
+	podPullProgress(t, docker, env, ok)
+
 	ok(nil, "endpoint", "delete", ep.ID)
 	if _, _, code := berth("endpoint", "get", ep.ID); code != cli.ExitNotFound {
 		t.Fatalf("deleted endpoint: exit %d", code)
 	}
+}
+
+// podPullProgress: `pod create --wait` of an image on a private registry
+// shows the pull as it runs. The registry sits behind a proxy that holds
+// every blob download until the CLI has shown a "pulling IMAGE: …" line and
+// a GET /v1/pods/{id} has the same progress as the pod's statusMessage, so
+// the check does not depend on how fast the pull is.
+func podPullProgress(t *testing.T, docker *client.Client, env map[string]string, ok func(any, ...string) string) {
+	t.Helper()
+	host, user, pass := dockertest.Registry(t)
+	release := make(chan struct{})
+	var once sync.Once
+	open := func() { once.Do(func() { close(release) }) }
+	rp := httputil.NewSingleHostReverseProxy(&url.URL{Scheme: "http", Host: host})
+	proxy := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodGet && strings.Contains(r.URL.Path, "/blobs/") {
+			select {
+			case <-release:
+			case <-r.Context().Done():
+				return
+			}
+		}
+		rp.ServeHTTP(w, r)
+	}))
+	defer proxy.Close()
+	defer open() // before Close, which waits for held requests
+	// A fresh import has its own config blob (its creation time): once it is
+	// pushed and removed here, the pull has to download at least that.
+	fresh := dockertest.BuildGoImage(t, "berth/testdata/echoworker")
+	repo := "/berth-test/podpull:" + dockertest.Unique("t")
+	dockertest.PushImage(t, fresh, host+repo, host, user, pass)
+	rmctx, rmcancel := context.WithTimeout(context.Background(), 30*time.Second)
+	_, err := docker.ImageRemove(rmctx, fresh, client.ImageRemoveOptions{Force: true})
+	rmcancel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ref := strings.TrimPrefix(proxy.URL, "http://") + repo
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		for _, r := range []string{ref, host + repo} {
+			docker.ImageRemove(ctx, r, client.ImageRemoveOptions{Force: true})
+		}
+	})
+
+	var ra struct{ ID string }
+	ok(&ra, "registry", "create", "--name", dockertest.Unique("podpull"), "--username", user, "--password", pass, "--json")
+	var stdout, stderr syncBuffer
+	exit := make(chan int, 1)
+	go func() {
+		exit <- cli.Main([]string{"pod", "create", "--name", "pulled", "--image-name", ref, "--container-registry-auth-id", ra.ID,
+			"--compute-type", "CPU", "--wait", "--timeout", "5m", "--json"},
+			cli.Options{Version: "test", Stdout: &stdout, Stderr: &stderr, Stdin: strings.NewReader(""),
+				Getenv: func(k string) string { return env[k] }, IsTerminal: func(io.Writer) bool { return false }})
+	}()
+	// "pod ID: pulling REF: …" (one line per change, as on a non-terminal).
+	line := regexp.MustCompile(`pod (\w+): pulling ` + regexp.QuoteMeta(ref) + `: `)
+	deadline := time.After(3 * time.Minute)
+	var podID string
+	for podID == "" {
+		if m := line.FindStringSubmatch(stderr.String()); m != nil {
+			podID = m[1]
+			break
+		}
+		select {
+		case code := <-exit:
+			t.Fatalf("pod create ended (exit %d) before any pull progress was shown:\n%s\n%s", code, stderr.String(), stdout.String())
+		case <-deadline:
+			t.Fatalf("no pull progress shown by pod create --wait:\n%s", stderr.String())
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+	// The same progress through the pod's own view, while the pull is held.
+	req, _ := http.NewRequest(http.MethodGet, env["BERTH_URL"]+"/v1/pods/"+podID, nil)
+	req.Header.Set("Authorization", "Bearer "+env["BERTH_API_KEY"])
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var view struct{ StatusMessage string }
+	err = json.NewDecoder(resp.Body).Decode(&view)
+	resp.Body.Close()
+	if err != nil || resp.StatusCode != http.StatusOK || !strings.HasPrefix(view.StatusMessage, "pulling "+ref+": ") {
+		t.Fatalf("GET /v1/pods/%s during the pull: %d %+v %v", podID, resp.StatusCode, view, err)
+	}
+	open()
+	select {
+	case code := <-exit:
+		if code != 0 {
+			t.Fatalf("pod create: exit %d\n%s\n%s", code, stderr.String(), stdout.String())
+		}
+	case <-time.After(5 * time.Minute):
+		t.Fatal("pod create --wait did not end after the pull was released")
+	}
+	// --json: stdout is the pod alone, running, its pull over.
+	var pod struct{ ID, DesiredStatus, StatusMessage string }
+	if err := json.Unmarshal([]byte(stdout.String()), &pod); err != nil {
+		t.Fatalf("stdout: %v\n%s", err, stdout.String())
+	}
+	if pod.ID != podID || pod.DesiredStatus != "RUNNING" || pod.StatusMessage != "" {
+		t.Fatalf("pod %+v, want %s running", pod, podID)
+	}
+	t.Logf("pull progress shown:\n%s", stderr.String())
+	ok(nil, "pod", "delete", pod.ID)
+	ok(nil, "registry", "delete", ra.ID)
 }

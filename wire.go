@@ -346,6 +346,8 @@ func (p podRuntime) StopPod(ctx context.Context, id string) error {
 
 func (p podRuntime) RemovePod(ctx context.Context, id string) error { return p.s.RemovePod(ctx, id) }
 
+func (p podRuntime) PodProgress(id string) string { return p.s.PodPullProgress(id) }
+
 // workerInfo maps the supervisor's containers to includeWorkers entries.
 func workerInfo(s *runtime.Supervisor) func(string) []httpapi.WorkerInfo {
 	return func(ep string) []httpapi.WorkerInfo {

@@ -157,6 +157,52 @@ func waitEndpoint(ctx context.Context, a *app, obj map[string]any, timeout time.
 	}
 }
 
+// createPodShowingPull runs create, which answers only once the server has
+// pulled the pod's image and started its container, and meanwhile polls the
+// pod list: the new pod (an id not listed before, with the name given) has
+// the runtime's pull progress as its statusMessage while the pull runs.
+func createPodShowingPull(ctx context.Context, a *app, name string, create func(context.Context) error) error {
+	pr := a.progress()
+	pr.Start("creating pod (pulling its image when missing)")
+	defer pr.Stop()
+	done := make(chan error, 1)
+	var before map[string]bool
+	var list []map[string]any
+	if err := a.client().Do(ctx, http.MethodGet, "/v1/pods", nil, &list); err == nil {
+		before = map[string]bool{}
+		for _, p := range list {
+			id, _ := p["id"].(string)
+			before[id] = true
+		}
+	}
+	go func() { done <- create(ctx) }()
+	tick := time.NewTicker(500 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		select {
+		case err := <-done:
+			return err
+		case <-tick.C:
+		}
+		if before == nil { // no list: the spinner alone
+			continue
+		}
+		list = nil
+		if err := a.client().Do(ctx, http.MethodGet, "/v1/pods", nil, &list); err != nil {
+			continue // the create call reports what matters
+		}
+		for _, p := range list {
+			id, _ := p["id"].(string)
+			if before[id] || (name != "" && p["name"] != name) {
+				continue
+			}
+			if m := format(p["statusMessage"]); strings.HasPrefix(m, "pulling ") {
+				pr.Update("pod " + id + ": " + m)
+			}
+		}
+	}
+}
+
 // waitPod polls the pod until it runs (or says why it does not).
 func waitPod(ctx context.Context, a *app, obj map[string]any, timeout time.Duration) (map[string]any, error) {
 	id, _ := obj["id"].(string)

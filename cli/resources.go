@@ -197,10 +197,8 @@ func (r resource) createCommand(a *app) *cobra.Command {
 			}
 			if r.noun == "pod" && wait {
 				// Creating a pod pulls its image before it answers.
-				pr := a.progress()
-				pr.Start("creating pod (pulling its image when missing)")
-				err = do(cmd.Context())
-				pr.Stop()
+				name, _ := body["name"].(string)
+				err = createPodShowingPull(cmd.Context(), a, name, do)
 			} else {
 				err = do(cmd.Context())
 			}

@@ -136,6 +136,9 @@ func (s *Service) Snapshot(_ context.Context) (Snapshot, error) {
 		return nil
 	})
 	byCreated(sn.Pods, func(p store.Pod) time.Time { return p.CreatedAt }, func(p store.Pod) string { return p.ID })
+	for i := range sn.Pods {
+		s.withProgress(&sn.Pods[i])
+	}
 	byCreated(sn.Endpoints, func(e store.Endpoint) time.Time { return e.CreatedAt }, func(e store.Endpoint) string { return e.ID })
 	byCreated(sn.RegistryAuths, func(a RegistryAuth) time.Time { return a.CreatedAt }, func(a RegistryAuth) string { return a.ID })
 	return sn, err

@@ -44,6 +44,23 @@ type PodRuntime interface {
 	RemovePod(ctx context.Context, podID string) error
 }
 
+// PodProgress is implemented by a PodRuntime that can say what a pod's
+// container is doing before it runs: an image pull while the pod is
+// created or reset. A non-empty answer is the pod's statusMessage while it
+// lasts, so every view of the pod shows the pull.
+type PodProgress interface {
+	PodProgress(podID string) string
+}
+
+// withProgress shows the runtime's progress for p in its statusMessage.
+func (s *Service) withProgress(p *store.Pod) {
+	if pp, ok := s.cfg.Pods.(PodProgress); ok {
+		if msg := pp.PodProgress(p.ID); msg != "" {
+			p.StatusMessage = msg
+		}
+	}
+}
+
 // PodState is what the runtime observed when a pod's container started.
 type PodState struct {
 	GPU          *store.PodGPU  // nil for CPU pods
@@ -482,6 +499,9 @@ func (s *Service) podFailed(id, action string, err error) error {
 func (s *Service) GetPod(_ context.Context, id string) (store.Pod, error) {
 	var p store.Pod
 	err := s.cfg.Store.View(func(tx *store.Tx) error { return getOr404(tx, store.Pods, id, "pod", &p) })
+	if err == nil {
+		s.withProgress(&p)
+	}
 	return p, err
 }
 

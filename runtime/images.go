@@ -63,6 +63,10 @@ func (d *Docker) EnsureImage(ctx context.Context, ref string, auth *RegistryAuth
 	return err
 }
 
+// pullMessage is how a worker's or a pod's image pull progress reads in
+// statuses: "pulling IMAGE: <layer>: Downloading".
+func pullMessage(image, msg string) string { return "pulling " + image + ": " + msg }
+
 func (d *Docker) pull(ctx context.Context, ref string, opts client.ImagePullOptions, progress func(msg string)) error {
 	resp, err := d.cli.ImagePull(ctx, ref, opts)
 	if err != nil {

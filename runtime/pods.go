@@ -195,6 +195,14 @@ func (s *Supervisor) CreatePod(ctx context.Context, spec PodSpec) (PodState, err
 	return s.createPodLocked(ctx, spec)
 }
 
+// PodPullProgress is the image pull progress of a pod whose container is
+// being created ("pulling IMAGE: …"), "" when no pull runs for it.
+func (s *Supervisor) PodPullProgress(id string) string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.podPulls[id]
+}
+
 func (s *Supervisor) createPodLocked(ctx context.Context, spec PodSpec) (PodState, error) {
 	spec, err := s.resolvePodSpec(spec)
 	if err != nil {
@@ -206,9 +214,16 @@ func (s *Supervisor) createPodLocked(ctx context.Context, spec PodSpec) (PodStat
 			return PodState{}, fmt.Errorf("registry credentials %q: %w", spec.RegistryAuthID, err)
 		}
 	}
-	if err := s.d.EnsureImage(ctx, spec.Image, auth, func(msg string) {
+	err = s.d.EnsureImage(ctx, spec.Image, auth, func(msg string) {
 		s.log.Info("pod image pull", "pod", spec.ID, "image", spec.Image, "progress", msg)
-	}); err != nil {
+		s.mu.Lock()
+		s.podPulls[spec.ID] = pullMessage(spec.Image, msg)
+		s.mu.Unlock()
+	})
+	s.mu.Lock()
+	delete(s.podPulls, spec.ID)
+	s.mu.Unlock()
+	if err != nil {
 		if ctx.Err() != nil {
 			return PodState{}, err
 		}

@@ -212,6 +212,7 @@ type Supervisor struct {
 	kept        map[string]string // failed container id -> endpoint id
 	pods        map[string]*podState
 	podByCID    map[string]*podState
+	podPulls    map[string]string // pod id -> image pull progress while it is created
 	podOps      sync.Map     // pod id -> *sync.Mutex serialising operations
 	memEvict    *workerState // last FlashBoot eviction for lack of memory
 
@@ -237,7 +238,7 @@ func New(cfg Config) (*Supervisor, error) {
 		cfg: cfg, d: cfg.Docker, q: cfg.Queue, log: cfg.Logger, clock: cfg.Clock,
 		eps: map[string]*endpointState{}, workers: map[string]*workerState{},
 		byContainer: map[string]*workerState{}, kept: map[string]string{},
-		pods: map[string]*podState{}, podByCID: map[string]*podState{},
+		pods: map[string]*podState{}, podByCID: map[string]*podState{}, podPulls: map[string]string{},
 		pending: map[string]bool{}, wake: make(chan struct{}, 1), resyncC: make(chan struct{}, 1),
 		ctx: ctx, cancel: cancel,
 	}, nil

@@ -501,7 +501,7 @@ func (s *Supervisor) launch(ws *workerState, ep store.Endpoint, tmpl store.Templ
 	err := s.d.EnsureImage(ctx, tmpl.ImageName, auth, func(msg string) {
 		s.mu.Lock()
 		if es := s.eps[ep.ID]; es != nil {
-			es.pull = "pulling " + tmpl.ImageName + ": " + msg
+			es.pull = pullMessage(tmpl.ImageName, msg)
 		}
 		s.mu.Unlock()
 	})
