@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -341,4 +342,59 @@ func TestPodFilter(t *testing.T) {
 		}
 	}
 	wantErr(t, mgmt.PodFilter{ComputeType: "TPU"}.Check(), mgmt.Invalid, "computeType")
+}
+
+// pullingRuntime holds StartPod until release is closed, reporting pull
+// progress for the pod meanwhile (as the runtime does during a create).
+type pullingRuntime struct {
+	fakeRuntime
+	started chan string
+	release chan struct{}
+	mu      sync.Mutex
+	pulling map[string]string
+}
+
+func (f *pullingRuntime) StartPod(_ context.Context, p store.Pod) (mgmt.PodState, error) {
+	f.mu.Lock()
+	f.pulling[p.ID] = "pulling a:1: Downloading"
+	f.mu.Unlock()
+	f.started <- p.ID
+	<-f.release
+	f.mu.Lock()
+	delete(f.pulling, p.ID)
+	f.mu.Unlock()
+	return mgmt.PodState{}, nil
+}
+
+func (f *pullingRuntime) PodProgress(id string) string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.pulling[id]
+}
+
+// TestPodPullProgress: while a create pulls, the pod's views show the
+// runtime's progress as statusMessage; afterwards nothing of it remains.
+func TestPodPullProgress(t *testing.T) {
+	ctx := context.Background()
+	rt := &pullingRuntime{started: make(chan string, 1), release: make(chan struct{}), pulling: map[string]string{}}
+	s, _ := newService(t, func(cfg *mgmt.Config) { cfg.Pods = rt })
+	done := make(chan error, 1)
+	go func() {
+		_, err := s.CreatePod(ctx, mgmt.PodInput{PodFields: mgmt.PodFields{ImageName: ptr("a:1")}})
+		done <- err
+	}()
+	id := <-rt.started
+	if p, err := s.GetPod(ctx, id); err != nil || p.StatusMessage != "pulling a:1: Downloading" {
+		t.Fatalf("GetPod during the pull: %+v, %v", p, err)
+	}
+	if l, err := s.ListPods(ctx, mgmt.PodFilter{}); err != nil || len(l) != 1 || l[0].StatusMessage != "pulling a:1: Downloading" {
+		t.Fatalf("ListPods during the pull: %+v, %v", l, err)
+	}
+	close(rt.release)
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if p, err := s.GetPod(ctx, id); err != nil || p.StatusMessage != "" || p.DesiredStatus != store.PodRunning {
+		t.Fatalf("GetPod after the pull: %+v, %v", p, err)
+	}
 }
