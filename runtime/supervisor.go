@@ -213,8 +213,8 @@ type Supervisor struct {
 	pods        map[string]*podState
 	podByCID    map[string]*podState
 	podPulls    map[string]string // pod id -> image pull progress while it is created
-	podOps      sync.Map     // pod id -> *sync.Mutex serialising operations
-	memEvict    *workerState // last FlashBoot eviction for lack of memory
+	podOps      sync.Map          // pod id -> *sync.Mutex serialising operations
+	memEvict    *workerState      // last FlashBoot eviction for lack of memory
 
 	pendMu  sync.Mutex
 	pending map[string]bool // endpoints to look at ("" = all)
