@@ -278,7 +278,8 @@ func TestTakeHoldElapsesEmpty(t *testing.T) {
 		js, _ := h.q.Take(context.Background(), ep, "w1", 1)
 		got <- js
 	}()
-	h.clock.BlockUntilContext(context.Background(), 1)
+	// Two clock waiters: the new worker's loss timer and the take's hold.
+	h.clock.BlockUntilContext(context.Background(), 2)
 	h.clock.Advance(30 * time.Second)
 	if js := <-got; len(js) != 0 {
 		t.Fatalf("got %v", js)
