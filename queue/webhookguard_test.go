@@ -267,10 +267,10 @@ func TestWebhookNeverReachesBerthItself(t *testing.T) {
 // logSink is a slog handler that hands records to the test.
 type logSink struct{ ch chan slog.Record }
 
-func (s logSink) Enabled(context.Context, slog.Level) bool  { return true }
+func (s logSink) Enabled(context.Context, slog.Level) bool      { return true }
 func (s logSink) Handle(_ context.Context, r slog.Record) error { s.ch <- r; return nil }
-func (s logSink) WithAttrs([]slog.Attr) slog.Handler          { return s }
-func (s logSink) WithGroup(string) slog.Handler               { return s }
+func (s logSink) WithAttrs([]slog.Attr) slog.Handler            { return s }
+func (s logSink) WithGroup(string) slog.Handler                 { return s }
 
 // TestServiceAppliesTheDefaultPolicy: a queue.Service with no client
 // configured refuses a webhook to loopback and says why in its log.
