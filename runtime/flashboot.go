@@ -77,7 +77,7 @@ func (s *Supervisor) freezeAsync(ws *workerState) {
 	cid := ws.containerID
 	s.wg.Add(1)
 	s.mu.Unlock()
-	s.log.Info("freezing idle worker (flashboot)", "endpoint", ws.endpointID, "worker", ws.id)
+	s.log.Info("freezing idle worker (flashboot)", "endpoint", ws.endpointID, "worker", ws.id, "container", cid)
 	go func() {
 		defer s.wg.Done()
 		s.q.SetFrozen(ws.id, true)
@@ -88,7 +88,7 @@ func (s *Supervisor) freezeAsync(ws *workerState) {
 			s.mu.Unlock()
 			s.q.SetFrozen(ws.id, false)
 			if s.ctx.Err() == nil {
-				s.log.Warn("freeze worker", "worker", ws.id, "err", err)
+				s.log.Warn("freeze worker", "endpoint", ws.endpointID, "worker", ws.id, "container", cid, "err", err)
 			}
 			return
 		}
@@ -132,13 +132,13 @@ func (s *Supervisor) thawAsync(ws *workerState) {
 		if err != nil {
 			// Not paused after all (unpaused by hand, or gone): treat it as
 			// running; an exit is reported by its event.
-			s.log.Warn("thaw worker", "worker", ws.id, "err", err)
+			s.log.Warn("thaw worker", "endpoint", ws.endpointID, "worker", ws.id, "container", cid, "err", err)
 		}
 		s.q.SetFrozen(ws.id, false)
 		s.mu.Lock()
 		ws.fz = fzNone
 		s.mu.Unlock()
-		s.log.Info("thawed worker (flashboot)", "endpoint", ws.endpointID, "worker", ws.id, "took", time.Since(t0).Round(time.Millisecond))
+		s.log.Info("thawed worker (flashboot)", "endpoint", ws.endpointID, "worker", ws.id, "container", cid, "took", time.Since(t0).Round(time.Millisecond))
 		s.Notify(ws.endpointID)
 	}()
 }
@@ -193,7 +193,7 @@ func (s *Supervisor) gpuEvictionLocked(typeIDs []string, count int) (victims, pe
 	defer func() {
 		for _, ws := range released {
 			if err := s.cfg.GPUs.Restore(ws.id, ws.gpus); err != nil {
-				s.log.Error("flashboot: restore GPUs after an eviction probe", "worker", ws.id, "err", err)
+				s.log.Error("flashboot: restore GPUs after an eviction probe", "endpoint", ws.endpointID, "worker", ws.id, "err", err)
 			}
 		}
 	}()
