@@ -400,6 +400,14 @@ func TestOpenAPIDocument(t *testing.T) {
 			t.Errorf("the OpenAPI document describes %s (%s) but Berth does not serve it", r, id)
 		}
 	}
+
+	// GET /v1/docs lists every documented operation.
+	page := string(e.must(http.StatusOK, "GET", "/v1/docs", nil, nil))
+	for r := range documented {
+		if !strings.Contains(page, "<code>"+r+"</code>") {
+			t.Errorf("GET /v1/docs does not list %s", r)
+		}
+	}
 }
 
 func mustJSON(t *testing.T, v any) string {
