@@ -24,6 +24,7 @@ import (
 	"berth/cli"
 	"berth/gpu"
 	"berth/httpapi"
+	"berth/mgmt"
 	"berth/queue"
 	"berth/runtime"
 	"berth/store"
@@ -263,7 +264,7 @@ func startRuntime(ctx context.Context, log *slog.Logger, db *store.DB, q runtime
 		OnRun: func(kind, id, ep, gt string, n int, start, end time.Time) {
 			var err error
 			if end.IsZero() {
-				err = store.RecordUsageStart(db, store.UsageInterval{Kind: kind, ID: id, EndpointID: ep, GPUTypeID: gt, GPUCount: n, Start: start})
+				err = mgmt.RecordRunStart(db, store.UsageInterval{Kind: kind, ID: id, EndpointID: ep, GPUTypeID: gt, GPUCount: n, Start: start})
 			} else {
 				err = store.RecordUsageEnd(db, kind, id, end)
 			}

@@ -422,3 +422,38 @@ func (p Prices) PodHourly(pod store.Pod) float64 {
 // start on Monday) for adapters that show each bucket's range.
 func BucketStart(t time.Time, size string) time.Time { return bucketStart(t, size) }
 func NextBucket(t time.Time, size string) time.Time  { return nextBucket(t, size) }
+
+// RecordRunStart opens the usage interval of a pod or worker container that
+// has started (the runtime reports its kind, id, endpoint and GPUs), adding
+// what billing prices and filters on besides the GPUs: the vCPUs, template
+// and image of the pod, or of the worker's endpoint and its template. The
+// vCPUs are the record's vcpuCount, the figure RunPod bills (Berth does not
+// cap a container's CPU). A record gone by now (deleted while starting)
+// leaves them 0.
+func RecordRunStart(db *store.DB, iv store.UsageInterval) error {
+	return db.Update(func(tx *store.Tx) error {
+		switch iv.Kind {
+		case store.UsagePod:
+			var p store.Pod
+			if err := tx.Get(store.Pods, iv.ID, &p); err == nil {
+				iv.VCPUCount, iv.TemplateID, iv.ImageName = p.VCPUCount, p.TemplateID, p.ImageName
+			} else if !errors.Is(err, store.ErrNotFound) {
+				return err
+			}
+		case store.UsageWorker:
+			var e store.Endpoint
+			if err := tx.Get(store.Endpoints, iv.EndpointID, &e); err == nil {
+				iv.VCPUCount, iv.TemplateID = e.VCPUCount, e.TemplateID
+				var t store.Template
+				if err := tx.Get(store.Templates, e.TemplateID, &t); err == nil {
+					iv.ImageName = t.ImageName
+				} else if !errors.Is(err, store.ErrNotFound) {
+					return err
+				}
+			} else if !errors.Is(err, store.ErrNotFound) {
+				return err
+			}
+		}
+		return tx.StartUsage(iv)
+	})
+}
