@@ -71,7 +71,9 @@ func TestLoadBalancingEndpoint(t *testing.T) {
 	if res.StatusCode != 200 || e.Worker == "" || e.Worker != first || e.Path != "/echo" || e.Query != "x=1" || e.Authorization != "" {
 		t.Fatalf("first request: %d %s (worker header %q)", res.StatusCode, b, first)
 	}
-	var h struct{ Workers struct{ Ready, Idle, Running int } }
+	var h struct {
+		Workers struct{ Ready, Idle, Running int }
+	}
 	s.call("GET", "/v2/"+ep.ID+"/health", nil, 200, &h)
 	var view struct {
 		Workers []struct{ ID, State string }
