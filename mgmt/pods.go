@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"maps"
 	"os"
-	"path"
 	"regexp"
 	"slices"
 	"strings"
@@ -184,25 +183,8 @@ func ApplyPodFields(p *store.Pod, f PodFields) error {
 		}
 		p.Ports = append([]string{}, f.Ports...)
 	}
-	for _, v := range []struct {
-		name string
-		v    *int
-	}{{"containerDiskInGb", f.ContainerDiskInGb}, {"volumeInGb", f.VolumeInGb}} {
-		if v.v != nil && *v.v < 0 {
-			return invalid(v.name, "%s must not be negative", v.name)
-		}
-	}
-	if f.ContainerDiskInGb != nil {
-		p.ContainerDiskInGb = *f.ContainerDiskInGb
-	}
-	if f.VolumeInGb != nil {
-		p.VolumeInGb = *f.VolumeInGb
-	}
-	if f.VolumeMountPath != nil {
-		if !path.IsAbs(*f.VolumeMountPath) {
-			return invalid("volumeMountPath", "volumeMountPath must be an absolute path, got %q", *f.VolumeMountPath)
-		}
-		p.VolumeMountPath = *f.VolumeMountPath
+	if err := applyDisks(f.ContainerDiskInGb, f.VolumeInGb, f.VolumeMountPath, &p.ContainerDiskInGb, &p.VolumeInGb, &p.VolumeMountPath); err != nil {
+		return err
 	}
 	if f.ContainerRegistryAuthID != nil {
 		p.ContainerRegistryAuthID = *f.ContainerRegistryAuthID

@@ -3,7 +3,6 @@ package mgmt
 import (
 	"context"
 	"maps"
-	"path"
 	"regexp"
 	"slices"
 	"strings"
@@ -104,25 +103,8 @@ func ApplyTemplate(t *store.Template, in TemplateInput, create bool) error {
 			return invalid("isServerless", "isServerless cannot be changed after a template is created")
 		}
 	}
-	for _, f := range []struct {
-		name string
-		v    *int
-	}{{"containerDiskInGb", in.ContainerDiskInGb}, {"volumeInGb", in.VolumeInGb}} {
-		if f.v != nil && *f.v < 0 {
-			return invalid(f.name, "%s must not be negative", f.name)
-		}
-	}
-	if in.ContainerDiskInGb != nil {
-		t.ContainerDiskInGb = *in.ContainerDiskInGb
-	}
-	if in.VolumeInGb != nil {
-		t.VolumeInGb = *in.VolumeInGb
-	}
-	if in.VolumeMountPath != nil {
-		if !path.IsAbs(*in.VolumeMountPath) {
-			return invalid("volumeMountPath", "volumeMountPath must be an absolute path, got %q", *in.VolumeMountPath)
-		}
-		t.VolumeMountPath = *in.VolumeMountPath
+	if err := applyDisks(in.ContainerDiskInGb, in.VolumeInGb, in.VolumeMountPath, &t.ContainerDiskInGb, &t.VolumeInGb, &t.VolumeMountPath); err != nil {
+		return err
 	}
 	if in.DockerEntrypoint != nil {
 		t.DockerEntrypoint = in.DockerEntrypoint

@@ -2,6 +2,7 @@ package mgmt
 
 import (
 	"fmt"
+	"path"
 	"regexp"
 	"slices"
 	"strconv"
@@ -176,5 +177,31 @@ func nonNegative(name string, v *int, dst *int) error {
 		return invalid(name, "%s must not be negative, got %d", name, *v)
 	}
 	*dst = *v
+	return nil
+}
+
+// applyDisks checks and applies the disk fields templates and pods share;
+// nothing is applied when any of them is refused.
+func applyDisks(disk, volume *int, mount *string, toDisk, toVolume *int, toMount *string) error {
+	for _, f := range []struct {
+		name string
+		v    *int
+	}{{"containerDiskInGb", disk}, {"volumeInGb", volume}} {
+		if f.v != nil && *f.v < 0 {
+			return invalid(f.name, "%s must not be negative", f.name)
+		}
+	}
+	if mount != nil && !path.IsAbs(*mount) {
+		return invalid("volumeMountPath", "volumeMountPath must be an absolute path, got %q", *mount)
+	}
+	if disk != nil {
+		*toDisk = *disk
+	}
+	if volume != nil {
+		*toVolume = *volume
+	}
+	if mount != nil {
+		*toMount = *mount
+	}
 	return nil
 }
