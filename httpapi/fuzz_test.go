@@ -36,6 +36,7 @@ type fuzzAPI struct {
 	job  string // a queued job
 	done string // a completed job: long polls on it answer at once
 	pod  string
+	podv string // a pod with a network volume
 	vol  string
 	auth string
 }
@@ -70,6 +71,7 @@ func newFuzzAPI(f testing.TB) *fuzzAPI {
 	a.job, a.done = a.done, a.job // the first job was taken first: it is the completed one
 	a.pod = a.mustID(f, "POST", "/v1/pods", `{"name":"fuzz-pod","imageName":"busybox:latest","computeType":"CPU"}`)
 	a.vol = a.mustID(f, "POST", "/v1/networkvolumes", `{"name":"fuzz-vol","size":10,"dataCenterId":"US-KS-2"}`)
+	a.podv = a.mustID(f, "POST", "/v2/pods", `{"name":"fuzz-podv","image":"busybox:latest","cpu":{"id":"cpu3c","vcpuCount":2},"mounts":{"network":[{"volumeId":"`+a.vol+`","path":"/data"}]}}`)
 	return a
 }
 
@@ -312,7 +314,7 @@ var mgmtRoutes = []mgmtRoute{
 // seed ids ({tpl}, {ep}, {pod}, {vol}) filled in.
 func (a *fuzzAPI) mgmtBody(which uint8, body []byte) (mgmtRoute, []byte, *httptest.ResponseRecorder) {
 	r := mgmtRoutes[int(which)%len(mgmtRoutes)]
-	rp := strings.NewReplacer("{ep}", a.ep, "{tpl}", a.tpl, "{pod}", a.pod, "{vol}", a.vol)
+	rp := strings.NewReplacer("{ep}", a.ep, "{tpl}", a.tpl, "{podv}", a.podv, "{pod}", a.pod, "{vol}", a.vol)
 	body = []byte(rp.Replace(string(body)))
 	return r, body, a.do(r.method, rp.Replace(r.path), body)
 }
@@ -376,6 +378,11 @@ func FuzzV2Bodies(f *testing.F) {
 	} {
 		f.Add(uint8(i), []byte(s))
 	}
+	// The pod with a network volume (v2Routes[11]).
+	for _, s := range []string{`{"mounts":{"network":[]}}`, `{"mounts":{"network":[{"volumeId":"{vol}","path":"/d2"}]}}`,
+		`{"mounts":{"persistent":{"size":20,"path":"/w"}}}`, `{"mounts":{}}`, `{"mounts":{"network":[{"volumeId":"x","path":"/d"}]}}`} {
+		f.Add(uint8(11), []byte(s))
+	}
 	a := newFuzzAPI(f)
 	f.Fuzz(func(t *testing.T, which uint8, body []byte) {
 		r, body, rec := a.v2Body(which, body)
@@ -399,11 +406,12 @@ var v2Routes = []mgmtRoute{
 	{"POST", "/v2/network-volumes", "/v2/network-volumes/"}, {"POST", "/v2/registries", "/v2/registries/"},
 	{"PATCH", "/v2/templates/{tpl}", ""}, {"PATCH", "/v2/serverless/{ep}", ""}, {"PATCH", "/v2/pods/{pod}", ""},
 	{"PATCH", "/v2/network-volumes/{vol}", ""}, {"POST", "/v2/pods/{pod}/action", ""}, {"PUT", "/v2/account/ssh-keys", ""},
+	{"PATCH", "/v2/pods/{podv}", ""},
 }
 
 func (a *fuzzAPI) v2Body(which uint8, body []byte) (mgmtRoute, []byte, *httptest.ResponseRecorder) {
 	r := v2Routes[int(which)%len(v2Routes)]
-	rp := strings.NewReplacer("{ep}", a.ep, "{tpl}", a.tpl, "{pod}", a.pod, "{vol}", a.vol)
+	rp := strings.NewReplacer("{ep}", a.ep, "{tpl}", a.tpl, "{podv}", a.podv, "{pod}", a.pod, "{vol}", a.vol)
 	body = []byte(rp.Replace(string(body)))
 	return r, body, a.do(r.method, rp.Replace(r.path), body)
 }

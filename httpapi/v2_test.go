@@ -522,3 +522,29 @@ func TestV2FrozenWorkersAreIdle(t *testing.T) {
 		}
 	}
 }
+
+// TestV2PodMountPatch: v2.json's PATCH rules for a pod's mounts — {} keeps
+// the mount, an empty network list is refused (it once panicked the
+// handler), the mount kind and a network mount's volume are fixed, its
+// path may change.
+func TestV2PodMountPatch(t *testing.T) {
+	e := newValidatingServer(t, withFakePods(newFakePods()))
+	e.conformant(false)
+	vol := e.newVolume("data", 10)
+	other := e.newVolume("other", 10)
+	var pod, plain v2Pod
+	e.must(201, "POST", "/v2/pods", J{"name": "nv", "image": "alpine:3", "cpu": J{"id": "cpu3c", "vcpuCount": 2},
+		"mounts": J{"network": []J{{"volumeId": vol.ID, "path": "/data"}}}}, &pod)
+	e.must(201, "POST", "/v2/pods", J{"name": "plain", "image": "alpine:3", "cpu": J{"id": "cpu3c", "vcpuCount": 2}}, &plain)
+
+	e.must(200, "PATCH", "/v2/pods/"+pod.ID, J{"mounts": J{}}, nil)
+	e.mustProblem(400, "PATCH", "/v2/pods/"+pod.ID, J{"mounts": J{"network": []J{}}}, "mounts.network")
+	e.mustProblem(400, "PATCH", "/v2/pods/"+pod.ID, J{"mounts": J{"network": []J{{"volumeId": other.ID, "path": "/data"}}}}, "volumeId")
+	e.mustProblem(400, "PATCH", "/v2/pods/"+pod.ID, J{"mounts": J{"persistent": J{"size": 20, "path": "/w"}}}, "mount kind")
+	e.mustProblem(400, "PATCH", "/v2/pods/"+plain.ID, J{"mounts": J{"network": []J{{"volumeId": vol.ID, "path": "/data"}}}}, "mount kind")
+	e.mustProblem(400, "PATCH", "/v2/pods/"+plain.ID, J{"mounts": J{"persistent": J{"size": 20, "path": "/w"}}}, "mount kind")
+	e.must(200, "PATCH", "/v2/pods/"+pod.ID, J{"mounts": J{"network": []J{{"volumeId": vol.ID, "path": "/moved"}}}}, &pod)
+	if len(pod.Mounts.Network) != 1 || pod.Mounts.Network[0].VolumeID != vol.ID || pod.Mounts.Network[0].Path != "/moved" {
+		t.Errorf("after moving the network mount: %+v", pod.Mounts)
+	}
+}

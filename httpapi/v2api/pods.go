@@ -368,15 +368,9 @@ func (a *API) updatePod(w http.ResponseWriter, r *http.Request) {
 		a.fail(w, r, mgmt.InvalidInput("templateId", "templateId cannot be changed on Berth: create a new pod from the template"))
 		return
 	}
-	if m := b.Mounts; m != nil {
-		switch {
-		case m.Network != nil && (cur.NetworkVolumeID == "" || (*m.Network)[0].VolumeID != cur.NetworkVolumeID):
-			a.fail(w, r, mgmt.InvalidInput("mounts.network", "mounts.network: the network volume of a pod is fixed when it is created"))
-			return
-		case m.Persistent != nil && cur.NetworkVolumeID != "":
-			a.fail(w, r, mgmt.InvalidInput("mounts.persistent", "mounts.persistent: this pod has a network mount"))
-			return
-		}
+	if err := checkMountPatch(b.Mounts, cur); err != nil {
+		a.fail(w, r, err)
+		return
 	}
 	f, err := b.fields()
 	if err != nil {
@@ -429,6 +423,30 @@ func (a *API) podAction(w http.ResponseWriter, r *http.Request) {
 	}
 	p, err := a.cfg.Mgmt.DoPodAction(ctx, id, *b.Action)
 	a.answer(w, r, http.StatusOK, a.viewPod(p, a.cfg.Mgmt.PricesOrZero()), err)
+}
+
+// checkMountPatch applies v2's PATCH rules for mounts (v2.json, Mounts):
+// {} or no mounts changes nothing; an explicit empty network list is
+// refused (clearing mounts is not supported); the mount's kind is fixed
+// when the pod is created, and so is a network mount's volume.
+func checkMountPatch(m *mountsBody, cur store.Pod) error {
+	if m == nil {
+		return nil
+	}
+	if m.Network != nil {
+		switch {
+		case len(*m.Network) == 0:
+			return mgmt.InvalidInput("mounts.network", "mounts.network: an empty list would clear the mount, which is not supported; omit mounts to keep it")
+		case cur.NetworkVolumeID == "":
+			return mgmt.InvalidInput("mounts.network", "mounts.network: pod %s was created without a network mount, and a pod's mount kind is fixed when it is created", cur.ID)
+		case (*m.Network)[0].VolumeID != cur.NetworkVolumeID:
+			return mgmt.InvalidInput("mounts.network", "mounts.network: the volumeId of a network mount cannot be changed (pod %s mounts %s)", cur.ID, cur.NetworkVolumeID)
+		}
+	}
+	if m.Persistent != nil && (cur.NetworkVolumeID != "" || cur.VolumeInGb == 0) {
+		return mgmt.InvalidInput("mounts.persistent", "mounts.persistent: pod %s was created without a persistent mount, and a pod's mount kind is fixed when it is created", cur.ID)
+	}
+	return nil
 }
 
 // ---- logs (Server-Sent Events) ----
