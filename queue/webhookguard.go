@@ -97,7 +97,82 @@ var forbidden = []struct {
 	{netip.MustParsePrefix("255.255.255.255/32"), "broadcast"},
 }
 
-var nat64 = netip.MustParsePrefix("64:ff9b::/96")
+// Reaches returns the addresses a connection to ip can reach, the ones the
+// policy judges: ip itself without its zone (a zone only names the
+// interface: "::1%lo" is ::1) and every IPv4 address an IPv6 transition
+// or translation mechanism embeds in it, since a NAT64 gateway, a 6to4 or
+// Teredo relay or an ISATAP tunnel on the path delivers the packet there.
+// Operator-chosen prefixes (a network-specific NAT64 prefix, 6rd) cannot be
+// known here; the well-known and special-purpose ones are:
+//
+//   - IPv4-mapped ::ffff:0:0/96 and IPv4-compatible ::/96 (RFC 4291; not
+//     its first /104, which holds :: and ::1, judged as themselves),
+//     SIIT's IPv4-translated ::ffff:0:0:0/96 (RFC 2765): the last 32 bits;
+//   - NAT64 64:ff9b::/96 (RFC 6052): the last 32 bits;
+//   - local-use NAT64 64:ff9b:1::/48 (RFC 8215): the operator picks a
+//     prefix length of 48, 56, 64 or 96 within it, so the IPv4 address of
+//     each of RFC 6052's layouts the address fits;
+//   - 6to4 2002::/16 (RFC 3056): bits 16–47;
+//   - Teredo 2001::/32 (RFC 4380): the server (bits 32–63) and the client,
+//     stored inverted in the last 32 bits;
+//   - ISATAP interface identifiers ::0:5efe:a.b.c.d and ::200:5efe:a.b.c.d
+//     (RFC 5214, with the u/g bits either way) under any prefix.
+func Reaches(ip netip.Addr) []netip.Addr {
+	ip = ip.WithZone("").Unmap()
+	out := []netip.Addr{ip}
+	if !ip.Is6() {
+		return out
+	}
+	b := ip.As16()
+	v4 := func(i, j, k, l int) netip.Addr { return netip.AddrFrom4([4]byte{b[i], b[j], b[k], b[l]}) }
+	zero := func(from, to int) bool {
+		for _, x := range b[from:to] {
+			if x != 0 {
+				return false
+			}
+		}
+		return true
+	}
+	switch {
+	case zero(0, 12) && b[12] != 0: // IPv4-compatible (not ::/104, where :: and ::1 are)
+		out = append(out, v4(12, 13, 14, 15))
+	case zero(0, 8) && b[8] == 0xff && b[9] == 0xff && b[10] == 0 && b[11] == 0: // SIIT
+		out = append(out, v4(12, 13, 14, 15))
+	case nat64WellKnown.Contains(ip):
+		out = append(out, v4(12, 13, 14, 15))
+	case nat64Local.Contains(ip):
+		// RFC 6052's layouts for a prefix of 48, 56 or 64 bits skip the
+		// reserved octet 8, which must be zero, and leave the rest zero;
+		// the /96 layout has the address in the last 32 bits.
+		if b[8] == 0 {
+			if zero(11, 16) {
+				out = append(out, v4(6, 7, 9, 10))
+			}
+			if zero(12, 16) {
+				out = append(out, v4(7, 9, 10, 11))
+			}
+			if zero(13, 16) {
+				out = append(out, v4(9, 10, 11, 12))
+			}
+		}
+		out = append(out, v4(12, 13, 14, 15))
+	case sixToFour.Contains(ip):
+		out = append(out, v4(2, 3, 4, 5))
+	case teredo.Contains(ip):
+		out = append(out, v4(4, 5, 6, 7), netip.AddrFrom4([4]byte{^b[12], ^b[13], ^b[14], ^b[15]}))
+	}
+	if b[8]&^0x03 == 0 && b[9] == 0 && b[10] == 0x5e && b[11] == 0xfe { // ISATAP
+		out = append(out, v4(12, 13, 14, 15))
+	}
+	return out
+}
+
+var (
+	nat64WellKnown = netip.MustParsePrefix("64:ff9b::/96")
+	nat64Local     = netip.MustParsePrefix("64:ff9b:1::/48")
+	sixToFour      = netip.MustParsePrefix("2002::/16")
+	teredo         = netip.MustParsePrefix("2001::/32")
+)
 
 // WebhookGuard enforces a WebhookPolicy. It is safe for concurrent use.
 type WebhookGuard struct {
@@ -143,13 +218,13 @@ func (g *WebhookGuard) DenyListener(addr net.Addr) {
 	if err != nil {
 		return
 	}
-	ips := []netip.Addr{ap.Addr().Unmap()}
+	ips := []netip.Addr{ap.Addr().WithZone("").Unmap()}
 	if ap.Addr().IsUnspecified() {
 		if addrs, err := net.InterfaceAddrs(); err == nil {
 			for _, a := range addrs {
 				if n, ok := a.(*net.IPNet); ok {
 					if ip, ok := netip.AddrFromSlice(n.IP); ok {
-						ips = append(ips, ip.Unmap())
+						ips = append(ips, ip.WithZone("").Unmap())
 					}
 				}
 			}
@@ -163,33 +238,44 @@ func (g *WebhookGuard) DenyListener(addr net.Addr) {
 }
 
 // Check says whether a webhook to host (as written in the URL) may connect
-// to ip:port, and if not, why.
+// to ip:port, and if not, why. ip is judged by every address it reaches
+// (Reaches): its zone is ignored and an embedded IPv4 address must pass as
+// well, so no spelling of a forbidden address gets through.
 func (g *WebhookGuard) Check(host string, ip netip.Addr, port uint16) error {
-	ip = ip.Unmap()
+	reach := Reaches(ip)
 	g.mu.RLock()
-	own := g.own[netip.AddrPortFrom(ip, port)]
-	g.mu.RUnlock()
-	if own {
-		return fmt.Errorf("%w: %s is Berth's own listener", ErrWebhookForbidden, netip.AddrPortFrom(ip, port))
+	for _, a := range reach {
+		if g.own[netip.AddrPortFrom(a, port)] {
+			g.mu.RUnlock()
+			return fmt.Errorf("%w: %s is Berth's own listener", ErrWebhookForbidden, netip.AddrPortFrom(a, port))
+		}
 	}
+	g.mu.RUnlock()
 	if g.allowHosts[strings.ToLower(strings.TrimSuffix(host, "."))] {
 		return nil
 	}
+	for _, a := range reach {
+		if err := g.judge(a); err != nil {
+			if a != reach[0] {
+				return fmt.Errorf("%w: %s reaches %s, which is %s (open it with --webhook-allow)", ErrWebhookForbidden, ip, a, err)
+			}
+			return fmt.Errorf("%w: %s is %s (open it with --webhook-allow)", ErrWebhookForbidden, ip, err)
+		}
+	}
+	return nil
+}
+
+// judge returns why the default policy forbids the plain address a, or nil
+// when it does not or the policy's Allow opens it.
+func (g *WebhookGuard) judge(a netip.Addr) error {
 	for _, p := range g.allow {
-		if p.Contains(ip) {
+		if p.Contains(a) {
 			return nil
 		}
 	}
-	check := []netip.Addr{ip}
-	if nat64.Contains(ip) { // a NAT64 gateway would reach the embedded IPv4 address
-		b := ip.As16()
-		check = append(check, netip.AddrFrom4([4]byte(b[12:])))
-	}
-	for _, a := range check {
-		for _, f := range forbidden {
-			if f.prefix.Contains(a) {
-				return fmt.Errorf("%w: %s is %s (open it with --webhook-allow)", ErrWebhookForbidden, ip, f.why)
-			}
+	for _, f := range forbidden {
+		if f.prefix.Contains(a) {
+			return errors.New(f.why)
 		}
 	}
 	return nil
@@ -251,7 +337,7 @@ func (g *WebhookGuard) DialContext(ctx context.Context, network, addr string) (n
 			errs = append(errs, err)
 			continue
 		}
-		c, err := g.dial(ctx, network, netip.AddrPortFrom(ip.Unmap(), uint16(port)).String())
+		c, err := g.dial(ctx, network, netip.AddrPortFrom(dialAddr(ip), uint16(port)).String())
 		if err == nil {
 			return c, nil
 		}
@@ -261,6 +347,16 @@ func (g *WebhookGuard) DialContext(ctx context.Context, network, addr string) (n
 		return nil, fmt.Errorf("%s: no addresses", host)
 	}
 	return nil, errors.Join(errs...)
+}
+
+// dialAddr is the address dialled for ip, which Check allowed: without its
+// zone, except a link-local address, which needs one to say where it is.
+func dialAddr(ip netip.Addr) netip.Addr {
+	ip = ip.Unmap()
+	if ip.Is6() && (ip.IsLinkLocalUnicast() || ip.IsLinkLocalMulticast()) {
+		return ip
+	}
+	return ip.WithZone("")
 }
 
 // maxRedirects bounds how many redirects one delivery follows.

@@ -52,6 +52,34 @@ func TestWebhookPolicyDecisions(t *testing.T) {
 		{nil, "x", "fe80::1", 80, "link-local"},
 		{nil, "x", "fd00:ec2::254", 80, "metadata"},
 		{nil, "x", "64:ff9b::a9fe:a9fe", 80, "metadata"}, // NAT64 of 169.254.169.254
+		// Zones name an interface; the address is what it is.
+		{nil, "x", "::1%lo", 80, "loopback"},
+		{nil, "x", "::1%1", 80, "loopback"},
+		{nil, "x", "::ffff:127.0.0.1%lo", 80, "loopback"},
+		{nil, "x", "fe80::1%eth0", 80, "link-local"},
+		{nil, "x", "::%lo", 80, "unspecified"},
+		{nil, "x", "ff02::1%eth0", 80, "multicast"},
+		{[]string{"::1"}, "x", "::1%lo", 80, ""},
+		// Every translation or tunnelling prefix is judged by the IPv4
+		// address it reaches.
+		{nil, "x", "64:ff9b::7f00:1", 80, "loopback"},
+		{nil, "x", "64:ff9b:1::7f00:1", 80, "loopback"},                    // RFC 8215, /96 layout
+		{nil, "x", "64:ff9b:1:7f00:0:100::", 80, "loopback"},               // RFC 8215, /48 layout (127.0.0.1, u octet skipped)
+		{nil, "x", "64:ff9b:1:a9:fe:a9fe::", 80, "metadata"},               // RFC 8215, /56 layout of 169.254.169.254
+		{nil, "x", "64:ff9b:1:0:a9:fea9:fe00:0", 80, "metadata"},           // RFC 8215, /64 layout
+		{nil, "x", "::ffff:0:7f00:1", 80, "loopback"},                      // SIIT IPv4-translated
+		{nil, "x", "::7f00:1", 80, "loopback"},                             // IPv4-compatible
+		{nil, "x", "::a9fe:a9fe", 80, "metadata"},                          // IPv4-compatible
+		{nil, "x", "2002:7f00:1::1", 80, "loopback"},                       // 6to4
+		{nil, "x", "2002:a9fe:a9fe::", 80, "metadata"},                     // 6to4
+		{nil, "x", "2001:0:4136:e378:8000:63bf:80ff:fffe", 80, "loopback"}, // Teredo, client 127.0.0.1 inverted
+		{nil, "x", "2001:0:a9fe:a9fe::1", 80, "metadata"},                  // Teredo server
+		{nil, "x", "2001:db8::5efe:7f00:1", 80, "loopback"},                // ISATAP
+		{nil, "x", "2001:db8::200:5efe:a9fe:a9fe", 80, "metadata"},         // ISATAP, universal bit set
+		{nil, "x", "64:ff9b::c000:207", 80, ""},                            // NAT64 of a public address
+		{nil, "x", "2002:cb00:7107::1", 80, ""},                            // 6to4 of 203.0.113.7
+		{nil, "x", "2001:db8::1", 80, ""},
+		{[]string{"127.0.0.0/8"}, "x", "64:ff9b::7f00:1", 80, ""},
 		{nil, "x", "0.0.0.0", 80, "unspecified"},
 		{nil, "x", "::", 80, "unspecified"},
 		{nil, "x", "224.0.0.1", 80, "multicast"},
@@ -261,6 +289,60 @@ func TestWebhookNeverReachesBerthItself(t *testing.T) {
 	}
 	if resp, err := post(c, other.URL); err != nil || resp.StatusCode != 200 {
 		t.Fatalf("another loopback port with loopback allowed: %v %v", resp, err)
+	}
+}
+
+// TestWebhookZonedAddressesNeverReachBerth: an IPv6 zone ("[::1%25lo]")
+// or an IPv4-mapped spelling, given directly or as a redirect's target, is
+// judged as the address it is: loopback under the default policy, and
+// Berth's own listener even with loopback opened.
+func TestWebhookZonedAddressesNeverReachBerth(t *testing.T) {
+	ln, err := net.Listen("tcp", "[::1]:0")
+	if err != nil {
+		t.Skipf("no IPv6 loopback here: %v", err)
+	}
+	own := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { t.Error("Berth's listener was reached") }))
+	own.Listener = ln
+	own.Start()
+	defer own.Close()
+	port := ln.Addr().(*net.TCPAddr).Port
+	zoned := fmt.Sprintf("http://[::1%%25lo]:%d/v2/x/run", port)
+	redirector := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		http.Redirect(w, r, zoned, http.StatusTemporaryRedirect)
+	}))
+	rln, err := net.Listen("tcp", "[::1]:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	redirector.Listener = rln
+	redirector.Start()
+	defer redirector.Close()
+
+	def, err := queue.NewWebhookGuard(queue.WebhookPolicy{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	def.DenyListener(ln.Addr())
+	if _, err := post(def.Client(10*time.Second), zoned); !errors.Is(err, queue.ErrWebhookForbidden) {
+		t.Errorf("default policy, %s: got %v, want forbidden", zoned, err)
+	}
+	if err := def.CheckURL(zoned); !errors.Is(err, queue.ErrWebhookForbidden) {
+		t.Errorf("default policy, submission of %s: got %v, want forbidden", zoned, err)
+	}
+
+	open, err := queue.NewWebhookGuard(queue.WebhookPolicy{Allow: []string{"::1", "127.0.0.0/8"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	open.DenyListener(ln.Addr())
+	c := open.Client(10 * time.Second)
+	for _, u := range []string{zoned, fmt.Sprintf("http://[::1%%25eth0]:%d/", port), redirector.URL + "/hook"} {
+		if _, err := post(c, u); !errors.Is(err, queue.ErrWebhookForbidden) || !strings.Contains(err.Error(), "own listener") {
+			t.Errorf("loopback open, %s: got %v, want forbidden as Berth's own listener", u, err)
+		}
+	}
+	if err := open.CheckURL(zoned); !errors.Is(err, queue.ErrWebhookForbidden) {
+		t.Errorf("loopback open, submission of %s: got %v, want forbidden", zoned, err)
 	}
 }
 
