@@ -101,6 +101,22 @@ func (a *Allocator) Allocate(holder string, typeIDs []string, count int) ([]Devi
 		ErrNoCapacity, holder, count, describeTypes(want), a.describeFree(want))
 }
 
+// Fit reports how many holders could each be given count GPUs of one of
+// typeIDs (as Allocate chooses them) from the GPUs free now, and describes
+// one such request and what is free, e.g. `1 × "NVIDIA L4"; free: "NVIDIA
+// L4" 0 of 2`, for a status that says why work waits.
+func (a *Allocator) Fit(typeIDs []string, count int) (int, string) {
+	count = max(count, 1)
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	want := a.known(typeIDs)
+	n := 0
+	for _, t := range want {
+		n += len(a.freeOf(t)) / count
+	}
+	return n, fmt.Sprintf("%d × %s; free: %s", count, describeTypes(want), a.describeFree(want))
+}
+
 // Release frees every GPU of holder. Releasing twice, or a holder that has
 // nothing, is a no-op.
 func (a *Allocator) Release(holder string) {

@@ -414,3 +414,48 @@ func TestConcurrentChurn(t *testing.T) {
 		}
 	}
 }
+
+// TestFit: Fit counts the allocations Allocate would then make, one after
+// another, and says what is free.
+func TestFit(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		held  []req
+		types []string
+		count int
+		want  int
+		desc  string
+	}{
+		{name: "any type, one each", count: 1, want: 5},
+		{name: "pairs of 4090s", types: []string{rtx}, count: 2, want: 1, desc: `2 × "` + rtx + `"; free: "` + rtx + `" 3 of 3`},
+		{name: "pairs of either", types: []string{rtx, a100}, count: 2, want: 2},
+		{name: "held ones do not count", held: []req{{"x", []string{a100}, 1}}, types: []string{a100}, count: 1, want: 1,
+			desc: `1 × "` + a100 + `"; free: "` + a100 + `" 1 of 2`},
+		{name: "none free", held: []req{{"x", []string{a100}, 2}}, types: []string{a100}, count: 1, want: 0},
+		{name: "unknown type", types: []string{h100}, count: 1, want: 0},
+		{name: "count below one is one", types: []string{a100}, count: 0, want: 2},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			a := NewAllocator(mixed())
+			for _, r := range tc.held {
+				if _, err := a.Allocate(r.holder, r.types, r.count); err != nil {
+					t.Fatal(err)
+				}
+			}
+			n, desc := a.Fit(tc.types, tc.count)
+			if n != tc.want || tc.desc != "" && desc != tc.desc {
+				t.Fatalf("Fit = %d %q, want %d %q", n, desc, tc.want, tc.desc)
+			}
+			// Allocate agrees: exactly n more allocations succeed.
+			count := max(tc.count, 1)
+			for i := 0; i < n; i++ {
+				if _, err := a.Allocate(fmt.Sprintf("h%d", i), tc.types, count); err != nil {
+					t.Fatalf("allocation %d of %d: %v", i+1, n, err)
+				}
+			}
+			if _, err := a.Allocate("one-more", tc.types, count); err == nil {
+				t.Fatalf("allocation %d succeeded past Fit", n+1)
+			}
+		})
+	}
+}

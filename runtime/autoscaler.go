@@ -66,6 +66,7 @@ type scaleInput struct {
 // drainOrder asks for one worker to be drained.
 type drainOrder struct {
 	id     string
+	kind   drainKind
 	reason string
 }
 
@@ -114,8 +115,8 @@ func planScale(in scaleInput) scalePlan {
 
 	var p scalePlan
 	alive := slices.Clone(in.workers)
-	drain := func(w workerView, reason string) {
-		p.drain = append(p.drain, drainOrder{id: w.id, reason: reason})
+	drain := func(w workerView, kind drainKind, reason string) {
+		p.drain = append(p.drain, drainOrder{id: w.id, kind: kind, reason: reason})
 		alive = slices.DeleteFunc(alive, func(x workerView) bool { return x.id == w.id })
 	}
 
@@ -130,7 +131,7 @@ func planScale(in scaleInput) scalePlan {
 		}
 		if n := len(gen) - maxW; n > 0 {
 			for _, w := range byDrainPreference(gen)[:n] {
-				drain(w, fmt.Sprintf("workersMax is %d", maxW))
+				drain(w, drainScale, fmt.Sprintf("workersMax is %d", maxW))
 			}
 		}
 	}
@@ -141,9 +142,9 @@ func planScale(in scaleInput) scalePlan {
 		switch {
 		case !w.frozen:
 		case !ep.Flashboot:
-			drain(w, "flashboot is off: the frozen worker is stopped")
+			drain(w, drainScale, "flashboot is off: the frozen worker is stopped")
 		case !w.current:
-			drain(w, "a frozen worker of an old version")
+			drain(w, drainScale, "a frozen worker of an old version")
 		case w.running > 0:
 			p.thaw = append(p.thaw, w.id)
 			alive[slices.IndexFunc(alive, func(x workerView) bool { return x.id == w.id })].frozen = false
@@ -181,7 +182,7 @@ func planScale(in scaleInput) scalePlan {
 				alive[slices.IndexFunc(alive, func(x workerView) bool { return x.id == w.id })].frozen = true
 				continue
 			}
-			drain(w, fmt.Sprintf("idle for %s (idleTimeout %s)", w.idleFor.Round(time.Second), idleTO))
+			drain(w, drainScale, fmt.Sprintf("idle for %s (idleTimeout %s)", w.idleFor.Round(time.Second), idleTO))
 		}
 	}
 	serving := active()
@@ -252,7 +253,7 @@ func planScale(in scaleInput) scalePlan {
 	p.start = max(min(need, maxW-len(cur)-len(frozen)), 0)
 	if n := readyCur + len(old) - target; n > 0 && len(old) > 0 {
 		for _, w := range byDrainPreference(old)[:min(n, len(old))] {
-			drain(w, "rolling update to version "+fmt.Sprint(ep.Version))
+			drain(w, drainRoll, "rolling update to version "+fmt.Sprint(ep.Version))
 		}
 	}
 	return p

@@ -35,16 +35,6 @@ import (
 	"berth/gpu"
 )
 
-// freezeState is where a worker is in FlashBoot's pause/unpause cycle.
-type freezeState int
-
-const (
-	fzNone     freezeState = iota
-	fzFreezing             // pause call in flight
-	fzFrozen               // container paused
-	fzThawing              // unpause call in flight
-)
-
 // Pause freezes every process of a running container (cgroup freezer).
 func (d *Docker) Pause(ctx context.Context, id string) error {
 	if _, err := d.cli.ContainerPause(ctx, id, client.ContainerPauseOptions{}); err != nil {
@@ -61,19 +51,17 @@ func (d *Docker) Unpause(ctx context.Context, id string) error {
 	return nil
 }
 
-// frozenLocked: the worker is frozen or being frozen (it serves nothing).
-func (ws *workerState) frozenLocked() bool { return ws.fz == fzFreezing || ws.fz == fzFrozen }
-
 // freezeAsync pauses an idle worker's container. The queue is told first,
 // so the silence that follows never counts as a lost worker.
 func (s *Supervisor) freezeAsync(ws *workerState) {
 	s.mu.Lock()
-	if ws.fz != fzNone || ws.draining || ws.exited || ws.containerID == "" {
+	if ws.state != wsIdle || ws.containerID == "" {
 		s.mu.Unlock()
-		return
+		return // changed since the plan
 	}
 	// Frozen time (eviction order, FlashMaxFrozen) counts from the decision.
-	ws.fz, ws.thawWanted, ws.frozenAt = fzFreezing, false, s.clock.Now()
+	s.setStateLocked(ws, wsFreezing, "idle past idleTimeout (flashboot)")
+	ws.frozenAt = s.clock.Now()
 	cid := ws.containerID
 	s.wg.Add(1)
 	s.mu.Unlock()
@@ -83,8 +71,11 @@ func (s *Supervisor) freezeAsync(ws *workerState) {
 		s.q.SetFrozen(ws.id, true)
 		err := s.d.Pause(s.ctx, cid)
 		s.mu.Lock()
+		pausing := ws.state == wsFreezing || ws.state == wsThawAsked
 		if err != nil {
-			ws.fz = fzNone
+			if pausing {
+				s.setStateLocked(ws, servingState(ws), "the pause failed")
+			}
 			s.mu.Unlock()
 			s.q.SetFrozen(ws.id, false)
 			if s.ctx.Err() == nil {
@@ -92,8 +83,11 @@ func (s *Supervisor) freezeAsync(ws *workerState) {
 			}
 			return
 		}
-		ws.fz = fzFrozen
-		thaw := ws.thawWanted
+		// Drained or gone meanwhile: its stop does not care that it is paused.
+		thaw := ws.state == wsThawAsked
+		if pausing {
+			s.setStateLocked(ws, wsFrozen, "container paused")
+		}
 		s.mu.Unlock()
 		if thaw {
 			s.thawAsync(ws)
@@ -107,18 +101,20 @@ func (s *Supervisor) freezeAsync(ws *workerState) {
 // soon as its pause completes.
 func (s *Supervisor) thawAsync(ws *workerState) {
 	s.mu.Lock()
-	switch {
-	case ws.fz == fzFreezing:
-		ws.thawWanted = true
+	switch ws.state {
+	case wsFreezing:
+		s.setStateLocked(ws, wsThawAsked, "thaw asked while the pause is in flight")
 		s.mu.Unlock()
 		return
-	case ws.fz != fzFrozen || ws.draining || ws.exited:
+	case wsFrozen:
+	default:
 		s.mu.Unlock()
-		return
+		return // changed since the plan
 	}
 	// Its idle time restarts now, so a thaw that finds no job refreezes
 	// after a full idleTimeout.
-	ws.fz, ws.idleSince = fzThawing, s.clock.Now()
+	s.setStateLocked(ws, wsThawing, "wanted by the autoscaler")
+	ws.idleSince = s.clock.Now()
 	cid := ws.containerID
 	s.wg.Add(1)
 	s.mu.Unlock()
@@ -136,19 +132,35 @@ func (s *Supervisor) thawAsync(ws *workerState) {
 		}
 		s.q.SetFrozen(ws.id, false)
 		s.mu.Lock()
-		ws.fz = fzNone
+		if ws.state == wsThawing {
+			s.setStateLocked(ws, servingState(ws), "container unpaused")
+		}
 		s.mu.Unlock()
 		s.log.Info("thawed worker (flashboot)", "endpoint", ws.endpointID, "worker", ws.id, "container", cid, "took", time.Since(t0).Round(time.Millisecond))
 		s.Notify(ws.endpointID)
 	}()
 }
 
+// servingState is the state a worker leaving FlashBoot's cycle returns to:
+// running when a job reached it meanwhile, else idle.
+func servingState(ws *workerState) wstate {
+	if ws.running > 0 {
+		return wsRunning
+	}
+	return wsIdle
+}
+
 // evictLocked drains a frozen worker: its container is stopped (Docker
 // resumes a paused container to deliver the signal) and its GPUs freed.
 // The caller runs stopAsync on it after unlocking.
 func (s *Supervisor) evictLocked(ws *workerState, reason string) {
-	ws.evicted = true
-	s.markDrainLocked(ws, "flashboot eviction: "+reason)
+	s.drainLocked(ws, drain{kind: drainEvict, reason: "flashboot eviction: " + reason, grace: s.cfg.IdleStopGrace})
+}
+
+// evicting: the worker was drained by a FlashBoot eviction and still holds
+// its GPUs (it is not forgotten yet).
+func (ws *workerState) evicting() bool {
+	return (ws.state.stopping() || ws.state == wsExited) && ws.drain.kind == drainEvict
 }
 
 // frozenByAgeLocked lists the frozen workers not being stopped, least
@@ -156,7 +168,7 @@ func (s *Supervisor) evictLocked(ws *workerState, reason string) {
 func (s *Supervisor) frozenByAgeLocked() []*workerState {
 	var out []*workerState
 	for _, ws := range s.workers {
-		if ws.fz == fzFrozen && !ws.draining && !ws.exited {
+		if ws.state == wsFrozen {
 			out = append(out, ws)
 		}
 	}
@@ -205,7 +217,7 @@ func (s *Supervisor) gpuEvictionLocked(typeIDs []string, count int) (victims, pe
 		return true
 	}
 	for _, ws := range s.workers {
-		if ws.evicted && len(ws.gpus) > 0 {
+		if ws.evicting() && len(ws.gpus) > 0 {
 			s.cfg.GPUs.Release(ws.id) // still held until forgotten, which s.mu excludes
 			released = append(released, ws)
 			pending = append(pending, ws)
@@ -248,7 +260,7 @@ func (s *Supervisor) evictForGPUs(typeIDs []string, count int, who string) <-cha
 	}
 	s.mu.Unlock()
 	for _, ws := range victims {
-		s.stopAsync(ws, s.cfg.IdleStopGrace)
+		s.stopAsync(ws)
 	}
 	done := make(chan struct{})
 	go func() {
@@ -299,7 +311,7 @@ func (s *Supervisor) flashHousekeeping() {
 		}
 	}
 	for _, ws := range evict {
-		s.stopAsync(ws, s.cfg.IdleStopGrace)
+		s.stopAsync(ws)
 	}
 }
 
@@ -395,7 +407,7 @@ func (s *Supervisor) restorePodGPUs(ctx context.Context, podID string, uuids []s
 		return err
 	}
 	for _, ws := range victims {
-		s.stopAsync(ws, s.cfg.IdleStopGrace)
+		s.stopAsync(ws)
 	}
 	for _, g := range gone {
 		select {

@@ -107,7 +107,15 @@ func newEnvAt(t testing.TB, host string, opts ...envOpt) *env {
 	if !testing.Verbose() {
 		out = nil
 	}
-	e.log, _ = logtest.Check(t, out)
+	var lines *logtest.Lines
+	e.log, lines = logtest.Check(t, out)
+	// The worker lifecycle refuses a state change it does not allow and
+	// logs it: in these tests that is a bug (runtime/lifecycle.go).
+	t.Cleanup(func() {
+		if l := lines.Find("worker state change refused"); l != nil {
+			t.Errorf("the worker lifecycle refused a state change: %v", l)
+		}
+	})
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	d, err := runtime.NewDocker(ctx, e.log)

@@ -23,7 +23,7 @@ func (s *Supervisor) WorkerNet(ctx context.Context, workerID string) (WorkerNet,
 	s.mu.Lock()
 	ws := s.workers[workerID]
 	var cid string
-	if ws != nil && !ws.exited {
+	if ws != nil && ws.state != wsExited {
 		cid = ws.containerID
 	}
 	s.mu.Unlock()

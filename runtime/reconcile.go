@@ -48,7 +48,7 @@ func (s *Supervisor) resync(ctx context.Context) error {
 	var podsGone []*podState
 	s.mu.Lock()
 	for _, ws := range s.workers {
-		if ws.containerID != "" && !present[ws.containerID] && ws.phase != phaseStarting && !ws.exited {
+		if ws.containerID != "" && !present[ws.containerID] && launched(ws.state) && ws.state != wsExited {
 			gone = append(gone, ws)
 		}
 	}
@@ -85,16 +85,18 @@ func (s *Supervisor) resyncWorker(ctx context.Context, info ContainerInfo, eps m
 		return
 	}
 	if ws != nil && ws.containerID == info.ID {
-		if !info.Running && ws.phase != phaseStarting {
-			s.goExit(ws) // an exit whose event was missed
-		}
 		s.mu.Lock()
-		unpaused := info.Running && !info.Paused && ws.fz == fzFrozen
+		state := ws.state
+		unpaused := info.Running && !info.Paused && state == wsFrozen
 		if unpaused {
 			// Resumed behind Berth's back: it serves again, idle from now.
-			ws.fz, ws.idleSince = fzNone, s.clock.Now()
+			s.setStateLocked(ws, wsIdle, "container unpaused outside Berth")
+			ws.idleSince = s.clock.Now()
 		}
 		s.mu.Unlock()
+		if !info.Running && launched(state) {
+			s.goExit(ws) // an exit whose event was missed
+		}
 		if unpaused {
 			s.q.SetFrozen(wid, false)
 		}
@@ -139,10 +141,13 @@ func (s *Supervisor) resyncWorker(ctx context.Context, info ContainerInfo, eps m
 		return
 	}
 	version, _ := strconv.Atoi(info.Labels[LabelVersion])
+	// An adopted worker starts its life in Berth as Initializing (the
+	// next pass finds it idle or running from the queue's view) or, when
+	// paused, Frozen.
 	ws = &workerState{
 		id: wid, endpointID: epID, containerID: info.ID, version: version, specKey: info.Labels[LabelSpec],
-		gpus: gpus, gpuType: s.gpuTypeOf(gpus), phase: phaseInitializing, startedAt: info.StartedAt,
-		seen: !l.LastSeen.IsZero(), runStarted: true,
+		gpus: gpus, gpuType: s.gpuTypeOf(gpus), state: wsInitializing, startedAt: info.StartedAt,
+		contacted: !l.LastSeen.IsZero(),
 	}
 	if ws.startedAt.IsZero() {
 		ws.startedAt = s.clock.Now()
@@ -150,7 +155,7 @@ func (s *Supervisor) resyncWorker(ctx context.Context, info ContainerInfo, eps m
 	if info.Paused {
 		// Frozen by FlashBoot before the restart: it stays frozen, and its
 		// frozen time counts from now (the pause time is not recorded).
-		ws.fz, ws.frozenAt, ws.phase = fzFrozen, s.clock.Now(), phaseIdle
+		ws.state, ws.frozenAt = wsFrozen, s.clock.Now()
 		s.q.SetFrozen(wid, true)
 	}
 	s.mu.Lock()
@@ -165,6 +170,10 @@ func (s *Supervisor) resyncWorker(ctx context.Context, info ContainerInfo, eps m
 		s.cfg.OnRun(KindWorker, wid, epID, ws.gpuType, len(gpus), info.StartedAt, time.Time{})
 	}
 }
+
+// launched: the worker's launch is done with it (its container was
+// started, or the start failed), so reconcile may judge its container.
+func launched(st wstate) bool { return st != wsStarting && st != wsCancelled }
 
 // containerGPUs are the GPUs a container was created with: its device
 // requests, or else its label.

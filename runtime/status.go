@@ -79,19 +79,19 @@ func (s *Supervisor) Status(endpointID string) EndpointStatus {
 	var st EndpointStatus
 	live, ready := 0, 0
 	for _, ws := range s.workers {
-		if ws.endpointID != endpointID || ws.exited {
+		if ws.endpointID != endpointID || ws.state == wsExited {
 			continue
 		}
-		switch {
-		case ws.draining:
+		switch ws.publicState() {
+		case StateDraining:
 			st.Workers.Draining++
 			continue
-		case ws.frozenLocked():
+		case StateFrozen:
 			st.Workers.Frozen++
-		case ws.phase == phaseIdle:
+		case StateIdle:
 			st.Workers.Idle++
 			ready++
-		case ws.phase == phaseRunning:
+		case StateRunning:
 			st.Workers.Running++
 			ready++
 		default:
@@ -144,6 +144,23 @@ func (s *Supervisor) Status(endpointID string) EndpointStatus {
 	return st
 }
 
+// publicState is the worker's state as Status and Workers report it: the
+// lifecycle's states folded into the few a user sees. A worker being
+// thawed already counts as serving.
+func (ws *workerState) publicState() string {
+	switch {
+	case ws.state.stopping():
+		return StateDraining
+	case ws.state.frozen():
+		return StateFrozen
+	case ws.state == wsIdle, ws.state == wsThawing && ws.running == 0:
+		return StateIdle
+	case ws.state == wsRunning, ws.state == wsThawing:
+		return StateRunning
+	}
+	return StateInitializing
+}
+
 // WorkerCounts is the runtime's share of /health: workers initializing,
 // throttled and unhealthy, and Ready (in contact with Berth, idle or
 // running). Idle, Running and Frozen are left to the queue's own counts.
@@ -163,20 +180,17 @@ func (s *Supervisor) Workers(endpointID string) []WorkerInfo {
 	defer s.mu.Unlock()
 	var out []WorkerInfo
 	for _, ws := range s.workers {
-		if (endpointID != "" && ws.endpointID != endpointID) || ws.exited {
+		if (endpointID != "" && ws.endpointID != endpointID) || ws.state == wsExited {
 			continue
 		}
-		state := ws.phase.String()
-		switch {
-		case ws.draining:
-			state = StateDraining
-		case ws.frozenLocked():
-			state = StateFrozen
+		var reason string
+		if ws.state.stopping() {
+			reason = ws.drain.reason
 		}
 		out = append(out, WorkerInfo{
-			WorkerID: ws.id, EndpointID: ws.endpointID, ContainerID: ws.containerID, State: state,
+			WorkerID: ws.id, EndpointID: ws.endpointID, ContainerID: ws.containerID, State: ws.publicState(),
 			Version: ws.version, GPUs: slices.Clone(ws.gpus), GPUTypeID: ws.gpuType,
-			JobsInProgress: ws.running, StartedAt: ws.startedAt, DrainReason: ws.drainReason,
+			JobsInProgress: ws.running, StartedAt: ws.startedAt, DrainReason: reason,
 		})
 	}
 	slices.SortFunc(out, func(a, b WorkerInfo) int {

@@ -310,12 +310,18 @@ func (s *Supervisor) Notify(endpointID string) {
 // carried stopPod / refresh_worker). Wire queue.Config.OnStopPod to it.
 func (s *Supervisor) Recycle(endpointID, workerID string) {
 	s.mu.Lock()
-	ws := s.workers[workerID]
-	if ws != nil && ws.endpointID == endpointID {
-		ws.recycle = true
+	drained := false
+	if ws := s.workers[workerID]; ws != nil && ws.endpointID == endpointID {
+		var ep store.Endpoint
+		if es := s.eps[endpointID]; es != nil {
+			ep = es.ep
+		}
+		// The stop itself is the next pass's (stopAsync reads the jobs it
+		// still has then).
+		drained = s.drainLocked(ws, s.drainFor(ep, drainRecycle, "stopPod: recycling the worker"))
 	}
 	s.mu.Unlock()
-	if ws != nil {
+	if drained {
 		s.Notify(endpointID)
 	}
 }
@@ -448,7 +454,7 @@ func (s *Supervisor) handleEvent(ev Event) {
 	ws := s.byContainer[ev.ContainerID]
 	pod := s.podByCID[ev.ContainerID]
 	if ev.Action == "oom" && ws != nil {
-		ws.oom = true
+		ws.oomKilled = true
 	}
 	if ev.Action == "destroy" {
 		delete(s.kept, ev.ContainerID)

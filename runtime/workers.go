@@ -28,7 +28,9 @@ const LabelSpec = "berth.spec"
 // worker identity exists; it never holds GPUs outside Supervisor.mu.
 const probeHolder = "berth-capacity-probe"
 
-// workerState is one worker container the Supervisor manages.
+// workerState is one worker container the Supervisor manages. Its
+// lifecycle is state (lifecycle.go); the other fields are what it is made
+// of and facts observed about it. Guarded by Supervisor.mu.
 type workerState struct {
 	id, endpointID string
 	containerID    string
@@ -37,29 +39,27 @@ type workerState struct {
 	gpus           []string
 	gpuType        string
 
-	phase     phase
-	seen      bool      // has contacted Berth
-	startedAt time.Time // container start (zero while starting)
+	state wstate
+	drain drain // why and how it is stopped, once state.stopping()
+
+	contacted bool      // has contacted Berth (the queue saw it)
+	oomKilled bool      // Docker reported an OOM kill of its container
+	running   int       // jobs in progress, from the queue
+	startedAt time.Time // container start (zero while starting); usage is open from then
 	idleSince time.Time
-	running   int
 	stopsSeen map[string]time.Time // pending job-stop ids -> first noticed
+	frozenAt  time.Time            // FlashBoot: when the freeze was decided
+	gone      chan struct{}        // closed when forgotten (goneChanLocked)
+}
 
-	draining    bool
-	drainReason string
-	fault       string // why Berth killed it, if it was the worker's fault
-	recycle     bool
-	stopping    bool          // a stop is under way
-	grace       time.Duration // of the last stop asked for
-	oom         bool
-	exited      bool // exit handled or being handled
-	runStarted  bool // OnRun start was reported
-
-	// FlashBoot (flashboot.go)
-	fz         freezeState
-	frozenAt   time.Time
-	thawWanted bool          // thaw as soon as the pause completes
-	evicted    bool          // drained by a FlashBoot eviction
-	gone       chan struct{} // closed when forgotten (goneChanLocked)
+// snap is the worker as planPass sees it, with the queue's view.
+func (ws *workerState) snap(ep store.Endpoint, key string, load queue.WorkerLoad, known bool, stops []string) workerSnap {
+	return workerSnap{
+		id: ws.id, state: ws.state, current: ws.version == ep.Version && ws.specKey == key,
+		contacted: ws.contacted, running: ws.running, idleSince: ws.idleSince, startedAt: ws.startedAt,
+		frozenAt: ws.frozenAt, stopsSeen: ws.stopsSeen, drainKind: ws.drain.kind,
+		load: load, known: known, stops: stops,
+	}
 }
 
 // endpointState is what the Supervisor remembers about one endpoint.
@@ -96,276 +96,206 @@ func (s *Supervisor) endpointLocked(id string) *endpointState {
 	return es
 }
 
-// scaleEndpoint is one autoscaler pass over an endpoint: observe workers,
-// plan, then drain and start.
+// scaleEndpoint is one autoscaler pass over an endpoint, and the executor
+// of its plan: it reads the snapshot planPass decides on, applies the plan
+// to the Supervisor's records under s.mu (so a pass is atomic), then does
+// what the plan asks of Docker — thaws, freezes, stops, starts and
+// FlashBoot evictions.
 func (s *Supervisor) scaleEndpoint(ep store.Endpoint) {
-	now := s.clock.Now()
 	tmpl, terr := s.cfg.Template(ep.TemplateID)
-	key := specKey(ep, tmpl)
+	in := passInput{
+		now: s.clock.Now(), ep: ep, specKey: specKey(ep, tmpl), configErr: templateError(ep, tmpl, terr),
+		noVolumeDir: s.cfg.VolumePath == nil, stats: s.q.Stats(ep.ID), drainGrace: s.drainGrace(ep),
+		lim: observeLimits{initTimeout: s.cfg.InitTimeout, stopIgnoredAfter: s.cfg.StopIgnoredAfter, workerBaseURL: s.cfg.WorkerBaseURL},
+	}
+	qv := s.queueView(ep.ID)
+	s.mu.Lock()
+	x := s.planLocked(&in, qv)
+	s.mu.Unlock()
+	s.execute(ep, tmpl, in, x)
+}
 
-	// Queue calls happen without s.mu: the queue calls Notify while
-	// holding its own lock.
-	stats := s.q.Stats(ep.ID)
-	loads := map[string]queue.WorkerLoad{}
-	for _, l := range s.q.Workers(ep.ID) {
-		loads[l.WorkerID] = l
+// queueFacts is the queue's view of an endpoint's workers.
+type queueFacts struct {
+	loads map[string]queue.WorkerLoad
+	stops map[string][]string // pending job-stops of the live workers
+}
+
+// queueView reads the queue's view of an endpoint's workers. Queue calls
+// happen without s.mu: the queue calls Notify while holding its own lock.
+func (s *Supervisor) queueView(endpointID string) queueFacts {
+	qf := queueFacts{loads: map[string]queue.WorkerLoad{}, stops: map[string][]string{}}
+	for _, l := range s.q.Workers(endpointID) {
+		qf.loads[l.WorkerID] = l
 	}
 	s.mu.Lock()
 	var ids []string
 	for _, ws := range s.workers {
-		if ws.endpointID == ep.ID && !ws.exited && ws.phase != phaseStarting && !ws.draining {
+		if ws.endpointID == endpointID && ws.state.live() && ws.state != wsStarting {
 			ids = append(ids, ws.id)
 		}
 	}
 	s.mu.Unlock()
-	stops := map[string][]string{}
 	for _, id := range ids {
 		if p := s.q.PendingStops(id); len(p) > 0 {
-			stops[id] = p
+			qf.stops[id] = p
 		}
 	}
+	return qf
+}
 
-	s.mu.Lock()
+// passExec is what a pass leaves to do after s.mu is released.
+type passExec struct {
+	es                 *endpointState
+	plan               passPlan
+	thaw, freeze, stop []*workerState
+	gone               []<-chan struct{} // evicted for this endpoint's GPUs
+}
+
+// planLocked completes in with the Supervisor's records, plans the pass
+// and applies the plan to the records.
+func (s *Supervisor) planLocked(in *passInput, qv queueFacts) passExec {
+	ep := in.ep
+	for _, ws := range s.workers {
+		if ws.endpointID == ep.ID && ws.state != wsExited {
+			l, known := qv.loads[ws.id]
+			in.workers = append(in.workers, ws.snap(ep, in.specKey, l, known, qv.stops[ws.id]))
+		}
+	}
 	es := s.endpointLocked(ep.ID)
 	es.ep = ep
-	if es.specKey != key {
-		// A new configuration deserves a fresh try.
-		es.specKey = key
+	in.diskWarn = es.diskWarn
+	in.health = healthInput{specKey: es.specKey, nextStart: es.nextStart, unhealthy: es.unhealthy}
+	var victims, pending []*workerState
+	in.gpu, victims, pending = s.gpuInputLocked(ep)
+
+	plan := planPass(*in)
+
+	if plan.resetHealth {
 		es.failures, es.crashes, es.unhealthy = 0, 0, false
 		es.nextStart, es.lastError = time.Time{}, ""
 	}
-	es.configErr = ""
-	switch {
-	case terr != nil:
-		es.configErr = fmt.Sprintf("template %q: %v", ep.TemplateID, terr)
-	case tmpl.ImageName == "":
-		es.configErr = fmt.Sprintf("template %q has no imageName", ep.TemplateID)
-	}
-	needGPU, warning := s.gpuChoice(ep)
-	es.warning = warning
-	if needGPU && es.configErr == "" {
-		es.configErr = s.gpuTypeError(ep)
-	}
-	if ep.NetworkVolumeID != "" && s.cfg.VolumePath == nil {
-		es.warning = joinNote(es.warning, "network volume "+ep.NetworkVolumeID+" is not mounted: Berth has no volume directory configured")
-	}
-	if es.diskWarn != "" {
-		es.warning = joinNote(es.warning, es.diskWarn)
-	}
-
-	var kill, retry []*workerState
-	var retryGrace []time.Duration
-	var views []workerView
-	var drains []*workerState
-	for _, ws := range s.workers {
-		if ws.endpointID != ep.ID || ws.exited {
-			continue
+	es.specKey = in.specKey
+	es.configErr, es.warning = plan.configErr, plan.warning
+	es.want, es.maxReason = plan.want, plan.maxReason
+	for _, o := range plan.observed {
+		ws := s.workers[o.id]
+		ws.contacted, ws.running, ws.idleSince, ws.stopsSeen = o.contacted, o.running, o.idleSince, o.stopsSeen
+		if o.state != ws.state {
+			s.setStateLocked(ws, o.state, "the queue's view of the worker")
 		}
-		s.observeLocked(ws, loads, stops[ws.id], now, &kill)
-		if ws.draining {
-			if !ws.stopping && ws.phase != phaseStarting && !slices.Contains(kill, ws) {
-				retry = append(retry, ws) // an earlier stop failed
-				retryGrace = append(retryGrace, ws.grace)
-			}
-			continue
-		}
-		if ws.recycle {
-			s.markDrainLocked(ws, "stopPod: recycling the worker")
-			drains = append(drains, ws)
-			continue
-		}
-		views = append(views, workerView{
-			id: ws.id, current: ws.version == ep.Version && ws.specKey == key,
-			phase: ws.phase, idleFor: idleFor(ws, now), running: ws.running,
-			frozen: ws.frozenLocked(), frozenAt: ws.frozenAt,
-		})
 	}
-	plan := planScale(scaleInput{ep: ep, stats: stats, workers: views})
-	for _, d := range plan.drain {
-		ws := s.workers[d.id]
-		s.markDrainLocked(ws, d.reason)
-		drains = append(drains, ws)
+	if plan.contacted {
+		es.failures, es.unhealthy = 0, false
 	}
-	var freeze, thaw []*workerState
-	for _, id := range plan.freeze {
-		freeze = append(freeze, s.workers[id])
+	for _, d := range plan.drains {
+		s.drainLocked(s.workers[d.id], d.drain)
+	}
+	x := passExec{es: es, plan: plan}
+	if plan.evict {
+		for _, ws := range victims {
+			s.evictLocked(ws, "a worker of endpoint "+ep.ID+" needs its GPUs")
+			x.stop = append(x.stop, ws)
+		}
+		for _, ws := range append(victims, pending...) {
+			x.gone = append(x.gone, s.goneChanLocked(ws))
+		}
 	}
 	for _, id := range plan.thaw {
-		thaw = append(thaw, s.workers[id])
+		x.thaw = append(x.thaw, s.workers[id])
 	}
-	es.want, es.maxReason = plan.want, plan.reason
-
-	start := plan.start
-	busyStarting := false
+	for _, id := range plan.freeze {
+		x.freeze = append(x.freeze, s.workers[id])
+	}
 	for _, ws := range s.workers {
-		if ws.endpointID == ep.ID && !ws.exited && !ws.draining && !ws.phase.ready() {
-			busyStarting = true
+		// New drains and kills, and drains whose earlier stop failed.
+		if ws.endpointID == ep.ID && ws.state == wsDraining {
+			x.stop = append(x.stop, ws)
 		}
 	}
-	switch {
-	case es.configErr != "":
-		start = 0
-	case now.Before(es.nextStart):
-		start = 0
-	case es.unhealthy && busyStarting:
-		start = 0 // one probe at a time
-	case es.unhealthy:
-		start = min(start, 1)
-	}
-	hasOld := false
-	for _, v := range views {
-		if !v.current && !slices.ContainsFunc(plan.drain, func(d drainOrder) bool { return d.id == v.id }) {
-			hasOld = true
-		}
-	}
-	rollDraining := false
-	for _, ws := range s.workers {
-		if ws.endpointID == ep.ID && ws.draining && strings.HasPrefix(ws.drainReason, "rolling update") {
-			rollDraining = true
-		}
-	}
-	s.mu.Unlock()
+	return x
+}
 
-	for _, ws := range thaw {
+// execute does what a pass's plan asks of Docker.
+func (s *Supervisor) execute(ep store.Endpoint, tmpl store.Template, in passInput, x passExec) {
+	for _, ws := range x.thaw {
 		s.thawAsync(ws)
 	}
-	for _, ws := range freeze {
+	for _, ws := range x.freeze {
 		s.freezeAsync(ws)
 	}
-	for _, ws := range kill {
-		s.stopAsync(ws, 0)
+	for _, ws := range x.stop {
+		s.stopAsync(ws)
 	}
-	for i, ws := range retry {
-		s.stopAsync(ws, retryGrace[i])
+	if x.plan.evict {
+		s.notifyWhenGone(ep.ID, x.gone)
 	}
-	grace := s.drainGrace(ep)
-	for _, ws := range drains {
-		s.stopAsync(ws, s.graceFor(ws, grace))
-	}
-
-	throttled, throttle := 0, ""
-	for i := 0; i < start; i++ {
-		err := s.startOne(ep, tmpl, key, needGPU)
+	throttled, throttle := x.plan.throttled, x.plan.throttle
+	for i := 0; i < x.plan.start; i++ {
+		err := s.startOne(ep, tmpl, in.specKey, in.gpu.need)
 		if err == nil {
 			continue
 		}
-		if errors.Is(err, gpu.ErrNoCapacity) {
-			throttled, throttle = start-i, "waiting for free GPUs: "+err.Error()
-			if done := s.evictForGPUs(ep.GPUTypeIDs, max(ep.GPUCount, 1), "a worker of endpoint "+ep.ID); done != nil {
-				throttle = "waiting for free GPUs: evicting frozen (flashboot) workers that hold them"
-				go func() {
-					select {
-					case <-done:
-						s.Notify(ep.ID)
-					case <-s.ctx.Done():
-					}
-				}()
-			} else if hasOld && !rollDraining {
-				// A rolling update on a full machine: make room by
-				// draining one old worker first.
-				s.drainOneOld(ep, key, grace)
-			}
-		} else if errors.Is(err, gpu.ErrUnknownType) {
+		switch {
+		case errors.Is(err, gpu.ErrNoCapacity):
+			// GPUs taken since the plan (a pod): the next pass plans again.
+			throttled, throttle = throttled+x.plan.start-i, "waiting for free GPUs: "+err.Error()
+		case errors.Is(err, gpu.ErrUnknownType):
 			s.mu.Lock()
-			es.configErr = err.Error()
+			x.es.configErr = err.Error()
 			s.mu.Unlock()
-		} else {
+		default:
 			s.log.Error("start worker", "endpoint", ep.ID, "err", err)
 		}
 		break
 	}
 	s.mu.Lock()
-	es.throttled, es.throttle = throttled, throttle
+	x.es.throttled, x.es.throttle = throttled, throttle
 	s.mu.Unlock()
 }
 
-// observeLocked updates a worker from the queue's view and picks workers
-// to kill: lost (hung), never contacting Berth, or ignoring job-stop.
-func (s *Supervisor) observeLocked(ws *workerState, loads map[string]queue.WorkerLoad, stops []string, now time.Time, kill *[]*workerState) {
-	if ws.phase == phaseStarting {
-		return
-	}
-	l, ok := loads[ws.id]
-	if ok && !l.LastSeen.IsZero() && !ws.seen {
-		ws.seen = true
-		if es := s.eps[ws.endpointID]; es != nil {
-			es.failures, es.unhealthy = 0, false
-		}
-	}
+// templateError is why an endpoint's template cannot make workers, "" when
+// it can.
+func templateError(ep store.Endpoint, tmpl store.Template, err error) string {
 	switch {
-	case !ws.seen:
-		ws.phase = phaseInitializing
-	case ok && l.Running > 0:
-		ws.phase, ws.running, ws.idleSince = phaseRunning, l.Running, time.Time{}
-	default:
-		if ws.phase != phaseIdle || ws.idleSince.IsZero() {
-			ws.idleSince = now
-		}
-		ws.phase, ws.running = phaseIdle, 0
+	case err != nil:
+		return fmt.Sprintf("template %q: %v", ep.TemplateID, err)
+	case tmpl.ImageName == "":
+		return fmt.Sprintf("template %q has no imageName", ep.TemplateID)
 	}
-	if ws.draining || ws.fz != fzNone {
-		return // a frozen worker is silent by design: never lost
-	}
-	fault := ""
-	switch {
-	case ws.seen && (!ok || l.Lost):
-		fault = "the worker stopped contacting Berth (no heartbeat within the worker timeout)"
-	case !ws.seen && !ws.startedAt.IsZero() && now.Sub(ws.startedAt) > s.cfg.InitTimeout:
-		fault = fmt.Sprintf("the worker did not contact Berth within %s of starting; can the container reach %s?",
-			s.cfg.InitTimeout, s.cfg.WorkerBaseURL)
-	}
-	// Jobs told to stop but never fetched from job-stop (workers older
-	// than runpod-python 1.10 have no stop channel).
-	seenNow := map[string]time.Time{}
-	for _, id := range stops {
-		first, ok := ws.stopsSeen[id]
-		if !ok {
-			first = now
-		}
-		seenNow[id] = first
-		if fault == "" && now.Sub(first) >= s.cfg.StopIgnoredAfter {
-			fault = fmt.Sprintf("the worker ignored the stop of job %s for %s", id, s.cfg.StopIgnoredAfter)
-		}
-	}
-	ws.stopsSeen = seenNow
-	if fault != "" {
-		s.scaled(ws.endpointID, "kill")
-		s.wlog(ws).Warn("stopping worker", "reason", fault)
-		ws.draining, ws.drainReason, ws.fault = true, fault, fault
-		*kill = append(*kill, ws)
-	}
+	return ""
 }
 
-func idleFor(ws *workerState, now time.Time) time.Duration {
-	if ws.phase != phaseIdle || ws.idleSince.IsZero() {
-		return 0
+// gpuInputLocked is what the GPUs allow ep's new workers now, and, when
+// they fall short, the frozen workers whose eviction would make room
+// (victims) and the evictions already under way that will (pending).
+func (s *Supervisor) gpuInputLocked(ep store.Endpoint) (in gpuInput, victims, pending []*workerState) {
+	in.need, in.warning = s.gpuChoice(ep)
+	if !in.need {
+		return in, nil, nil
 	}
-	return now.Sub(ws.idleSince)
+	in.typeErr = s.gpuTypeError(ep)
+	fit, desc := s.cfg.GPUs.Fit(ep.GPUTypeIDs, max(ep.GPUCount, 1))
+	in.fit, in.short = fit, "each worker wants "+desc
+	if fit < max(ep.WorkersMax, 0) {
+		victims, pending, in.evictable = s.gpuEvictionLocked(ep.GPUTypeIDs, max(ep.GPUCount, 1))
+	}
+	return in, victims, pending
 }
 
-func (s *Supervisor) markDrainLocked(ws *workerState, reason string) {
-	ws.draining, ws.drainReason = true, reason
-	s.scaled(ws.endpointID, "drain")
-	s.wlog(ws).Info("draining worker", "reason", reason)
-}
-
-// drainOneOld drains the cheapest old-version worker of ep.
-func (s *Supervisor) drainOneOld(ep store.Endpoint, key string, grace time.Duration) {
-	s.mu.Lock()
-	var old []workerView
-	for _, ws := range s.workers {
-		if ws.endpointID == ep.ID && !ws.exited && !ws.draining && (ws.version != ep.Version || ws.specKey != key) {
-			old = append(old, workerView{id: ws.id, phase: ws.phase, running: ws.running})
+// notifyWhenGone looks at an endpoint again once the workers evicted for
+// its GPUs are gone.
+func (s *Supervisor) notifyWhenGone(endpointID string, gone []<-chan struct{}) {
+	go func() {
+		for _, g := range gone {
+			select {
+			case <-g:
+			case <-s.ctx.Done():
+				return
+			}
 		}
-	}
-	if len(old) == 0 {
-		s.mu.Unlock()
-		return
-	}
-	ws := s.workers[byDrainPreference(old)[0].id]
-	s.markDrainLocked(ws, "rolling update to version "+strconv.Itoa(ep.Version)+" (making room on the GPUs)")
-	s.mu.Unlock()
-	s.stopAsync(ws, s.graceFor(ws, grace))
+		s.Notify(endpointID)
+	}()
 }
 
 // drainGrace is how long a drained worker may finish its jobs.
@@ -380,17 +310,12 @@ func (s *Supervisor) drainGrace(ep store.Endpoint) time.Duration {
 	return min(max(g, 10*time.Second), s.cfg.MaxDrainGrace)
 }
 
-// graceFor shortens the drain grace of a worker that had no job when it was
-// drained: there is nothing to finish, and a container that ignores SIGTERM
-// should not hold its GPUs for the whole execution timeout.
-func (s *Supervisor) graceFor(ws *workerState, grace time.Duration) time.Duration {
-	s.mu.Lock()
-	busy := ws.running > 0 || ws.phase == phaseRunning
-	s.mu.Unlock()
-	if busy {
-		return grace
-	}
-	return min(grace, s.cfg.IdleStopGrace)
+// drainFor is an ordinary drain of a worker of ep: the endpoint's drain
+// grace, shortened when the worker has no job to finish (a container that
+// ignores SIGTERM should not hold its GPUs for the whole execution
+// timeout).
+func (s *Supervisor) drainFor(ep store.Endpoint, kind drainKind, reason string) drain {
+	return drain{kind: kind, reason: reason, grace: s.drainGrace(ep), shortIdle: true}
 }
 
 // gpuChoice says whether ep's workers get GPUs, and the warning when a GPU
@@ -448,7 +373,7 @@ func (s *Supervisor) startOne(ep store.Endpoint, tmpl store.Template, key string
 	if err != nil {
 		return fmt.Errorf("register worker: %w", err)
 	}
-	ws := &workerState{id: reg.WorkerID, endpointID: ep.ID, version: ep.Version, specKey: key, phase: phaseStarting}
+	ws := &workerState{id: reg.WorkerID, endpointID: ep.ID, version: ep.Version, specKey: key, state: wsStarting}
 	s.mu.Lock()
 	if needGPU {
 		devs, err := s.cfg.GPUs.Allocate(reg.WorkerID, ep.GPUTypeIDs, count)
@@ -527,7 +452,7 @@ func (s *Supervisor) launch(ws *workerState, ep store.Endpoint, tmpl store.Templ
 	s.mu.Lock()
 	ws.containerID = res.ID
 	s.byContainer[res.ID] = ws
-	cancelled := ws.draining
+	cancelled := ws.state == wsCancelled
 	if es := s.eps[ep.ID]; es != nil {
 		es.diskWarn = ""
 		if spec.ContainerDiskGB > 0 && !res.DiskLimitApplied {
@@ -547,20 +472,26 @@ func (s *Supervisor) launch(ws *workerState, ep store.Endpoint, tmpl store.Templ
 	}
 	now := s.clock.Now()
 	s.mu.Lock()
-	exited := ws.exited
-	if !exited {
-		ws.phase, ws.startedAt, ws.runStarted = phaseInitializing, now, true
-	}
-	draining := ws.draining
-	s.mu.Unlock()
-	if exited {
+	cancelled = false
+	switch ws.state {
+	case wsStarting:
+		s.setStateLocked(ws, wsInitializing, "container started")
+	case wsCancelled:
+		// Drained while starting: it runs now, so it is stopped like any
+		// drained worker (and its usage recorded).
+		s.setStateLocked(ws, wsDraining, "container started after it was drained")
+		cancelled = true
+	default: // its exit was handled meanwhile
+		s.mu.Unlock()
 		return
 	}
+	ws.startedAt = now
+	s.mu.Unlock()
 	if s.cfg.OnRun != nil {
 		s.cfg.OnRun(KindWorker, ws.id, ep.ID, ws.gpuType, len(ws.gpus), now, time.Time{})
 	}
-	if draining {
-		s.stopAsync(ws, s.drainGrace(ep))
+	if cancelled {
+		s.stopAsync(ws)
 	}
 	s.Notify(ep.ID)
 }
@@ -575,7 +506,17 @@ func (s *Supervisor) launchFailed(ws *workerState, err error, containerID string
 	s.q.ForgetWorker(ws.id)
 	now := s.clock.Now()
 	s.mu.Lock()
-	ws.exited = true
+	if ws.state == wsExited {
+		// An exit report handled it (its container was removed by hand
+		// between create and start).
+		cancelled = true
+	} else {
+		why := "launch called off"
+		if err != nil {
+			why = "launch failed"
+		}
+		s.setStateLocked(ws, wsExited, why)
+	}
 	s.releaseGPUsLocked(ws)
 	s.forgetLocked(ws)
 	if containerID != "" {
@@ -633,16 +574,23 @@ func (s *Supervisor) noteCrashLocked(es *endpointState, reason string, now time.
 	}
 }
 
-// stopAsync stops a worker's container on a goroutine: SIGTERM, then
-// SIGKILL after grace. A worker still starting is stopped by its launch.
-func (s *Supervisor) stopAsync(ws *workerState, grace time.Duration) {
+// stopAsync stops a Draining worker's container on a goroutine: SIGTERM,
+// then SIGKILL after its drain's grace. Workers in any other state are
+// left alone (one still starting is stopped by its launch; one Stopping
+// already has its stop).
+func (s *Supervisor) stopAsync(ws *workerState) {
 	s.mu.Lock()
-	cid, starting := ws.containerID, ws.phase == phaseStarting
-	if starting || cid == "" || ws.stopping {
+	cid := ws.containerID
+	if ws.state != wsDraining || cid == "" {
 		s.mu.Unlock()
 		return
 	}
-	ws.stopping, ws.grace = true, grace
+	grace := ws.drain.grace
+	if ws.drain.shortIdle && ws.running == 0 {
+		grace = min(grace, s.cfg.IdleStopGrace)
+	}
+	ws.drain.grace, ws.drain.shortIdle = grace, false // a retry keeps this grace
+	s.setStateLocked(ws, wsStopping, "stop with a grace of "+grace.String())
 	s.wg.Add(1)
 	s.mu.Unlock()
 	go func() {
@@ -656,7 +604,9 @@ func (s *Supervisor) stopAsync(ws *workerState, grace time.Duration) {
 		}
 		s.containerExited(ws)
 		s.mu.Lock()
-		ws.stopping = false // still running if the stop failed: the next pass retries
+		if ws.state == wsStopping {
+			s.setStateLocked(ws, wsDraining, "still running after the stop: the next pass tries again")
+		}
 		s.mu.Unlock()
 	}()
 }
@@ -671,21 +621,17 @@ func (s *Supervisor) containerExited(ws *workerState) {
 		return
 	}
 	s.mu.Lock()
-	if ws.exited || ws.containerID == "" {
+	if ws.state == wsExited || ws.containerID == "" {
 		s.mu.Unlock()
 		return
 	}
-	ws.exited = true
 	cid := ws.containerID
 	s.mu.Unlock()
 
 	info, err := s.d.Inspect(ctx, cid)
 	switch {
 	case err == nil && info.Running:
-		s.mu.Lock()
-		ws.exited = false // a stale report: still running
-		s.mu.Unlock()
-		return
+		return // a stale report: still running
 	case err != nil && !IsNotFound(err):
 		if ctx.Err() != nil {
 			return
@@ -699,58 +645,49 @@ func (s *Supervisor) containerExited(ws *workerState) {
 		}
 	}
 	s.mu.Lock()
-	seen = seen || ws.seen
-	expected := ws.draining && ws.fault == ""
-	fault, drainReason, oom := ws.fault, ws.drainReason, ws.oom || info.OOMKilled
+	if ws.state == wsExited {
+		s.mu.Unlock()
+		return // another report of the same exit handled it meanwhile
+	}
+	facts := exitFacts{contacted: seen || ws.contacted, oom: ws.oomKilled || info.OOMKilled, exitCode: info.ExitCode, gone: err != nil}
+	if ws.state.stopping() {
+		d := ws.drain
+		facts.drain = &d
+	}
+	v := judgeExit(facts)
+	s.setStateLocked(ws, wsExited, "container exited")
 	s.mu.Unlock()
 
-	var reason string
-	switch {
-	case fault != "":
-		reason = "worker stopped: " + fault
-	case expected:
-		reason = "worker stopped: " + drainReason
-	case oom:
-		reason = fmt.Sprintf("worker container was killed for lack of memory (OOM, exit code %d)", info.ExitCode)
-	case info.ExitCode != 0:
-		reason = fmt.Sprintf("worker container exited with code %d", info.ExitCode)
-	case err != nil:
-		reason = "worker container disappeared"
-	default:
-		reason = "worker container exited"
-	}
-	failedStart := !expected && !seen
-	crashed := !expected && seen && (info.ExitCode != 0 || oom || fault != "" || err != nil)
-	if failedStart && err == nil {
+	reason := v.reason
+	if v.logTail {
 		if tail := s.logTail(ctx, cid, 5); tail != "" {
 			reason += "; last output: " + tail
 		}
 	}
-	if !expected {
-		s.wlog(ws).Warn("worker exited", "reason", reason)
+	if v.expected {
+		s.wlog(ws).Info("worker stopped", "reason", facts.drain.reason)
 	} else {
-		s.wlog(ws).Info("worker stopped", "reason", drainReason)
+		s.wlog(ws).Warn("worker exited", "reason", reason)
 	}
 	s.q.WorkerGone(ws.id, reason)
 	s.q.ForgetWorker(ws.id)
 
 	now := s.clock.Now()
-	keep := (failedStart || crashed) && err == nil
 	remove := cid
 	s.mu.Lock()
 	s.releaseGPUsLocked(ws)
 	s.forgetLocked(ws)
 	delete(s.byContainer, cid)
-	runStarted := ws.runStarted
+	runStarted := !ws.startedAt.IsZero()
 	var drop string
 	if es := s.eps[ws.endpointID]; es != nil {
 		switch {
-		case failedStart:
+		case v.failedStart:
 			s.noteFailureLocked(es, reason, false, now)
-		case crashed:
+		case v.crashed:
 			s.noteCrashLocked(es, reason, now)
 		}
-		if keep {
+		if v.keep {
 			drop, es.kept = es.kept, cid
 			delete(s.kept, drop)
 			s.kept[cid] = es.id
@@ -824,12 +761,12 @@ func (s *Supervisor) dropDeleted(present map[string]bool) {
 		}
 		busy := false
 		for _, ws := range s.workers {
-			if ws.endpointID != id || ws.exited {
+			if ws.endpointID != id || ws.state == wsExited {
 				continue
 			}
 			busy = true
-			if !ws.draining {
-				s.markDrainLocked(ws, "the endpoint was deleted")
+			s.drainLocked(ws, s.drainFor(es.ep, drainScale, "the endpoint was deleted"))
+			if ws.state == wsDraining { // new, or an earlier stop failed
 				drains = append(drains, ws)
 			}
 		}
@@ -844,23 +781,13 @@ func (s *Supervisor) dropDeleted(present map[string]bool) {
 	}
 	s.mu.Unlock()
 	for _, ws := range drains {
-		s.stopAsync(ws, s.graceFor(ws, s.drainGrace(s.endpointRecord(ws.endpointID))))
+		s.stopAsync(ws)
 	}
 	for _, id := range kept {
 		if err := s.d.Remove(s.ctx, id, true); err != nil {
 			s.log.Warn("remove container", "container", shortID(id), "err", err)
 		}
 	}
-}
-
-// endpointRecord is the last endpoint record the autoscaler saw.
-func (s *Supervisor) endpointRecord(id string) store.Endpoint {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if es := s.eps[id]; es != nil {
-		return es.ep
-	}
-	return store.Endpoint{}
 }
 
 // DefaultWorkerEnv is the worker environment with a 10 s heartbeat, used
