@@ -14,7 +14,6 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
-	"regexp"
 	goruntime "runtime"
 	"sync/atomic"
 	"time"
@@ -28,6 +27,7 @@ import (
 	"berth/queue"
 	"berth/runtime"
 	"berth/store"
+	"berth/worker"
 )
 
 const pingInterval = 10 * time.Second
@@ -103,7 +103,7 @@ func serve(ctx context.Context, o cli.ServeOptions) error {
 	if workerLn != nil {
 		hooks.DenyListener(workerLn.Addr())
 		log.Info("worker protocol for containers", "addr", workerLn.Addr().String())
-		go newHTTPServer(workerOnly(api.Handler())).Serve(workerLn)
+		go newHTTPServer(api.WorkerHandler()).Serve(workerLn)
 	}
 
 	ln, err := net.Listen("tcp", o.Addr)
@@ -228,7 +228,7 @@ func startRuntime(ctx context.Context, log *slog.Logger, db *store.DB, q runtime
 		FlashMaxFrozen: flashMax, FlashMinMemAvailable: flashMem,
 		WorkerBaseURL: "http://host.docker.internal:" + port,
 		WorkerEnv: func(base, ep, w, key string) map[string]string {
-			return httpapi.WorkerEnv(base, ep, w, key, pingInterval.Milliseconds())
+			return worker.PlatformEnv(base, ep, w, key, pingInterval.Milliseconds())
 		},
 		Endpoints: func() ([]store.Endpoint, error) {
 			var out []store.Endpoint
@@ -253,7 +253,7 @@ func startRuntime(ctx context.Context, log *slog.Logger, db *store.DB, q runtime
 			}
 			return &runtime.RegistryAuth{Username: u, Password: p}, nil
 		},
-		VolumePath: func(id string) (string, error) { return httpapi.VolumePath(data, id), nil },
+		VolumePath: func(id string) (string, error) { return mgmt.VolumePath(data, id), nil },
 		PodExists: func(id string) (bool, error) {
 			err := db.View(func(tx *store.Tx) error { var p store.Pod; return tx.Get(store.Pods, id, &p) })
 			if errors.Is(err, store.ErrNotFound) {
@@ -290,20 +290,6 @@ func closeListener(ln net.Listener) {
 	}
 }
 
-var workerRoute = regexp.MustCompile(`^/v2/[^/]+/(job-take|job-take-batch|job-done|job-stream|job-stop|ping)/`)
-
-// workerOnly serves the worker protocol and nothing else (the listener the
-// containers reach).
-func workerOnly(h http.Handler) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if !workerRoute.MatchString(r.URL.Path) {
-			http.NotFound(w, r)
-			return
-		}
-		h.ServeHTTP(w, r)
-	})
-}
-
 // podRuntime adapts the supervisor to the management API's pod interface.
 type podRuntime struct{ s *runtime.Supervisor }
 
@@ -312,27 +298,27 @@ func podErr(err error) error {
 	case err == nil:
 		return nil
 	case errors.Is(err, gpu.ErrNoCapacity), errors.Is(err, gpu.ErrAlreadyHeld), errors.Is(err, gpu.ErrUnknownType):
-		return errors.Join(httpapi.ErrPodCapacity, err)
+		return errors.Join(mgmt.ErrPodCapacity, err)
 	case errors.Is(err, runtime.ErrImage):
-		return errors.Join(httpapi.ErrPodInvalid, err)
+		return errors.Join(mgmt.ErrPodInvalid, err)
 	}
 	return err
 }
 
-func podState(st runtime.PodState) httpapi.PodState {
-	out := httpapi.PodState{PortMappings: st.PortMappings, PublicIP: st.PublicIP, StartedAt: st.StartedAt}
+func podState(st runtime.PodState) mgmt.PodState {
+	out := mgmt.PodState{PortMappings: st.PortMappings, PublicIP: st.PublicIP, StartedAt: st.StartedAt}
 	if st.GPUCount > 0 {
 		out.GPU = &store.PodGPU{ID: st.GPUTypeID, Count: st.GPUCount, DisplayName: st.GPUTypeID, UUIDs: st.GPUs}
 	}
 	return out
 }
 
-func (p podRuntime) StartPod(ctx context.Context, pod store.Pod) (httpapi.PodState, error) {
+func (p podRuntime) StartPod(ctx context.Context, pod store.Pod) (mgmt.PodState, error) {
 	st, err := p.s.EnsurePod(ctx, runtime.PodSpecFromRecord(pod))
 	return podState(st), podErr(err)
 }
 
-func (p podRuntime) ResetPod(ctx context.Context, pod store.Pod) (httpapi.PodState, error) {
+func (p podRuntime) ResetPod(ctx context.Context, pod store.Pod) (mgmt.PodState, error) {
 	st, err := p.s.ResetPod(ctx, runtime.PodSpecFromRecord(pod))
 	return podState(st), podErr(err)
 }
@@ -350,15 +336,15 @@ func (p podRuntime) RemovePod(ctx context.Context, id string) error { return p.s
 func (p podRuntime) PodProgress(id string) string { return p.s.PodPullProgress(id) }
 
 // workerInfo maps the supervisor's containers to includeWorkers entries.
-func workerInfo(s *runtime.Supervisor) func(string) []httpapi.WorkerInfo {
-	return func(ep string) []httpapi.WorkerInfo {
-		var out []httpapi.WorkerInfo
+func workerInfo(s *runtime.Supervisor) func(string) []mgmt.WorkerInfo {
+	return func(ep string) []mgmt.WorkerInfo {
+		var out []mgmt.WorkerInfo
 		for _, w := range s.Workers(ep) {
 			state := w.State
 			if state == runtime.StateDraining {
 				state = "running"
 			}
-			out = append(out, httpapi.WorkerInfo{ID: w.WorkerID, State: state, Version: w.Version,
+			out = append(out, mgmt.WorkerInfo{ID: w.WorkerID, State: state, Version: w.Version,
 				GPUTypeID: w.GPUTypeID, GPUCount: len(w.GPUs), GPUUUIDs: w.GPUs})
 		}
 		return out
@@ -371,11 +357,11 @@ func workerInfo(s *runtime.Supervisor) func(string) []httpapi.WorkerInfo {
 func wireLogsAndStatus(cfg *httpapi.Config, s *runtime.Supervisor) {
 	cfg.WorkerLogs = func(ctx context.Context, ep, w string, follow bool, tail int, job string) (io.ReadCloser, error) {
 		rc, err := s.WorkerLogs(ctx, ep, w, follow, tail, job)
-		return rc, translate(err, runtime.ErrUnknownWorker, httpapi.ErrNoSuchWorker)
+		return rc, translate(err, runtime.ErrUnknownWorker, mgmt.ErrNoSuchWorker)
 	}
 	cfg.PodLogs = func(ctx context.Context, id string, follow bool, tail int) (io.ReadCloser, error) {
 		rc, err := s.PodLogs(ctx, id, follow, tail)
-		return rc, translate(err, runtime.ErrUnknownPod, httpapi.ErrNoSuchPod)
+		return rc, translate(err, runtime.ErrUnknownPod, mgmt.ErrNoSuchPod)
 	}
 	cfg.EndpointStatus = func(ep string) any { return s.Status(ep) }
 }

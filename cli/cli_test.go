@@ -17,6 +17,7 @@ import (
 
 	"berth/gpu"
 	"berth/httpapi"
+	"berth/mgmt"
 	"berth/queue"
 	"berth/store"
 	"berth/worker"
@@ -42,13 +43,13 @@ type fakePods struct {
 }
 
 func (f *fakePods) record(s string) { f.mu.Lock(); f.actions = append(f.actions, s); f.mu.Unlock() }
-func (f *fakePods) StartPod(_ context.Context, p store.Pod) (httpapi.PodState, error) {
+func (f *fakePods) StartPod(_ context.Context, p store.Pod) (mgmt.PodState, error) {
 	f.record("start " + p.ID)
-	return httpapi.PodState{PortMappings: map[string]int{"8888": 40001}, PublicIP: "127.0.0.1"}, nil
+	return mgmt.PodState{PortMappings: map[string]int{"8888": 40001}, PublicIP: "127.0.0.1"}, nil
 }
-func (f *fakePods) ResetPod(_ context.Context, p store.Pod) (httpapi.PodState, error) {
+func (f *fakePods) ResetPod(_ context.Context, p store.Pod) (mgmt.PodState, error) {
 	f.record("reset " + p.ID)
-	return httpapi.PodState{}, nil
+	return mgmt.PodState{}, nil
 }
 func (f *fakePods) StopPod(_ context.Context, id string) error { f.record("stop " + id); return nil }
 func (f *fakePods) RemovePod(_ context.Context, id string) error {
@@ -81,12 +82,12 @@ func startBerth(t *testing.T) *berth {
 		GPUs: func() []gpu.Status {
 			return []gpu.Status{{Device: gpu.Device{Index: 0, UUID: "GPU-1", Name: "NVIDIA GeForce RTX 4090", TypeID: "NVIDIA GeForce RTX 4090", MemoryMiB: 24564}, Holder: "w1"}}
 		},
-		WorkerInfo: func(ep string) []httpapi.WorkerInfo {
-			return []httpapi.WorkerInfo{{ID: "container-a", State: "idle"}, {ID: "container-b", State: "running"}}
+		WorkerInfo: func(ep string) []mgmt.WorkerInfo {
+			return []mgmt.WorkerInfo{{ID: "container-a", State: "idle"}, {ID: "container-b", State: "running"}}
 		},
 		WorkerLogs: func(ctx context.Context, ep, w string, follow bool, tail int, job string) (io.ReadCloser, error) {
 			if w == "nosuch" {
-				return nil, httpapi.ErrNoSuchWorker
+				return nil, mgmt.ErrNoSuchWorker
 			}
 			return logs(w)(ctx, follow, job)
 		},

@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"berth/v1input"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -9,15 +10,12 @@ import (
 	"net/url"
 	"os"
 	"reflect"
-	"sort"
 	"strings"
 	"time"
 	"unicode"
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
-
-	"berth/httpapi"
 )
 
 // resource is one /v1 management collection. Its create and update flags
@@ -44,28 +42,28 @@ func resources() []resource {
 	}
 	return []resource{
 		{noun: "template", plural: "templates", aliases: []string{"templates", "tpl"}, path: "/v1/templates",
-			create: reflect.TypeFor[httpapi.TemplateInput](), update: reflect.TypeFor[httpapi.TemplateInput](),
+			create: reflect.TypeFor[v1input.TemplateInput](), update: reflect.TypeFor[v1input.TemplateInput](),
 			cols: []column{{header: "ID", path: "id"}, {header: "NAME", path: "name"}, {header: "IMAGE", path: "imageName"},
 				{header: "SERVERLESS", path: "isServerless"}, {header: "CREATED", path: "createdAt"}},
 			getQuery: map[string]string{"all": "includeEndpointBoundTemplates"}},
 		{noun: "endpoint", plural: "endpoints", aliases: []string{"endpoints", "ep"}, path: "/v1/endpoints",
-			create: reflect.TypeFor[httpapi.EndpointInput](), update: reflect.TypeFor[httpapi.EndpointInput](),
+			create: reflect.TypeFor[v1input.EndpointInput](), update: reflect.TypeFor[v1input.EndpointInput](),
 			cols: []column{{header: "ID", path: "id"}, {header: "NAME", path: "name"}, {header: "TEMPLATE", path: "templateId"},
 				{header: "GPUS", path: "gpuTypeIds"}, {header: "MIN", path: "workersMin"}, {header: "MAX", path: "workersMax"},
 				{header: "IDLE/RUN/INIT", fn: workers}, {header: "REASON", path: "status.reason"}},
 			getQuery: map[string]string{"workers": "includeWorkers", "template": "includeTemplate"}},
 		{noun: "pod", plural: "pods", aliases: []string{"pods"}, path: "/v1/pods",
-			create: reflect.TypeFor[httpapi.PodInput](), update: reflect.TypeFor[httpapi.PodUpdateInput](),
+			create: reflect.TypeFor[v1input.PodInput](), update: reflect.TypeFor[v1input.PodUpdateInput](),
 			cols: []column{{header: "ID", path: "id"}, {header: "NAME", path: "name"}, {header: "IMAGE", path: "imageName"},
 				{header: "STATUS", path: "desiredStatus"}, {header: "GPU", path: "gpu.id"}, {header: "PORTS", path: "portMappings"},
 				{header: "MESSAGE", path: "statusMessage"}},
 			getQuery: map[string]string{"template": "includeTemplate", "volume": "includeNetworkVolume", "machine": "includeMachine"}},
 		{noun: "volume", plural: "network volumes", aliases: []string{"volumes", "networkvolume", "vol"}, path: "/v1/networkvolumes",
-			create: reflect.TypeFor[httpapi.VolumeInput](), update: reflect.TypeFor[httpapi.VolumeInput](),
+			create: reflect.TypeFor[v1input.VolumeInput](), update: reflect.TypeFor[v1input.VolumeInput](),
 			cols: []column{{header: "ID", path: "id"}, {header: "NAME", path: "name"}, {header: "SIZE_GB", path: "size"},
 				{header: "USED_BYTES", path: "usedBytes"}, {header: "DATA_CENTER", path: "dataCenterId"}}},
 		{noun: "registry", plural: "container registry auths", aliases: []string{"registries", "registryauth"}, path: "/v1/containerregistryauth",
-			create: reflect.TypeFor[httpapi.RegistryAuthInput](),
+			create: reflect.TypeFor[v1input.RegistryAuthInput](),
 			cols:   []column{{header: "ID", path: "id"}, {header: "NAME", path: "name"}}},
 	}
 }
@@ -376,16 +374,4 @@ func (in *inputFlags) body(cmd *cobra.Command, file string, stdin io.Reader) (ma
 		}
 	}
 	return body, nil
-}
-
-// fieldFlags lists the flag names of an input type (for docs and tests).
-func fieldFlags(t reflect.Type) []string {
-	fs := pflag.NewFlagSet("x", pflag.ContinueOnError)
-	in := newInputFlags(fs, t)
-	out := make([]string, len(in.fields))
-	for i, f := range in.fields {
-		out[i] = f.flag
-	}
-	sort.Strings(out)
-	return out
 }

@@ -29,6 +29,7 @@ import (
 	"berth/gpu"
 	"berth/httpapi"
 	"berth/internal/dockertest"
+	"berth/mgmt"
 	"berth/queue"
 	"berth/store"
 )
@@ -431,8 +432,8 @@ func TestDashboardGPUs(t *testing.T) {
 	}
 	api := httpapi.New(httpapi.Config{Store: db, Queue: q, APIKeyHash: httpapi.HashKey(key),
 		GPUs: func() []gpu.Status { return gpus },
-		WorkerInfo: func(string) []httpapi.WorkerInfo {
-			return []httpapi.WorkerInfo{{ID: worker, State: "running", ImageName: "sdxl:latest", Version: 1,
+		WorkerInfo: func(string) []mgmt.WorkerInfo {
+			return []mgmt.WorkerInfo{{ID: worker, State: "running", ImageName: "sdxl:latest", Version: 1,
 				GPUTypeID: "NVIDIA GeForce RTX 4090", GPUCount: 1, GPUUUIDs: []string{"GPU-0a1b2c3d"}}}
 		},
 	})

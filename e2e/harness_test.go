@@ -18,9 +18,11 @@ import (
 	"berth/httpapi"
 	"berth/internal/dockertest"
 	"berth/lbproxy"
+	"berth/mgmt"
 	"berth/queue"
 	"berth/runtime"
 	"berth/store"
+	"berth/worker"
 )
 
 const (
@@ -145,7 +147,7 @@ func newStack(t testing.TB) *stack {
 		},
 		WorkerBaseURL: fmt.Sprintf("http://host.docker.internal:%d", port),
 		WorkerEnv: func(base, ep, w, key string) map[string]string {
-			return httpapi.WorkerEnv(base, ep, w, key, 2000)
+			return worker.PlatformEnv(base, ep, w, key, 2000)
 		},
 		TickInterval: 100 * time.Millisecond, ResyncInterval: 2 * time.Second,
 		BackoffBase: 200 * time.Millisecond, BackoffMax: 3 * time.Second,
@@ -165,10 +167,10 @@ func newStack(t testing.TB) *stack {
 
 	cfg := httpapi.Config{Store: db, Queue: s.q, Logger: log, APIKeyHash: httpapi.HashKey(apiKey), RateLimits: true,
 		Workers: sup.WorkerCounts, EndpointChanged: sup.Notify, EndpointDeleted: sup.Notify,
-		WorkerInfo: func(ep string) []httpapi.WorkerInfo {
-			var out []httpapi.WorkerInfo
+		WorkerInfo: func(ep string) []mgmt.WorkerInfo {
+			var out []mgmt.WorkerInfo
 			for _, w := range sup.Workers(ep) {
-				out = append(out, httpapi.WorkerInfo{ID: w.WorkerID, State: w.State, Version: w.Version})
+				out = append(out, mgmt.WorkerInfo{ID: w.WorkerID, State: w.State, Version: w.Version})
 			}
 			return out
 		}}

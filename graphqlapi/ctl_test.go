@@ -7,6 +7,7 @@ import (
 
 	"berth/gpu"
 	"berth/httpapi"
+	"berth/mgmt"
 	"berth/store"
 )
 
@@ -213,7 +214,7 @@ func TestRunpodctlAccountAndCatalogue(t *testing.T) {
 	devs := []gpu.Status{{Device: gpu.Device{Index: 0, UUID: "GPU-a", Name: "NVIDIA A40", TypeID: "NVIDIA A40", MemoryMiB: 46068}}}
 	f := &fakePods{}
 	e := newEnv(t, withGPUs(devs...), func(c *httpapi.Config) { c.Pods = f },
-		withPrices(t, httpapi.Prices{GPUHourly: map[string]float64{"NVIDIA A40": 0.4}, VCPUHourly: 0.02}))
+		withPrices(t, mgmt.Prices{GPUHourly: map[string]float64{"NVIDIA A40": 0.4}, VCPUHourly: 0.02}))
 
 	// runpodctl ssh add-key: read pubKey, write the joined keys back.
 	var me struct{ ID, PubKey string }

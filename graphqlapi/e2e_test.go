@@ -16,6 +16,7 @@ import (
 	"berth/queue"
 	"berth/runtime"
 	"berth/store"
+	"berth/worker"
 )
 
 // dockerEnv is Berth wired as `berth serve` wires it — store, queue, HTTP
@@ -98,7 +99,7 @@ func newDockerEnv(t *testing.T) *dockerEnv {
 		},
 		WorkerBaseURL: fmt.Sprintf("http://host.docker.internal:%d", port),
 		WorkerEnv: func(base, ep, w, key string) map[string]string {
-			return httpapi.WorkerEnv(base, ep, w, key, 2000)
+			return worker.PlatformEnv(base, ep, w, key, 2000)
 		},
 		TickInterval: 100 * time.Millisecond, ResyncInterval: 2 * time.Second,
 		BackoffBase: 200 * time.Millisecond, BackoffMax: 3 * time.Second, DataDir: de.dir,

@@ -17,6 +17,7 @@ import (
 
 	"berth/gpu"
 	"berth/httpapi"
+	"berth/mgmt"
 	"berth/queue"
 	"berth/store"
 )
@@ -92,11 +93,11 @@ func withGPUs(devs ...gpu.Status) envOpt {
 	return func(c *httpapi.Config) { c.GPUs = func() []gpu.Status { return devs } }
 }
 
-func withPrices(t *testing.T, p httpapi.Prices) envOpt {
+func withPrices(t *testing.T, p mgmt.Prices) envOpt {
 	return func(c *httpapi.Config) {
 		b, _ := json.Marshal(p)
 		dir := t.TempDir()
-		if err := os.WriteFile(filepath.Join(dir, httpapi.PricesFile), b, 0o600); err != nil {
+		if err := os.WriteFile(filepath.Join(dir, mgmt.PricesFile), b, 0o600); err != nil {
 			t.Fatal(err)
 		}
 		c.DataDir = dir

@@ -106,7 +106,7 @@ type pyPodFull struct {
 
 func TestPythonPods(t *testing.T) {
 	f := &fakePods{}
-	e := newEnv(t, func(c *httpapi.Config) { c.Pods = f }, withPrices(t, httpapi.Prices{GPUHourly: map[string]float64{"NVIDIA GeForce RTX 4090": 0.5}, VCPUHourly: 0.01}))
+	e := newEnv(t, func(c *httpapi.Config) { c.Pods = f }, withPrices(t, mgmt.Prices{GPUHourly: map[string]float64{"NVIDIA GeForce RTX 4090": 0.5}, VCPUHourly: 0.01}))
 
 	// runpod.create_pod(name, image, "NVIDIA GeForce RTX 4090", ports=..., env=...)
 	var p pyPod

@@ -9,7 +9,7 @@ import (
 	"testing"
 
 	"berth/gpu"
-	"berth/httpapi"
+	"berth/mgmt"
 	"berth/store"
 )
 
@@ -281,7 +281,7 @@ func TestPythonGPUs(t *testing.T) {
 		{Device: gpu.Device{Index: 1, UUID: "GPU-b", Name: "NVIDIA GeForce RTX 4090", TypeID: "NVIDIA GeForce RTX 4090", MemoryMiB: 24564}},
 		{Device: gpu.Device{Index: 2, UUID: "GPU-c", Name: "Prototype Board X", MemoryMiB: 49152}},
 	}
-	e := newEnv(t, withGPUs(devs...), withPrices(t, httpapi.Prices{GPUHourly: map[string]float64{"NVIDIA GeForce RTX 4090": 0.69}}))
+	e := newEnv(t, withGPUs(devs...), withPrices(t, mgmt.Prices{GPUHourly: map[string]float64{"NVIDIA GeForce RTX 4090": 0.69}}))
 
 	// runpod.get_gpus(): the catalogue, this host's boards included.
 	var all []struct {

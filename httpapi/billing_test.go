@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"berth/httpapi"
+	"berth/mgmt"
 	"berth/store"
 )
 
@@ -38,7 +38,7 @@ const testPrices = `{
 
 func billingEnv(t *testing.T) *testEnv {
 	e := newValidatingServer(t, withFakePods(newFakePods()))
-	if err := os.WriteFile(filepath.Join(e.dir, httpapi.PricesFile), []byte(testPrices), 0o600); err != nil {
+	if err := os.WriteFile(filepath.Join(e.dir, mgmt.PricesFile), []byte(testPrices), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	for _, iv := range []store.UsageInterval{
@@ -129,7 +129,7 @@ func TestBillingEndpoints(t *testing.T) {
 	checkBills(t, e, "/v1/billing/endpoints"+billWindow(d1, end, "imageName", "img:2"), all[1:])
 	checkBills(t, e, "/v1/billing/endpoints"+billWindow(d1, end, "endpointId", "ep2"), all[1:])
 	checkBills(t, e, "/v1/billing/endpoints"+billWindow(d1, end, "gpuTypeId", "CPU", "gpuTypeId", "NVIDIA A40"), all)
-	checkBills(t, e, "/v1/billing/endpoints"+billWindow(d1, end, "dataCenterId", httpapi.DataCenterID), all)
+	checkBills(t, e, "/v1/billing/endpoints"+billWindow(d1, end, "dataCenterId", mgmt.DataCenterID), all)
 	checkBills(t, e, "/v1/billing/endpoints"+billWindow(d1, end, "dataCenterId", "EU-RO-1"), nil)
 	checkBills(t, e, "/v1/billing/endpoints"+billWindow(d1, end, "grouping", "podId"), []billRec{
 		{Amount: 0.21, Time: mustTime(d1), TimeBilledMs: 1800000, PodID: "wrk1"},
@@ -185,16 +185,16 @@ func TestBillingErrorsAndPrices(t *testing.T) {
 		t.Errorf("costPerHr %v, want 0.72", p.CostPerHr)
 	}
 	// A broken price table is reported, not read as zero.
-	if err := os.WriteFile(filepath.Join(e.dir, httpapi.PricesFile), []byte(`{"gpuHourly": {"x": -1}}`), 0o600); err != nil {
+	if err := os.WriteFile(filepath.Join(e.dir, mgmt.PricesFile), []byte(`{"gpuHourly": {"x": -1}}`), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	e.mustErr(500, "GET", "/v1/billing/pods", nil, "prices.json", "negative")
-	if err := os.WriteFile(filepath.Join(e.dir, httpapi.PricesFile), []byte(`{"gpuHourly": {}, "vcpuHour": 1}`), 0o600); err != nil {
+	if err := os.WriteFile(filepath.Join(e.dir, mgmt.PricesFile), []byte(`{"gpuHourly": {}, "vcpuHour": 1}`), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	e.mustErr(500, "GET", "/v1/billing/networkvolumes", nil, "vcpuHour")
 	// Without the file everything is free.
-	os.Remove(filepath.Join(e.dir, httpapi.PricesFile))
+	os.Remove(filepath.Join(e.dir, mgmt.PricesFile))
 	checkBills(t, e, "/v1/billing/pods"+billWindow("2026-03-01T00:00:00Z", "2026-03-02T00:00:00Z", "podId", "pod1"), []billRec{
 		{Amount: 0, Time: mustTime("2026-03-01T00:00:00Z"), TimeBilledMs: 9000000, GPUTypeID: "NVIDIA A40"},
 	})

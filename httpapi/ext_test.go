@@ -16,6 +16,7 @@ import (
 
 	"berth/gpu"
 	"berth/httpapi"
+	"berth/mgmt"
 )
 
 // Berth's runtime extensions: GET /v1/gpus, the log routes, and the
@@ -55,11 +56,11 @@ func withFakeRuntime(f *fakeRuntime) func(*httpapi.Config) {
 		}
 		c.WorkerLogs = func(ctx context.Context, ep, w string, follow bool, tail int, job string) (io.ReadCloser, error) {
 			return f.open(fmt.Sprintf("worker %s/%s follow=%v tail=%d job=%s", ep, w, follow, tail, job), ep+"/"+w, follow, tail, job,
-				fmt.Errorf("worker %s: %w", w, httpapi.ErrNoSuchWorker))
+				fmt.Errorf("worker %s: %w", w, mgmt.ErrNoSuchWorker))
 		}
 		c.PodLogs = func(ctx context.Context, id string, follow bool, tail int) (io.ReadCloser, error) {
 			return f.open(fmt.Sprintf("pod %s follow=%v tail=%d", id, follow, tail), id, follow, tail, "",
-				fmt.Errorf("pod %s: %w", id, httpapi.ErrNoSuchPod))
+				fmt.Errorf("pod %s: %w", id, mgmt.ErrNoSuchPod))
 		}
 		c.EndpointStatus = func(ep string) any {
 			f.mu.Lock()

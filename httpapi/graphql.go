@@ -27,7 +27,7 @@ func (s *Server) graphqlWorkers(endpointID string) []graphqlapi.Worker {
 		return nil
 	}
 	var out []graphqlapi.Worker
-	for _, w := range s.endpointWorkers(e) {
+	for _, w := range s.v1.EndpointWorkers(e) {
 		out = append(out, graphqlapi.Worker{ID: w.ID, Name: w.Name, DesiredStatus: w.DesiredStatus, State: w.State,
 			ImageName: w.ImageName, GPUCount: w.GPUCount, VCPUCount: w.VCPUCount, Version: w.SlsVersion, LastStartedAt: w.LastStartedAt})
 	}

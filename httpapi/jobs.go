@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -13,6 +12,7 @@ import (
 
 	"github.com/gorilla/mux"
 
+	"berth/httpapi/internal/httpx"
 	"berth/queue"
 	"berth/store"
 )
@@ -131,20 +131,12 @@ func parseSubmission(body []byte, ep string, defExec time.Duration, sync bool) (
 	return req, nil
 }
 
-// readBody reads at most limit bytes, answering 413 past it.
+// readBody reads at most limit bytes, answering 413 past it (and 408 for a
+// body sent too slowly, 400 for a failed read).
 func readBody(w http.ResponseWriter, r *http.Request, limit int64) ([]byte, bool) {
-	b, err := io.ReadAll(http.MaxBytesReader(w, r.Body, limit))
-	var mbe *http.MaxBytesError
-	if errors.As(err, &mbe) {
-		writeErr(w, r, http.StatusRequestEntityTooLarge, fmt.Sprintf("request body larger than the %d MB limit", limit>>20))
-		return nil, false
-	}
-	if errors.Is(err, errSlowBody) {
-		writeErr(w, r, http.StatusRequestTimeout, err.Error())
-		return nil, false
-	}
+	b, err := httpx.ReadBody(w, r, limit)
 	if err != nil {
-		writeErr(w, r, http.StatusBadRequest, "read request body: "+err.Error())
+		writeErr(w, r, err.Code, err.Msg)
 		return nil, false
 	}
 	return b, true

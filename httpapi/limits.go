@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/gorilla/mux"
+
+	"berth/httpapi/internal/httpx"
 )
 
 // Whole-request deadlines. net/http's ReadTimeout and WriteTimeout are one
@@ -59,9 +61,6 @@ type pacedBody struct {
 	done  bool
 }
 
-// errSlowBody is what a handler reading a body too slow sent gets.
-var errSlowBody = errors.New("request body arrived too slowly")
-
 func (p *pacedBody) Read(b []byte) (int, error) {
 	n, err := p.ReadCloser.Read(b)
 	p.n += int64(n)
@@ -74,7 +73,7 @@ func (p *pacedBody) Read(b []byte) (int, error) {
 		_ = p.rc.SetReadDeadline(time.Time{})
 	case errors.Is(err, os.ErrDeadlineExceeded):
 		return n, fmt.Errorf("%w (%d bytes in %s; the minimum is %.0f bytes/s after %s)",
-			errSlowBody, p.n, time.Since(p.start).Round(time.Millisecond), p.d.rate, p.d.grace)
+			httpx.ErrSlowBody, p.n, time.Since(p.start).Round(time.Millisecond), p.d.rate, p.d.grace)
 	case err == nil && n > 0:
 		_ = p.rc.SetReadDeadline(p.start.Add(p.d.grace + time.Duration(float64(p.n)/p.d.rate*float64(time.Second))))
 	}

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"berth/httpapi"
+	"berth/mgmt"
 	"berth/store"
 )
 
@@ -71,8 +72,8 @@ func TestEndpointCreateValidation(t *testing.T) {
 
 func TestEndpointListGetIncludes(t *testing.T) {
 	e := newValidatingServer(t, func(c *httpapi.Config) {
-		c.WorkerInfo = func(ep string) []httpapi.WorkerInfo {
-			return []httpapi.WorkerInfo{{ID: "aaaaworker0001", State: "unhealthy", ImageName: "alpine:3", Version: 1, Message: "exit 1"}}
+		c.WorkerInfo = func(ep string) []mgmt.WorkerInfo {
+			return []mgmt.WorkerInfo{{ID: "aaaaworker0001", State: "unhealthy", ImageName: "alpine:3", Version: 1, Message: "exit 1"}}
 		}
 	})
 	tpl := e.newTemplate("t", "alpine:3", nil)

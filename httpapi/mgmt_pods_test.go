@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"berth/httpapi"
+	"berth/mgmt"
 	"berth/store"
 )
 
@@ -52,8 +53,8 @@ func (f *fakePods) takeCalls() []string {
 	return c
 }
 
-func (f *fakePods) state(p store.Pod) httpapi.PodState {
-	st := httpapi.PodState{PortMappings: map[string]int{}, PublicIP: "127.0.0.1", MemoryInGb: 16, StartedAt: fakeStart}
+func (f *fakePods) state(p store.Pod) mgmt.PodState {
+	st := mgmt.PodState{PortMappings: map[string]int{}, PublicIP: "127.0.0.1", MemoryInGb: 16, StartedAt: fakeStart}
 	for i, port := range p.Ports {
 		st.PortMappings[strings.Split(port, "/")[0]] = 40000 + i
 	}
@@ -63,11 +64,11 @@ func (f *fakePods) state(p store.Pod) httpapi.PodState {
 	return st
 }
 
-func (f *fakePods) StartPod(_ context.Context, p store.Pod) (httpapi.PodState, error) {
+func (f *fakePods) StartPod(_ context.Context, p store.Pod) (mgmt.PodState, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if err := f.record(fmt.Sprintf("start %s v%d", p.ID, p.Version)); err != nil {
-		return httpapi.PodState{}, err
+		return mgmt.PodState{}, err
 	}
 	f.containers[p.ID] = "running"
 	return f.state(p), nil
@@ -83,11 +84,11 @@ func (f *fakePods) StopPod(_ context.Context, id string) error {
 	return nil
 }
 
-func (f *fakePods) ResetPod(_ context.Context, p store.Pod) (httpapi.PodState, error) {
+func (f *fakePods) ResetPod(_ context.Context, p store.Pod) (mgmt.PodState, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if err := f.record(fmt.Sprintf("reset %s v%d", p.ID, p.Version)); err != nil {
-		return httpapi.PodState{}, err
+		return mgmt.PodState{}, err
 	}
 	f.containers[p.ID] = "running"
 	return f.state(p), nil
@@ -134,7 +135,7 @@ func TestPodWithoutRuntime(t *testing.T) {
 	// and the record keeps the reason; desiredStatus does not change.
 	rec := store.Pod{ID: "podwithoutrt01", Name: "old", DesiredStatus: store.PodExited, Version: 1, ImageName: "alpine:3",
 		DockerEntrypoint: []string{}, DockerStartCmd: []string{}, Env: map[string]string{}, Ports: []string{}, ComputeType: "CPU", CloudType: "SECURE",
-		GPUTypeIDs: []string{}, DataCenterIDs: []string{httpapi.DataCenterID}, VCPUCount: 2, CreatedAt: fakeStart}
+		GPUTypeIDs: []string{}, DataCenterIDs: []string{mgmt.DataCenterID}, VCPUCount: 2, CreatedAt: fakeStart}
 	if err := e.db.Update(func(tx *store.Tx) error { return tx.Apply(store.Put(store.Pods, rec.ID, rec)) }); err != nil {
 		t.Fatal(err)
 	}
@@ -213,9 +214,9 @@ func TestPodCreate(t *testing.T) {
 		t.Errorf("runtime calls, want %v", want)
 	}
 	// A failed start leaves nothing behind.
-	f.fail(fmt.Errorf("pull alpine:9: %w", httpapi.ErrPodInvalid))
+	f.fail(fmt.Errorf("pull alpine:9: %w", mgmt.ErrPodInvalid))
 	e.mustErr(400, "POST", "/v1/pods", J{"imageName": "alpine:9"}, "not created", "pull alpine:9")
-	f.fail(httpapi.ErrPodCapacity)
+	f.fail(mgmt.ErrPodCapacity)
 	e.mustErr(409, "POST", "/v1/pods", J{"imageName": "alpine:3", "gpuCount": 8}, "GPUs")
 	f.fail(errors.New("docker exploded"))
 	e.mustErr(503, "POST", "/v1/pods", J{"imageName": "alpine:3"}, "docker exploded")
@@ -279,7 +280,7 @@ func TestPodActions(t *testing.T) {
 	if got.DesiredStatus != store.PodRunning || !strings.Contains(got.StatusMessage, "daemon gone") || !strings.HasPrefix(got.LastStatusChange, "Stop failed") {
 		t.Errorf("after a failed stop: %s %q %q", got.DesiredStatus, got.StatusMessage, got.LastStatusChange)
 	}
-	f.fail(httpapi.ErrPodCapacity)
+	f.fail(mgmt.ErrPodCapacity)
 	e.mustErr(409, "POST", base+"/reset", nil, "GPUs")
 	e.must(200, "POST", base+"/stop", nil, &got)
 	if got.StatusMessage != "" {
@@ -374,8 +375,8 @@ func TestPodUpdate(t *testing.T) {
 func TestPodListAndIncludes(t *testing.T) {
 	f := newFakePods()
 	e := newValidatingServer(t, withFakePods(f), func(c *httpapi.Config) {
-		c.WorkerInfo = func(ep string) []httpapi.WorkerInfo {
-			return []httpapi.WorkerInfo{{ID: "wrk" + ep[:4], State: "initializing", ImageName: "w:1", Version: 1, Message: "pulling"}}
+		c.WorkerInfo = func(ep string) []mgmt.WorkerInfo {
+			return []mgmt.WorkerInfo{{ID: "wrk" + ep[:4], State: "initializing", ImageName: "w:1", Version: 1, Message: "pulling"}}
 		}
 	})
 	vol := e.newVolume("data", 10)
@@ -403,7 +404,7 @@ func TestPodListAndIncludes(t *testing.T) {
 		{"?gpuTypeId=NVIDIA+GeForce+RTX+4090", []string{gpu.ID}},
 		{"?gpuTypeId=NVIDIA+A40&gpuTypeId=NVIDIA+GeForce+RTX+4090", []string{gpu.ID}},
 		{"?cpuFlavorId=cpu5c", []string{cpu.ID}},
-		{"?dataCenterId=" + httpapi.DataCenterID, []string{gpu.ID, cpu.ID}},
+		{"?dataCenterId=" + mgmt.DataCenterID, []string{gpu.ID, cpu.ID}},
 		{"?dataCenterId=EU-RO-1", nil},
 		{"?endpointId=" + ep.ID, nil}, // workers only with includeWorkers
 		{"?includeWorkers=true&endpointId=" + ep.ID, []string{"wrk" + ep.ID[:4], env["RUNPOD_POD_ID"]}},
@@ -435,7 +436,7 @@ func TestPodListAndIncludes(t *testing.T) {
 
 	var p podJSON
 	e.must(200, "GET", "/v1/pods/"+gpu.ID+"?includeMachine=true&includeNetworkVolume=true&includeSavingsPlans=true&includeTemplate=true", nil, &p)
-	if p.Machine == nil || (*p.Machine)["dataCenterId"] != httpapi.DataCenterID || p.NetworkVolume == nil || p.NetworkVolume.ID != vol.ID ||
+	if p.Machine == nil || (*p.Machine)["dataCenterId"] != mgmt.DataCenterID || p.NetworkVolume == nil || p.NetworkVolume.ID != vol.ID ||
 		p.SavingsPlans == nil || len(*p.SavingsPlans) != 0 || p.Template != nil {
 		t.Errorf("includes on a pod without template: machine %v volume %v plans %v template %v", p.Machine, p.NetworkVolume, p.SavingsPlans, p.Template)
 	}

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"berth/httpapi"
+	"berth/mgmt"
 	"berth/store"
 )
 
@@ -121,8 +122,8 @@ func TestEveryRoute(t *testing.T) {
 	f := newFakePods()
 	rt := newFakeRuntime()
 	e := newValidatingServer(t, withFakePods(f), withFakeRuntime(rt), func(c *httpapi.Config) {
-		c.WorkerInfo = func(string) []httpapi.WorkerInfo {
-			return []httpapi.WorkerInfo{{ID: "zzzzcontainer1", State: "running", ImageName: "alpine:3", Version: 1, GPUTypeID: "NVIDIA A40", GPUCount: 1, LastStartedAt: fakeStart}}
+		c.WorkerInfo = func(string) []mgmt.WorkerInfo {
+			return []mgmt.WorkerInfo{{ID: "zzzzcontainer1", State: "running", ImageName: "alpine:3", Version: 1, GPUTypeID: "NVIDIA A40", GPUCount: 1, LastStartedAt: fakeStart}}
 		}
 	})
 	// Docs and metrics.

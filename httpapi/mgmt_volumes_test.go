@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"berth/httpapi"
+	"berth/mgmt"
 	"berth/store"
 )
 
@@ -22,7 +22,7 @@ type volumeJSON struct {
 func (e *testEnv) newVolume(name string, size int) volumeJSON {
 	e.t.Helper()
 	var v volumeJSON
-	e.must(http.StatusOK, "POST", "/v1/networkvolumes", J{"name": name, "size": size, "dataCenterId": httpapi.DataCenterID}, &v)
+	e.must(http.StatusOK, "POST", "/v1/networkvolumes", J{"name": name, "size": size, "dataCenterId": mgmt.DataCenterID}, &v)
 	return v
 }
 
@@ -43,7 +43,7 @@ func TestNetworkVolumes(t *testing.T) {
 	e := newValidatingServer(t, withFakePods(newFakePods()))
 	v := e.newVolume("models", 100)
 	dir := filepath.Join(e.dir, "volumes", v.ID)
-	if len(v.ID) != 10 || v.Size != 100 || v.DataCenterID != httpapi.DataCenterID || v.Path != dir || v.UsedBytes != 0 {
+	if len(v.ID) != 10 || v.Size != 100 || v.DataCenterID != mgmt.DataCenterID || v.Path != dir || v.UsedBytes != 0 {
 		t.Errorf("created %+v", v)
 	}
 	if fi, err := os.Stat(dir); err != nil || !fi.IsDir() {
@@ -70,13 +70,13 @@ func TestNetworkVolumes(t *testing.T) {
 		body  J
 		words []string
 	}{
-		{J{"size": 10, "dataCenterId": httpapi.DataCenterID}, []string{"name"}},
-		{J{"name": "x", "dataCenterId": httpapi.DataCenterID}, []string{"size"}},
-		{J{"name": "x", "size": 0, "dataCenterId": httpapi.DataCenterID}, []string{"size"}},
-		{J{"name": "x", "size": 4001, "dataCenterId": httpapi.DataCenterID}, []string{"size", "4000"}},
-		{J{"name": "x", "size": 10}, []string{"dataCenterId", httpapi.DataCenterID}},
+		{J{"size": 10, "dataCenterId": mgmt.DataCenterID}, []string{"name"}},
+		{J{"name": "x", "dataCenterId": mgmt.DataCenterID}, []string{"size"}},
+		{J{"name": "x", "size": 0, "dataCenterId": mgmt.DataCenterID}, []string{"size"}},
+		{J{"name": "x", "size": 4001, "dataCenterId": mgmt.DataCenterID}, []string{"size", "4000"}},
+		{J{"name": "x", "size": 10}, []string{"dataCenterId", mgmt.DataCenterID}},
 		{J{"name": "x", "size": 10, "dataCenterId": "the moon"}, []string{"dataCenterId", "the moon"}},
-		{J{"name": "x", "size": 10, "dataCenterId": httpapi.DataCenterID, "region": "x"}, []string{"region"}},
+		{J{"name": "x", "size": 10, "dataCenterId": mgmt.DataCenterID, "region": "x"}, []string{"region"}},
 	} {
 		e.mustErr(400, "POST", "/v1/networkvolumes", c.body, c.words...)
 	}
@@ -92,7 +92,7 @@ func TestNetworkVolumes(t *testing.T) {
 	e.must(200, "POST", "/v1/networkvolumes/"+v.ID+"/update", J{"size": 200}, &got)
 	e.mustErr(400, "PATCH", "/v1/networkvolumes/"+v.ID, J{"size": 50}, "grow")
 	e.mustErr(400, "PATCH", "/v1/networkvolumes/"+v.ID, J{"size": 5000}, "size")
-	e.mustErr(400, "PATCH", "/v1/networkvolumes/"+v.ID, J{"dataCenterId": httpapi.DataCenterID}, "dataCenterId")
+	e.mustErr(400, "PATCH", "/v1/networkvolumes/"+v.ID, J{"dataCenterId": mgmt.DataCenterID}, "dataCenterId")
 	e.mustErr(400, "PATCH", "/v1/networkvolumes/"+v.ID, J{"name": ""}, "name")
 	e.mustErr(404, "PATCH", "/v1/networkvolumes/zzzzzzzzzz", J{"name": "x"}, "not found")
 	e.mustErr(404, "GET", "/v1/networkvolumes/zzzzzzzzzz", nil, "not found")
@@ -148,8 +148,10 @@ func TestVolumeBillingIntervals(t *testing.T) {
 func TestRegistryAuths(t *testing.T) {
 	const secret = "s3cr3t-Pa55word"
 	e := newValidatingServer(t, withFakePods(newFakePods()))
-	var raw []byte
-	raw = e.must(200, "POST", "/v1/containerregistryauth", J{"name": "hub", "username": "me", "password": secret}, nil)
+	raw := e.must(200, "POST", "/v1/containerregistryauth", J{"name": "hub", "username": "me", "password": secret}, nil)
+	if strings.Contains(string(raw), secret) {
+		t.Errorf("create shows the password: %s", raw)
+	}
 	var a authJSON
 	raw = e.must(200, "GET", "/v1/containerregistryauth", nil, nil)
 	if strings.Contains(string(raw), secret) {

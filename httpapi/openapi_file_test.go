@@ -11,7 +11,6 @@ import (
 
 	"github.com/getkin/kin-openapi/openapi3"
 
-	"berth/httpapi"
 	"berth/mgmt"
 )
 
@@ -67,8 +66,8 @@ func TestV1DocumentFile(t *testing.T) {
 		t.Fatalf("%s does not validate: %v", path, err)
 	}
 
-	if !strings.Contains(doc.Info.Description, `"`+httpapi.DataCenterID+`"`) {
-		t.Errorf("info.description does not name the data centre %q", httpapi.DataCenterID)
+	if !strings.Contains(doc.Info.Description, `"`+mgmt.DataCenterID+`"`) {
+		t.Errorf("info.description does not name the data centre %q", mgmt.DataCenterID)
 	}
 	schemas := doc.Components.Schemas
 	prop := func(schema, name string) *openapi3.Schema {

@@ -410,15 +410,6 @@ func TestOpenAPIDocument(t *testing.T) {
 	}
 }
 
-func mustJSON(t *testing.T, v any) string {
-	t.Helper()
-	b, err := json.Marshal(v)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return string(b)
-}
-
 // bodyReader turns a test's request body (nil, string, []byte or a value
 // to encode as JSON) into a reader.
 func bodyReader(t *testing.T, body any) io.Reader {

@@ -1,6 +1,9 @@
-// Package httpapi serves Berth's HTTP routes: /v1 management, the
-// /v2/{endpointId} job API and worker protocol, the OpenAPI document and
-// /metrics. Handlers are built by constructors that take their dependencies.
+// Package httpapi serves Berth's HTTP routes: the /v2/{endpointId} job API
+// and worker protocol, the OpenAI-compatible routes, the OpenAPI document
+// and /metrics, with the server's limits, deadlines and key checks; and it
+// mounts the management surfaces, which live in their own packages: REST
+// v1 (httpapi/v1api), REST v2 (httpapi/v2api) and GraphQL (graphqlapi).
+// Handlers are built by constructors that take their dependencies.
 package httpapi
 
 import (
@@ -20,11 +23,14 @@ import (
 	"github.com/gorilla/mux"
 	"github.com/jonboulle/clockwork"
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"berth/dashboard"
 	"berth/gpu"
 	"berth/graphqlapi"
+	"berth/httpapi/internal/httpx"
+	"berth/httpapi/v1api"
 	"berth/httpapi/v2api"
 	"berth/mgmt"
 	"berth/queue"
@@ -55,10 +61,10 @@ type Config struct {
 	DataDir string
 	// Pods runs pod containers. Optional: without it pods cannot be
 	// created or started (503) and the records say why.
-	Pods PodRuntime
-	// WorkerInfo adds the runtime's worker containers to includeWorkers.
-	// Optional.
-	WorkerInfo func(endpointID string) []WorkerInfo
+	Pods mgmt.PodRuntime
+	// WorkerInfo is the runtime's worker containers of an endpoint, shown
+	// by every management surface. Optional.
+	WorkerInfo func(endpointID string) []mgmt.WorkerInfo
 	// EndpointDeleted tells the runtime an endpoint was deleted (its jobs
 	// are already cancelled): stop its workers and forget their ids.
 	// Optional.
@@ -70,7 +76,7 @@ type Config struct {
 	// WorkerLogs and PodLogs return a container's log as text (tail > 0:
 	// its last tail lines; follow: stream until ctx ends or the container
 	// stops; jobID: only that job's runpod JSON lines). They wrap
-	// ErrNoSuchWorker / ErrNoSuchPod when there is no such container.
+	// mgmt.ErrNoSuchWorker / ErrNoSuchPod when there is no such container.
 	// Optional: nil answers 503.
 	WorkerLogs func(ctx context.Context, endpointID, workerID string, follow bool, tail int, jobID string) (io.ReadCloser, error)
 	PodLogs    func(ctx context.Context, podID string, follow bool, tail int) (io.ReadCloser, error)
@@ -118,6 +124,7 @@ type Server struct {
 	adminHash []byte // decoded APIKeyHash
 
 	mg *mgmt.Service // the management rules every API surface calls
+	v1 *v1api.API    // REST v1 management
 	v2 *v2api.API    // REST v2 management
 }
 
@@ -163,6 +170,7 @@ func New(cfg Config) *Server {
 	s.adminHash, _ = hex.DecodeString(cfg.APIKeyHash)
 	s.mg = mgmt.New(mgmt.Config{Store: cfg.Store, Clock: cfg.Clock, Logger: cfg.Logger, DataDir: cfg.DataDir,
 		Pods: cfg.Pods, EndpointChanged: s.endpointChanged, EndpointDeleted: s.endpointDeleted})
+	s.v1 = s.newV1()
 	s.v2 = s.newV2()
 	s.limits = newLimiter(cfg.RateLimits, cfg.RequestsPerWorker, s.workerCount)
 	s.polls = newPollLimits(cfg.MaxLongPollsPerWorker, cfg.MaxLongPollsPerKey)
@@ -174,7 +182,9 @@ func New(cfg Config) *Server {
 // Handler returns the root handler.
 func (s *Server) Handler() http.Handler { return s.router }
 
-func (s *Server) routes() {
+// newRouter is a router with the server's answers to unknown routes and
+// methods and its middleware: request deadlines, then panic recovery.
+func (s *Server) newRouter() *mux.Router {
 	r := mux.NewRouter()
 	r.NotFoundHandler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		writeErr(w, r, http.StatusNotFound, "no such route: "+r.Method+" "+r.URL.Path)
@@ -185,7 +195,11 @@ func (s *Server) routes() {
 	// Request deadlines first: they need the connection's own writer.
 	r.Use(deadlines{grace: s.cfg.BodyGrace, rate: float64(s.cfg.MinBodyRate), writeTO: s.cfg.WriteTimeout}.wrap)
 	r.Use(s.recoverer)
+	return r
+}
 
+func (s *Server) routes() {
+	r := s.newRouter()
 	admin := func(name string, h http.HandlerFunc) http.Handler { return s.instrument(name, s.adminOnly(h)) }
 
 	// Routes are matched in order: the hot paths (worker protocol, run)
@@ -195,22 +209,16 @@ func (s *Server) routes() {
 	// so its names are not taken for endpoint ids.
 	s.v2.Mount(r)
 
-	// Job API and worker protocol (/v2/{endpointId}).
+	// Worker protocol and job API (/v2/{endpointId}). The worker routes
+	// are one table (workerproto.go), which WorkerHandler serves too.
 	job := func(op string, h http.HandlerFunc) http.Handler {
 		return s.instrument(op, s.adminOnly(s.withEndpoint(s.limits.wrap(op, s.polls.wrap(op, false, h)))))
 	}
-	wk := func(op string, h http.HandlerFunc) http.Handler {
-		return s.instrument(op, s.workerAuth(s.withEndpoint(s.polls.wrap(op, true, h))))
-	}
 	v2 := r.PathPrefix("/v2/{endpointId}").Subrouter()
-	v2.Handle("/job-take/{workerId}", wk("job-take", s.jobTake(false))).Methods(http.MethodGet)
-	v2.Handle("/job-done/{workerId}/{jobId}", wk("job-done", s.jobDone)).Methods(http.MethodPost)
+	s.workerProtocol(v2)
 	v2.Handle("/run", job("run", s.run)).Methods(http.MethodPost)
 	v2.Handle("/runsync", job("runsync", s.runsync)).Methods(http.MethodPost)
 	v2.Handle("/status/{jobId}", job("status", s.status)).Methods(http.MethodGet, http.MethodPost)
-	v2.Handle("/job-stream/{workerId}/{jobId}", wk("job-stream", s.jobStream)).Methods(http.MethodPost)
-	v2.Handle("/job-stop/{workerId}", wk("job-stop", s.jobStop)).Methods(http.MethodGet)
-	v2.Handle("/ping/{workerId}", wk("ping", s.ping)).Methods(http.MethodGet)
 	v2.Handle("/stream/{jobId}", job("stream", s.stream)).Methods(http.MethodGet, http.MethodPost)
 	v2.Handle("/status-sync/{jobId}", job("status-sync", s.statusSync)).Methods(http.MethodGet, http.MethodPost)
 	v2.Handle("/cancel/{jobId}", job("cancel", s.cancel)).Methods(http.MethodPost)
@@ -218,20 +226,15 @@ func (s *Server) routes() {
 	v2.Handle("/retry/{jobId}", job("retry", s.retry)).Methods(http.MethodPost)
 	v2.Handle("/purge-queue", job("purge-queue", s.purge)).Methods(http.MethodPost)
 	s.openaiRoutes(v2, job) // openai.go
-	v2.Handle("/job-take-batch/{workerId}", wk("job-take-batch", s.jobTake(true))).Methods(http.MethodGet)
 
 	// GraphQL (runpod-python's and runpodctl's management calls): graphql.go.
 	s.graphqlRoute(r, admin)
 
-	// Management (/v1): see mgmt.go.
-	v1 := r.PathPrefix("/v1").Subrouter()
-	s.mgmtRoutes(v1, admin)
-	v1.Handle("/endpoints/{endpointId}/worker-env", admin("endpoints.workerEnv", s.workerEnv)).Methods(http.MethodGet)
-	v1.Handle("/endpoints/{endpointId}/workers/{workerId}/logs", admin("endpoints.workerLogs", s.workerLogs)).Methods(http.MethodGet)
-	v1.Handle("/pods/{podId}/logs", admin("pods.logs", s.podLogs)).Methods(http.MethodGet)
-	v1.Handle("/gpus", admin("gpus.list", s.listGPUs)).Methods(http.MethodGet)
-	v1.Handle("/backup", admin("backup", s.backup)).Methods(http.MethodGet)
-	s.jobViewRoutes(v1, admin)
+	// REST v1 management and Berth's /v1 extensions (package v1api); the
+	// document of every route outside REST v2 (openapi.go).
+	r.Handle("/v1/openapi.json", admin("openapi", s.openapiDoc)).Methods(http.MethodGet)
+	r.Handle("/v1/docs", admin("docs", s.docsPage)).Methods(http.MethodGet)
+	s.v1.Mount(r)
 
 	// The web dashboard: a static page without data (every datum it shows
 	// is fetched from /v1 and /v2 with the key). No Methods: it is not an
@@ -362,15 +365,7 @@ func endpointOf(r *http.Request) *store.Endpoint {
 
 // ---- responses ----
 
-func writeJSON(w http.ResponseWriter, code int, v any) {
-	b, err := json.Marshal(v)
-	if err != nil {
-		code, b = http.StatusInternalServerError, []byte(`{"error":"encode response"}`)
-	}
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(code)
-	w.Write(b)
-}
+func writeJSON(w http.ResponseWriter, code int, v any) { httpx.WriteJSON(w, code, v) }
 
 // writeErr answers with RunPod's error shapes: management (/v1) errors are
 // {"message": …}; job API and worker errors are {"error": …}; GraphQL's are
@@ -433,7 +428,7 @@ func newMetrics(s *Server) *metrics {
 		Name: "berth_long_polls", Help: "Long polls (job-take, job-stop, runsync, status-sync, stream) being held.",
 	}, func() float64 { return float64(s.polls.Held()) })
 	m.reg.MustRegister(m.requests, m.duration, held, &queueCollector{s: s}, &hostCollector{s: s},
-		prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}))
+		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
 

@@ -4,9 +4,24 @@ import (
 	"errors"
 	"net/http"
 
+	"berth/httpapi/v1api"
 	"berth/httpapi/v2api"
+	"berth/mgmt"
 	"berth/store"
 )
+
+// newV1 builds the REST v1 management API (package v1api) over the
+// management rules, the queue's views and the runtime hooks.
+func (s *Server) newV1() *v1api.API {
+	return v1api.New(v1api.Config{
+		Mgmt: s.mg, Queue: s.cfg.Queue, Store: s.cfg.Store, Logger: s.cfg.Logger,
+		Authorized: func(r *http.Request) bool { return s.isAdmin(apiKey(r)) },
+		Instrument: s.instrument,
+		Workers:    s.cfg.WorkerInfo, EndpointStatus: s.cfg.EndpointStatus, GPUs: s.cfg.GPUs,
+		WorkerLogs: s.cfg.WorkerLogs, PodLogs: s.cfg.PodLogs,
+		WriteTimeout: s.cfg.WriteTimeout, PingInterval: s.cfg.PingInterval,
+	})
+}
 
 // newV2 builds the REST v2 management API (package v2api) over the same
 // management rules, runtime hooks and key as v1.
@@ -20,7 +35,7 @@ func (s *Server) newV2() *v2api.API {
 		WorkerLogs: s.cfg.WorkerLogs,
 		PodLogs:    s.cfg.PodLogs,
 		IsNoContainer: func(err error) bool {
-			return errors.Is(err, ErrNoSuchWorker) || errors.Is(err, ErrNoSuchPod) || errors.Is(err, store.ErrNotFound)
+			return errors.Is(err, mgmt.ErrNoSuchWorker) || errors.Is(err, mgmt.ErrNoSuchPod) || errors.Is(err, store.ErrNotFound)
 		},
 	}
 	if s.cfg.WorkerInfo != nil {

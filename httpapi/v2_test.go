@@ -5,14 +5,16 @@ import (
 	"slices"
 	"sort"
 
-	"github.com/getkin/kin-openapi/openapi3"
-	"github.com/getkin/kin-openapi/routers"
-	"github.com/getkin/kin-openapi/routers/gorillamux"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/getkin/kin-openapi/openapi3"
+	"github.com/getkin/kin-openapi/routers"
+	"github.com/getkin/kin-openapi/routers/gorillamux"
+
 	"berth/httpapi"
+	"berth/mgmt"
 	"berth/store"
 )
 
@@ -193,8 +195,8 @@ func TestRunPodV2Conformance(t *testing.T) {
 	f := newFakePods()
 	rt := newFakeRuntime()
 	e := newValidatingServer(t, withFakePods(f), withFakeRuntime(rt), func(c *httpapi.Config) {
-		c.WorkerInfo = func(string) []httpapi.WorkerInfo {
-			return []httpapi.WorkerInfo{{ID: "zzzzcontainer1", State: "running", ImageName: "alpine:3", Version: 1, GPUTypeID: "NVIDIA GeForce RTX 4090", GPUCount: 1, LastStartedAt: fakeStart}}
+		c.WorkerInfo = func(string) []mgmt.WorkerInfo {
+			return []mgmt.WorkerInfo{{ID: "zzzzcontainer1", State: "running", ImageName: "alpine:3", Version: 1, GPUTypeID: "NVIDIA GeForce RTX 4090", GPUCount: 1, LastStartedAt: fakeStart}}
 		}
 	})
 	c := e.conformant(true)
@@ -496,8 +498,8 @@ func TestV2LiberalIDs(t *testing.T) {
 // by v2 (which has no frozen state) as IDLE, not dropped.
 func TestV2FrozenWorkersAreIdle(t *testing.T) {
 	e := newValidatingServer(t, func(c *httpapi.Config) {
-		c.WorkerInfo = func(string) []httpapi.WorkerInfo {
-			return []httpapi.WorkerInfo{
+		c.WorkerInfo = func(string) []mgmt.WorkerInfo {
+			return []mgmt.WorkerInfo{
 				{ID: "frozenworker01", State: "frozen", ImageName: "alpine:3", Version: 1, LastStartedAt: fakeStart},
 				{ID: "runningworker1", State: "running", ImageName: "alpine:3", Version: 1, LastStartedAt: fakeStart},
 			}

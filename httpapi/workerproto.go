@@ -11,12 +11,66 @@ import (
 	"github.com/gorilla/mux"
 
 	"berth/queue"
-	"berth/worker"
 )
 
 // The worker protocol of runpod-python (runpod-wire.md §1). Bodies of
 // job-done and job-stream are raw JSON sent as form content: never parse
 // them as a form.
+
+// WorkerRoute is one call of the worker protocol, under /v2/{endpointId}.
+type WorkerRoute struct {
+	Method, Path, Op string
+}
+
+// workerRoute is a WorkerRoute with its handler.
+type workerRoute struct {
+	WorkerRoute
+	h http.HandlerFunc
+}
+
+// workerRoutes is the one table of the worker protocol: the API's router
+// and WorkerHandler (the listener containers reach) are both built from it,
+// so a call cannot be served on one and missing on the other.
+func (s *Server) workerRoutes() []workerRoute {
+	const get, post = http.MethodGet, http.MethodPost
+	return []workerRoute{
+		{WorkerRoute{get, "/job-take/{workerId}", "job-take"}, s.jobTake(false)},
+		{WorkerRoute{post, "/job-done/{workerId}/{jobId}", "job-done"}, s.jobDone},
+		{WorkerRoute{post, "/job-stream/{workerId}/{jobId}", "job-stream"}, s.jobStream},
+		{WorkerRoute{get, "/job-stop/{workerId}", "job-stop"}, s.jobStop},
+		{WorkerRoute{get, "/ping/{workerId}", "ping"}, s.ping},
+		{WorkerRoute{get, "/job-take-batch/{workerId}", "job-take-batch"}, s.jobTake(true)},
+	}
+}
+
+// WorkerRoutes lists the worker protocol's calls (paths under
+// /v2/{endpointId}).
+func (s *Server) WorkerRoutes() []WorkerRoute {
+	var out []WorkerRoute
+	for _, rt := range s.workerRoutes() {
+		out = append(out, rt.WorkerRoute)
+	}
+	return out
+}
+
+// workerProtocol registers the worker routes on v2, the /v2/{endpointId}
+// subrouter. Each route is named "worker:<op>".
+func (s *Server) workerProtocol(v2 *mux.Router) {
+	for _, rt := range s.workerRoutes() {
+		h := s.instrument(rt.Op, s.workerAuth(s.withEndpoint(s.polls.wrap(rt.Op, true, rt.h))))
+		v2.Handle(rt.Path, h).Methods(rt.Method).Name("worker:" + rt.Op)
+	}
+}
+
+// WorkerHandler serves the worker protocol and nothing else: the handler
+// of the listener on the Docker bridge, which containers reach (the job
+// API and management stay where --addr put them). It shares the API's
+// limits, deadlines and metrics.
+func (s *Server) WorkerHandler() http.Handler {
+	r := s.newRouter()
+	s.workerProtocol(r.PathPrefix("/v2/{endpointId}").Subrouter())
+	return r
+}
 
 const (
 	maxDoneBody   = 64 << 20
@@ -173,33 +227,4 @@ func (s *Server) health(endpointID string) queue.Health {
 		}
 	}
 	return h
-}
-
-// workerEnv registers a worker for a process outside Docker and returns the
-// environment the runpod-python SDK needs, URL templates exactly as the SDK
-// substitutes them (each already holds a '?', since the SDK appends '&…').
-func (s *Server) workerEnv(w http.ResponseWriter, r *http.Request) {
-	id := mux.Vars(r)["endpointId"]
-	if _, ok := s.mustEndpoint(w, r, id); !ok {
-		return
-	}
-	reg, err := s.cfg.Queue.RegisterWorker(id, true)
-	if err != nil {
-		s.internal(w, r, err)
-		return
-	}
-	scheme := "http"
-	if r.TLS != nil {
-		scheme = "https"
-	}
-	base := scheme + "://" + r.Host
-	if v := r.URL.Query().Get("baseUrl"); v != "" {
-		base = strings.TrimRight(v, "/")
-	}
-	writeJSON(w, http.StatusOK, WorkerEnv(base, id, reg.WorkerID, reg.Key, s.cfg.PingInterval.Milliseconds()))
-}
-
-// WorkerEnv is the RUNPOD_* environment of one worker.
-func WorkerEnv(base, endpointID, workerID, key string, pingMs int64) map[string]string {
-	return worker.PlatformEnv(base, endpointID, workerID, key, pingMs)
 }

@@ -17,10 +17,10 @@ import (
 	"github.com/jonboulle/clockwork"
 
 	"berth/gpu"
-	"berth/httpapi"
 	"berth/queue"
 	"berth/runtime"
 	"berth/store"
+	"berth/worker"
 )
 
 // flashEnv is an env whose Supervisor runs on a fake clock (idle timeouts
@@ -208,7 +208,7 @@ func (e *env) gpuWorker(ep store.Endpoint, tm store.Template, uuid string) strin
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	env := httpapi.WorkerEnv(e.cfg.WorkerBaseURL, ep.ID, reg.WorkerID, reg.Key, 2000)
+	env := worker.PlatformEnv(e.cfg.WorkerBaseURL, ep.ID, reg.WorkerID, reg.Key, 2000)
 	var list []string
 	for _, k := range slices.Sorted(maps.Keys(env)) {
 		list = append(list, k+"="+env[k])

@@ -24,6 +24,7 @@ import (
 	"berth/queue"
 	"berth/runtime"
 	"berth/store"
+	"berth/worker"
 )
 
 const (
@@ -183,7 +184,7 @@ func newEnvAt(t testing.TB, host string, opts ...envOpt) *env {
 		Template:      e.template,
 		WorkerBaseURL: fmt.Sprintf("http://host.docker.internal:%d", port),
 		WorkerEnv: func(base, ep, w, key string) map[string]string {
-			return httpapi.WorkerEnv(base, ep, w, key, 2000)
+			return worker.PlatformEnv(base, ep, w, key, 2000)
 		},
 		OnRun:          e.use.record,
 		OnScale:        e.prom.Scale,

@@ -48,7 +48,7 @@ type Config struct {
 	// container, e.g. http://host.docker.internal:8080. Required.
 	WorkerBaseURL string
 	// WorkerEnv builds a worker's RUNPOD_* variables (main wires it to
-	// httpapi.WorkerEnv). nil uses DefaultWorkerEnv.
+	// worker.PlatformEnv). nil uses DefaultWorkerEnv.
 	WorkerEnv func(base, endpointID, workerID, key string) map[string]string
 	// ExtraHosts of every container [host.docker.internal:host-gateway].
 	ExtraHosts []string

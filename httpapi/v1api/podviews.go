@@ -1,4 +1,4 @@
-package httpapi
+package v1api
 
 import (
 	"context"
@@ -46,12 +46,12 @@ type podRefs struct {
 	templates map[string]store.Template
 }
 
-func (s *Server) loadPodRefs(ctx context.Context) (podRefs, error) {
-	sn, err := s.mg.Snapshot(ctx)
+func (a *API) loadPodRefs(ctx context.Context) (podRefs, error) {
+	sn, err := a.cfg.Mgmt.Snapshot(ctx)
 	return podRefs{volumes: sn.Volumes, templates: sn.Templates}, err
 }
 
-func (s *Server) viewPod(p store.Pod, flags map[string]bool, refs podRefs, prices Prices) podView {
+func (a *API) viewPod(p store.Pod, flags map[string]bool, refs podRefs, prices mgmt.Prices) podView {
 	v := podView{Pod: p, Image: p.ImageName, ConsumerUserID: "berth"}
 	v.CostPerHr = prices.PodHourly(p)
 	v.AdjustedCostPerHr = v.CostPerHr
@@ -79,30 +79,30 @@ func (s *Server) viewPod(p store.Pod, flags map[string]bool, refs podRefs, price
 }
 
 // writePod answers one pod. flags nil means no includes.
-func (s *Server) writePod(w http.ResponseWriter, r *http.Request, code int, p store.Pod, flags map[string]bool) {
+func (a *API) writePod(w http.ResponseWriter, r *http.Request, code int, p store.Pod, flags map[string]bool) {
 	var refs podRefs
 	if flags["includeNetworkVolume"] || flags["includeTemplate"] {
 		var err error
-		if refs, err = s.loadPodRefs(r.Context()); err != nil {
-			s.internal(w, r, err)
+		if refs, err = a.loadPodRefs(r.Context()); err != nil {
+			a.internal(w, r, err)
 			return
 		}
 	}
-	writeJSON(w, code, s.viewPod(p, flags, refs, s.mg.PricesOrZero()))
+	writeJSON(w, code, a.viewPod(p, flags, refs, a.cfg.Mgmt.PricesOrZero()))
 }
 
-func (s *Server) getPod(w http.ResponseWriter, r *http.Request) {
+func (a *API) getPod(w http.ResponseWriter, r *http.Request) {
 	flags, err := queryBools(r, podIncludes...)
 	if err != nil {
-		s.mgmtErr(w, r, err)
+		a.fail(w, r, err)
 		return
 	}
-	p, err := s.mg.GetPod(r.Context(), mux.Vars(r)["podId"])
+	p, err := a.cfg.Mgmt.GetPod(r.Context(), mux.Vars(r)["podId"])
 	if err != nil {
-		s.mgmtErr(w, r, err)
+		a.fail(w, r, err)
 		return
 	}
-	s.writePod(w, r, http.StatusOK, p, flags)
+	a.writePod(w, r, http.StatusOK, p, flags)
 }
 
 func parsePodFilter(r *http.Request) (mgmt.PodFilter, error) {
@@ -122,34 +122,34 @@ func parsePodFilter(r *http.Request) (mgmt.PodFilter, error) {
 
 // listPods lists pods, and serverless workers as pods with
 // includeWorkers=true (endpointId then narrows them to one endpoint).
-func (s *Server) listPods(w http.ResponseWriter, r *http.Request) {
+func (a *API) listPods(w http.ResponseWriter, r *http.Request) {
 	flags, err := queryBools(r, podIncludes...)
 	if err != nil {
-		s.mgmtErr(w, r, err)
+		a.fail(w, r, err)
 		return
 	}
 	f, err := parsePodFilter(r)
 	if err != nil {
-		s.mgmtErr(w, r, err)
+		a.fail(w, r, err)
 		return
 	}
-	sn, err := s.mg.Snapshot(r.Context())
+	sn, err := a.cfg.Mgmt.Snapshot(r.Context())
 	if err != nil {
-		s.internal(w, r, err)
+		a.internal(w, r, err)
 		return
 	}
 	refs := podRefs{volumes: sn.Volumes, templates: sn.Templates}
-	prices := s.mg.PricesOrZero()
+	prices := a.cfg.Mgmt.PricesOrZero()
 	out := []any{}
 	for _, p := range sn.Pods {
 		if f.Matches(mgmt.FactsOf(p)) {
-			out = append(out, s.viewPod(p, flags, refs, prices))
+			out = append(out, a.viewPod(p, flags, refs, prices))
 		}
 	}
 	if flags["includeWorkers"] {
 		for _, e := range sn.Endpoints {
 			image := refs.templates[e.TemplateID].ImageName
-			for _, wv := range s.endpointWorkers(&e) {
+			for _, wv := range a.EndpointWorkers(&e) {
 				facts := mgmt.EndpointFacts(e)
 				if wv.GPU != nil {
 					facts.GPUTypeIDs = []string{wv.GPU.ID}

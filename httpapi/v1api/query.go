@@ -1,4 +1,4 @@
-package httpapi
+package v1api
 
 import (
 	"net/http"
@@ -7,7 +7,7 @@ import (
 	"strings"
 )
 
-// Helpers shared by the management handlers.
+// Query parameters of the v1 routes.
 
 // queryBool reads an optional boolean query parameter.
 func queryBool(r *http.Request, name string) (bool, error) {
@@ -59,19 +59,4 @@ func queryEnum(r *http.Request, name, def string, values ...string) (string, err
 		return "", bad("%s must be one of %s, got %q", name, strings.Join(values, ", "), v)
 	}
 	return v, nil
-}
-
-func noContent(w http.ResponseWriter) { w.WriteHeader(http.StatusNoContent) }
-
-// decodeBody reads and strictly decodes a management request body.
-func decodeBody(w http.ResponseWriter, r *http.Request, v any) bool {
-	body, ok := readBody(w, r, maxMgmtBody)
-	if !ok {
-		return false
-	}
-	if err := decodeStrict(body, v); err != nil {
-		writeErr(w, r, http.StatusBadRequest, err.Error())
-		return false
-	}
-	return true
 }

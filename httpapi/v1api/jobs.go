@@ -1,4 +1,4 @@
-package httpapi
+package v1api
 
 import (
 	"errors"
@@ -19,12 +19,6 @@ import (
 // the age of its oldest job. Nothing here changes a job or drains a stream.
 
 const maxJobList = 1000
-
-func (s *Server) jobViewRoutes(v1 *mux.Router, admin func(string, http.HandlerFunc) http.Handler) {
-	v1.Handle("/endpoints/{endpointId}/jobs", admin("endpoints.jobs", s.listJobs)).Methods(http.MethodGet)
-	v1.Handle("/endpoints/{endpointId}/jobs/{jobId}", admin("endpoints.job", s.getJob)).Methods(http.MethodGet)
-	v1.Handle("/endpoints/{endpointId}/queue", admin("endpoints.queue", s.getQueue)).Methods(http.MethodGet)
-}
 
 var jobStatuses = []store.JobStatus{store.InQueue, store.InProgress, store.Completed, store.Failed, store.Cancelled, store.TimedOut}
 
@@ -56,33 +50,33 @@ func parseJobFilter(r *http.Request) (queue.JobFilter, error) {
 }
 
 // listJobs is GET /v1/endpoints/{endpointId}/jobs.
-func (s *Server) listJobs(w http.ResponseWriter, r *http.Request) {
+func (a *API) listJobs(w http.ResponseWriter, r *http.Request) {
 	f, err := parseJobFilter(r)
 	if err != nil {
-		s.mgmtErr(w, r, err)
+		a.fail(w, r, err)
 		return
 	}
-	e, ok := s.mustEndpoint(w, r, mux.Vars(r)["endpointId"])
+	e, ok := a.endpoint(w, r, mux.Vars(r)["endpointId"])
 	if !ok {
 		return
 	}
-	writeJSON(w, http.StatusOK, s.cfg.Queue.Jobs(e.ID, f))
+	writeJSON(w, http.StatusOK, a.cfg.Queue.Jobs(e.ID, f))
 }
 
 // getJob is GET /v1/endpoints/{endpointId}/jobs/{jobId}.
-func (s *Server) getJob(w http.ResponseWriter, r *http.Request) {
+func (a *API) getJob(w http.ResponseWriter, r *http.Request) {
 	vars := mux.Vars(r)
-	e, ok := s.mustEndpoint(w, r, vars["endpointId"])
+	e, ok := a.endpoint(w, r, vars["endpointId"])
 	if !ok {
 		return
 	}
-	v, err := s.cfg.Queue.Job(e.ID, vars["jobId"])
+	v, err := a.cfg.Queue.Job(e.ID, vars["jobId"])
 	if errors.Is(err, queue.ErrNotFound) {
-		writeErr(w, r, http.StatusNotFound, "job "+vars["jobId"]+" not found")
+		writeErr(w, http.StatusNotFound, "job "+vars["jobId"]+" not found")
 		return
 	}
 	if err != nil {
-		s.internal(w, r, err)
+		a.internal(w, r, err)
 		return
 	}
 	writeJSON(w, http.StatusOK, v)
@@ -97,11 +91,11 @@ type queueView struct {
 	Retried   int `json:"retried"`
 }
 
-func (s *Server) getQueue(w http.ResponseWriter, r *http.Request) {
-	e, ok := s.mustEndpoint(w, r, mux.Vars(r)["endpointId"])
+func (a *API) getQueue(w http.ResponseWriter, r *http.Request) {
+	e, ok := a.endpoint(w, r, mux.Vars(r)["endpointId"])
 	if !ok {
 		return
 	}
-	h := s.cfg.Queue.Health(e.ID)
-	writeJSON(w, http.StatusOK, queueView{QueueView: s.cfg.Queue.Queue(e.ID), Completed: h.Jobs.Completed, Failed: h.Jobs.Failed, Retried: h.Jobs.Retried})
+	h := a.cfg.Queue.Health(e.ID)
+	writeJSON(w, http.StatusOK, queueView{QueueView: a.cfg.Queue.Queue(e.ID), Completed: h.Jobs.Completed, Failed: h.Jobs.Failed, Retried: h.Jobs.Retried})
 }

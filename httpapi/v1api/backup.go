@@ -1,4 +1,4 @@
-package httpapi
+package v1api
 
 import (
 	"io"
@@ -10,8 +10,8 @@ import (
 // backup streams a consistent copy of the database (one bbolt read
 // transaction; writers are not blocked): `berth backup FILE` saves it.
 // Content-Length is the copy's size, so a cut-off transfer is detected.
-func (s *Server) backup(w http.ResponseWriter, r *http.Request) {
-	_, err := s.cfg.Store.BackupSized(func(size int64) io.Writer {
+func (a *API) backup(w http.ResponseWriter, r *http.Request) {
+	_, err := a.cfg.Store.BackupSized(func(size int64) io.Writer {
 		w.Header().Set("Content-Type", "application/octet-stream")
 		w.Header().Set("Content-Length", strconv.FormatInt(size, 10))
 		w.Header().Set("Content-Disposition", `attachment; filename="berth-`+time.Now().UTC().Format("20060102T150405Z")+`.db"`)
@@ -20,6 +20,6 @@ func (s *Server) backup(w http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		// The headers are sent: the client sees a body shorter than
 		// Content-Length.
-		s.cfg.Logger.Error("backup", "err", err)
+		a.cfg.Logger.Error("backup", "err", err)
 	}
 }

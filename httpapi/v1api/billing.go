@@ -1,4 +1,4 @@
-package httpapi
+package v1api
 
 import (
 	"net/http"
@@ -8,15 +8,6 @@ import (
 )
 
 // Billing: the v1 query parameters translated to a mgmt.BillingQuery.
-
-// PricesFile is the price table's name in the data directory.
-const PricesFile = mgmt.PricesFile
-
-// Prices is the operator's price table; see mgmt.Prices.
-type Prices = mgmt.Prices
-
-// LoadPrices reads a price table; a missing file is the zero table.
-func LoadPrices(path string) (Prices, error) { return mgmt.LoadPrices(path) }
 
 func parseTime(r *http.Request, name string) (time.Time, error) {
 	v := r.URL.Query().Get(name)
@@ -66,16 +57,16 @@ func v1GroupingOrder(gs []string) []string {
 	return out
 }
 
-func (s *Server) billing(kind mgmt.BillKind) http.HandlerFunc {
+func (a *API) billing(kind mgmt.BillKind) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		q, err := parseBillingQuery(r, kind)
 		if err != nil {
-			s.mgmtErr(w, r, err)
+			a.fail(w, r, err)
 			return
 		}
-		bills, err := s.mg.Billing(r.Context(), q)
+		bills, err := a.cfg.Mgmt.Billing(r.Context(), q)
 		if err != nil {
-			s.mgmtErr(w, r, err)
+			a.fail(w, r, err)
 			return
 		}
 		if kind == mgmt.BillVolumes {

@@ -1,0 +1,50 @@
+// Package httpx holds what the HTTP surfaces under httpapi share below the
+// router: JSON answers and request bodies read within their size and pace
+// limits (httpapi's deadlines fail a body that trickles with ErrSlowBody).
+package httpx
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+)
+
+// ErrSlowBody is what a handler reading a body sent too slowly gets.
+var ErrSlowBody = errors.New("request body arrived too slowly")
+
+// WriteJSON answers v as JSON with code.
+func WriteJSON(w http.ResponseWriter, code int, v any) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		code, b = http.StatusInternalServerError, []byte(`{"error":"encode response"}`)
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(code)
+	w.Write(b)
+}
+
+// BodyError is why a body could not be read, with the status to answer.
+type BodyError struct {
+	Code int
+	Msg  string
+}
+
+func (e *BodyError) Error() string { return e.Msg }
+
+// ReadBody reads at most limit bytes of r's body: past it the error's
+// code is 413, a body sent too slowly 408, any other read failure 400.
+func ReadBody(w http.ResponseWriter, r *http.Request, limit int64) ([]byte, *BodyError) {
+	b, err := io.ReadAll(http.MaxBytesReader(w, r.Body, limit))
+	var mbe *http.MaxBytesError
+	switch {
+	case err == nil:
+		return b, nil
+	case errors.As(err, &mbe):
+		return nil, &BodyError{http.StatusRequestEntityTooLarge, fmt.Sprintf("request body larger than the %d MB limit", limit>>20)}
+	case errors.Is(err, ErrSlowBody):
+		return nil, &BodyError{http.StatusRequestTimeout, err.Error()}
+	}
+	return nil, &BodyError{http.StatusBadRequest, "read request body: " + err.Error()}
+}
