@@ -44,7 +44,7 @@ func serve(ctx context.Context, o cli.ServeOptions) error {
 	}
 
 	m := httpapi.NewMetrics()
-	db, err := store.Open(filepath.Join(o.Data, "berth.db"), store.Options{OnCommit: m.Commit})
+	db, err := store.Open(filepath.Join(o.Data, "berth.db"), store.Options{OnCommit: m.Commit, Logger: log.With("component", "store")})
 	if err != nil {
 		return err
 	}

@@ -101,6 +101,10 @@ func (m *Metrics) Commit(took time.Duration, writes int) {
 var (
 	oldestDesc   = prometheus.NewDesc("berth_queue_oldest_job_age_seconds", "Age of the oldest queued job (not low priority) per endpoint; 0 when none waits.", []string{"endpoint"}, nil)
 	dbSizeDesc   = prometheus.NewDesc("berth_store_file_bytes", "Size of berth.db on disk.", nil, nil)
+	wfailDesc    = prometheus.NewDesc("berth_store_write_failures_total", "Writes that failed (each is also logged); kept: \"true\" for changes already made in memory, kept and written again once the disk takes writes.", []string{"kept"}, nil)
+	wretryDesc   = prometheus.NewDesc("berth_store_writes_retrying", "Failed writes (by key) waiting to be written again.", nil, nil)
+	wpendDesc    = prometheus.NewDesc("berth_store_writes_pending", "Writes queued for the group commit.", nil, nil)
+	damagedDesc  = prometheus.NewDesc("berth_store_damaged", "1 when a damaged page was found while serving: writes are refused until a restart on a checked file.", nil, nil)
 	gpuMemDesc   = prometheus.NewDesc("berth_gpu_memory_used_bytes", "GPU memory in use (NVML), by GPU.", []string{"gpu", "uuid", "name"}, nil)
 	gpuTotalDesc = prometheus.NewDesc("berth_gpu_memory_total_bytes", "GPU memory size (NVML), by GPU.", []string{"gpu", "uuid", "name"}, nil)
 	gpuUtilDesc  = prometheus.NewDesc("berth_gpu_utilization_ratio", "Fraction of the last sample period the GPU was busy (NVML), by GPU.", []string{"gpu", "uuid", "name"}, nil)
@@ -111,7 +115,7 @@ var (
 type hostCollector struct{ s *Server }
 
 func (c *hostCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{oldestDesc, dbSizeDesc, gpuMemDesc, gpuTotalDesc, gpuUtilDesc} {
+	for _, d := range []*prometheus.Desc{oldestDesc, dbSizeDesc, wfailDesc, wretryDesc, wpendDesc, damagedDesc, gpuMemDesc, gpuTotalDesc, gpuUtilDesc} {
 		ch <- d
 	}
 }
@@ -126,6 +130,16 @@ func (c *hostCollector) Collect(ch chan<- prometheus.Metric) {
 	if fi, err := os.Stat(s.cfg.Store.Path()); err == nil {
 		ch <- prometheus.MustNewConstMetric(dbSizeDesc, prometheus.GaugeValue, float64(fi.Size()))
 	}
+	ws := s.cfg.Store.Stats()
+	ch <- prometheus.MustNewConstMetric(wfailDesc, prometheus.CounterValue, float64(ws.Kept), "true")
+	ch <- prometheus.MustNewConstMetric(wfailDesc, prometheus.CounterValue, float64(ws.Failed-ws.Kept), "false")
+	ch <- prometheus.MustNewConstMetric(wretryDesc, prometheus.GaugeValue, float64(ws.Retrying))
+	ch <- prometheus.MustNewConstMetric(wpendDesc, prometheus.GaugeValue, float64(ws.Pending))
+	damaged := 0.0
+	if ws.Damaged {
+		damaged = 1
+	}
+	ch <- prometheus.MustNewConstMetric(damagedDesc, prometheus.GaugeValue, damaged)
 	if s.cfg.GPUUsage == nil {
 		return
 	}

@@ -496,6 +496,10 @@ func (s *Service) Submit(req SubmitRequest) (StatusResponse, error) {
 		input:   req.Input,
 		changed: make(chan struct{}),
 	}
+	// Back-pressure: new work waits while the disk is behind.
+	if err := s.st.Admit(context.Background()); err != nil {
+		return StatusResponse{}, fmt.Errorf("store job: %w", err)
+	}
 	s.mu.Lock()
 	if s.stopped {
 		s.mu.Unlock()
@@ -693,6 +697,13 @@ func (s *Service) Cancel(endpointID, id string) (StatusResponse, error) {
 	}
 	if j.rec.Status.Terminal() {
 		v := s.viewLocked(j)
+		if ch := s.rewriteIfPendingLocked(j); ch != nil {
+			s.mu.Unlock()
+			if err := <-ch; err != nil {
+				return StatusResponse{}, fmt.Errorf("store job: %w", err)
+			}
+			return v, nil
+		}
 		s.mu.Unlock()
 		return v, nil
 	}
@@ -734,7 +745,7 @@ func (s *Service) Retry(endpointID, id string) (StatusResponse, error) {
 	j.rec.Retries++
 	j.chunks = nil
 	ep.retried++
-	done := s.st.Enqueue(jobOps(j)...)
+	done := s.st.EnqueueState(jobOps(j)...)
 	s.pushLocked(ep, j, false)
 	j.changedLocked()
 	s.mu.Unlock()
@@ -771,7 +782,7 @@ func (s *Service) Purge(endpointID string) (int, error) {
 			s.mu.Unlock()
 			return n, nil
 		}
-		done := s.st.Enqueue(ops...)
+		done := s.st.EnqueueState(ops...)
 		s.mu.Unlock()
 		if err := <-done; err != nil {
 			return n, fmt.Errorf("store purge: %w", err)
@@ -879,7 +890,18 @@ func (s *Service) finishLocked(j *job, st store.JobStatus, output json.RawMessag
 		defer s.scheduleHook(h)
 	}
 	j.changedLocked()
-	return s.st.Enqueue(ops...)
+	return s.st.EnqueueState(ops...)
+}
+
+// rewriteIfPendingLocked writes j's record again when its last write
+// failed and waits to be retried: a request about to acknowledge the
+// job's state (a repeated cancel or job-done) must not do so before it is
+// on disk. Nil when nothing is pending.
+func (s *Service) rewriteIfPendingLocked(j *job) <-chan error {
+	if !s.st.Pending(store.Jobs, j.rec.ID) {
+		return nil
+	}
+	return s.st.EnqueueState(jobOps(j)...)
 }
 
 // removeLocked deletes j from memory and returns the ops deleting it on disk.

@@ -6,6 +6,7 @@ package queue
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"log/slog"
@@ -37,8 +38,16 @@ const (
 
 // Store is what the queue needs from persistence.
 type Store interface {
+	// Enqueue writes what is not in memory yet (dropped on failure);
+	// EnqueueState and WriteAsync write changes already made in memory
+	// (kept and written again after a failure). See store's writer.
 	Enqueue(ops ...store.Op) <-chan error
+	EnqueueState(ops ...store.Op) <-chan error
 	WriteAsync(ops ...store.Op)
+	// Admit waits for room in the write queue (back-pressure).
+	Admit(ctx context.Context) error
+	// Pending: a failed write of bucket/key waits to be written again.
+	Pending(bucket, key string) bool
 	Scan(bucket string, fn func(key string, raw []byte) error) error
 	// ScanJobIndex yields every job's index entry in submission order;
 	// load reads that job's record and input in the same transaction.

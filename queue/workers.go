@@ -167,7 +167,7 @@ func (s *Service) loseWorkerLocked(w *worker, reason string) <-chan error {
 		}
 	}
 	w.toStop = nil
-	waits = append(waits, s.st.Enqueue(ops...))
+	waits = append(waits, s.st.EnqueueState(ops...))
 	out := make(chan error, 1)
 	go func() {
 		var first error
@@ -341,6 +341,18 @@ func (s *Service) Done(endpointID, workerID, jobID string, r DoneReport) (bool, 
 		s.unqueueLocked(s.endpointLocked(endpointID), j)
 		j.rec.StartedAt = j.rec.QueuedAt
 		w.inflight[j.rec.ID] = j
+	case j.rec.Status.Terminal() && j.rec.WorkerID == workerID:
+		// A repeated report (the first got an error): acknowledge it
+		// once the result is on disk.
+		ch := s.rewriteIfPendingLocked(j)
+		s.mu.Unlock()
+		if ch == nil {
+			return false, nil
+		}
+		if err := <-ch; err != nil {
+			return false, fmt.Errorf("store result: %w", err)
+		}
+		return true, nil
 	default:
 		s.mu.Unlock()
 		return false, nil

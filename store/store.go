@@ -7,9 +7,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	goruntime "runtime"
+	"runtime/debug"
 	"sync"
 	"time"
 
@@ -47,11 +49,17 @@ var ErrNotFound = errors.New("not found")
 // ErrLocked is returned by Open when another process holds the database.
 var ErrLocked = errors.New("database is locked by another process")
 
-// Op is one write: Value nil deletes Key.
+// Op is one write: Value and Encode nil deletes Key.
 type Op struct {
 	Bucket string
 	Key    string
 	Value  []byte
+	// Encode, when Value is nil, produces the value on the writer's
+	// goroutine: a caller queues a snapshot under its own lock and the
+	// encoding happens outside it. Hint is the value's expected size, for
+	// the bound on pending writes.
+	Encode func() ([]byte, error)
+	Hint   int
 }
 
 // Put returns an Op storing v as JSON. It panics only on values that cannot
@@ -84,22 +92,26 @@ func Procs() int { return 2 * goruntime.NumCPU() }
 // DB is an open Berth database.
 type DB struct {
 	bolt *bolt.DB
+	log  *slog.Logger
 
-	mu      sync.Mutex
-	pending []*batchEntry
-	wake    chan struct{}
-	closed  bool
-	done    chan struct{}
+	mu           sync.Mutex
+	pending      []*batchEntry
+	pendingBytes int
+	room         chan struct{} // closed (and replaced) when pending writes are taken
+	seq          uint64
+	kept         map[string]keptOp // failed writes to write again, by bucket and key
+	damaged      error             // set when a write met a broken page
+	wake         chan struct{}
+	closed       bool
+	done         chan struct{}
+	ws           writerStats
 
-	// MaxBatch bounds how many queued writes share one transaction.
-	maxBatch int
+	maxBatch        int // queued writes sharing one transaction
+	maxPending      int
+	maxPendingBytes int
+	admitTimeout    time.Duration
 
 	onCommit func(time.Duration, int)
-}
-
-type batchEntry struct {
-	ops  []Op
-	done chan error // nil for fire-and-forget writes
 }
 
 // Options tunes Open.
@@ -111,6 +123,13 @@ type Options struct {
 	// took (fsync included) and how many writes it carried. For metrics;
 	// called on the commit goroutine: must not block.
 	OnCommit func(took time.Duration, writes int)
+	// Logger gets failed writes and damage found [slog.Default].
+	Logger *slog.Logger
+	// MaxPending and MaxPendingBytes bound the writes waiting for the disk
+	// [16384, 64 MiB]; Admit waits up to AdmitTimeout [5s] for room.
+	MaxPending      int
+	MaxPendingBytes int
+	AdmitTimeout    time.Duration
 }
 
 // Open opens (creating if needed) the database file at path.
@@ -134,7 +153,21 @@ func Open(path string, opts Options) (*DB, error) {
 	if err != nil {
 		return nil, err
 	}
-	db := &DB{bolt: b, wake: make(chan struct{}, 1), done: make(chan struct{}), maxBatch: 4096, onCommit: opts.OnCommit}
+	db := &DB{bolt: b, log: opts.Logger, wake: make(chan struct{}, 1), done: make(chan struct{}), room: make(chan struct{}),
+		kept: map[string]keptOp{}, maxBatch: 4096, onCommit: opts.OnCommit,
+		maxPending: opts.MaxPending, maxPendingBytes: opts.MaxPendingBytes, admitTimeout: opts.AdmitTimeout}
+	if db.log == nil {
+		db.log = slog.Default()
+	}
+	if db.maxPending <= 0 {
+		db.maxPending = defaultMaxPending
+	}
+	if db.maxPendingBytes <= 0 {
+		db.maxPendingBytes = defaultMaxPendingBytes
+	}
+	if db.admitTimeout <= 0 {
+		db.admitTimeout = defaultAdmitTimeout
+	}
 	db.releaseMapped()
 	go db.commitLoop()
 	return db, nil
@@ -175,86 +208,6 @@ func (db *DB) signal() {
 	}
 }
 
-// Write queues ops for the group-commit writer and waits until they are on
-// disk. Writes are applied in the order they were queued, across Write and
-// WriteAsync, so callers that queue under their own lock get that order.
-func (db *DB) Write(ops ...Op) error {
-	return <-db.Enqueue(ops...)
-}
-
-// Enqueue queues ops and returns a channel that yields the commit result.
-// It never blocks, so it may be called while holding a caller's lock.
-func (db *DB) Enqueue(ops ...Op) <-chan error {
-	ch := make(chan error, 1)
-	db.enqueue(&batchEntry{ops: ops, done: ch})
-	return ch
-}
-
-// WriteAsync queues ops without waiting for them to reach disk. Used for
-// transitions that are safe to lose in a crash (a taken job that is not yet
-// recorded as taken is simply still queued after a restart).
-func (db *DB) WriteAsync(ops ...Op) {
-	db.enqueue(&batchEntry{ops: ops})
-}
-
-func (db *DB) enqueue(e *batchEntry) {
-	db.mu.Lock()
-	if db.closed {
-		db.mu.Unlock()
-		if e.done != nil {
-			e.done <- errors.New("store: database closed")
-		}
-		return
-	}
-	db.pending = append(db.pending, e)
-	db.mu.Unlock()
-	db.signal()
-}
-
-// commitLoop is the group commit: while one transaction is being synced,
-// newly queued writes accumulate and go to disk together in the next one.
-func (db *DB) commitLoop() {
-	defer close(db.done)
-	for {
-		db.mu.Lock()
-		batch := db.pending
-		if len(batch) > db.maxBatch {
-			batch = batch[:db.maxBatch:db.maxBatch]
-			db.pending = db.pending[db.maxBatch:]
-		} else {
-			db.pending = nil
-		}
-		closed := db.closed
-		db.mu.Unlock()
-		if len(batch) == 0 {
-			if closed {
-				return
-			}
-			<-db.wake
-			continue
-		}
-		start := time.Now()
-		err := db.bolt.Update(func(tx *bolt.Tx) error {
-			for _, e := range batch {
-				for _, op := range e.ops {
-					if err := apply(tx, op); err != nil {
-						return err
-					}
-				}
-			}
-			return nil
-		})
-		if db.onCommit != nil {
-			db.onCommit(time.Since(start), len(batch))
-		}
-		for _, e := range batch {
-			if e.done != nil {
-				e.done <- err
-			}
-		}
-	}
-}
-
 func apply(tx *bolt.Tx, op Op) error {
 	b := tx.Bucket([]byte(op.Bucket))
 	if b == nil {
@@ -263,8 +216,15 @@ func apply(tx *bolt.Tx, op Op) error {
 	if f, ok := fillPercent[op.Bucket]; ok {
 		b.FillPercent = f
 	}
-	if op.Value == nil {
+	if op.Value == nil && op.Encode == nil {
 		return b.Delete([]byte(op.Key))
+	}
+	if op.Value == nil {
+		v, err := op.Encode()
+		if err != nil {
+			return fmt.Errorf("encode: %w", err)
+		}
+		op.Value = v
 	}
 	return b.Put([]byte(op.Key), op.Value)
 }
@@ -275,11 +235,31 @@ type Tx struct{ tx *bolt.Tx }
 // Update runs fn in its own read-write transaction (not group-committed);
 // management writes that must read and check before writing use it.
 // It waits for queued group-commit writes first so it sees them.
-func (db *DB) Update(fn func(tx *Tx) error) error {
+// An error of fn is returned as it is; a failed commit wraps
+// ErrUnavailable, and a damaged page met on the way ErrCorrupt.
+func (db *DB) Update(fn func(tx *Tx) error) (err error) {
 	if err := db.Write(); err != nil {
 		return err
 	}
-	return db.bolt.Update(func(tx *bolt.Tx) error { return fn(&Tx{tx}) })
+	defer func() {
+		if r := recover(); r != nil {
+			err = corrupt(db.bolt.Path(), fmt.Sprintf("a write met a broken page (%v); writes are refused until Berth is restarted on a checked file", r))
+			db.markDamaged(err)
+		}
+	}()
+	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
+	tx, err := db.bolt.Begin(true)
+	if err != nil {
+		return fmt.Errorf("%w: %w", ErrUnavailable, err)
+	}
+	defer tx.Rollback() // after a commit: a no-op
+	if err := fn(&Tx{tx}); err != nil {
+		return err
+	}
+	if err := tx.Commit(); err != nil {
+		return fmt.Errorf("%w: %w", ErrUnavailable, err)
+	}
+	return nil
 }
 
 // View runs fn in a read-only transaction.

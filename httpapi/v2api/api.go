@@ -280,6 +280,13 @@ func (a *API) fail(w http.ResponseWriter, r *http.Request, err error) {
 		problem(w, http.StatusNotFound, err.Error())
 	default:
 		a.cfg.Logger.Error("v2 request failed", "path", r.URL.Path, "err", err)
+		if unavailable, retry := store.Fault(err); unavailable {
+			if retry {
+				w.Header().Set("Retry-After", store.RetryAfter)
+			}
+			problem(w, http.StatusServiceUnavailable, "service unavailable: "+err.Error())
+			return
+		}
 		problem(w, http.StatusInternalServerError, "internal error: "+err.Error())
 	}
 }

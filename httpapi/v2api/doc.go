@@ -126,7 +126,7 @@ func (a *API) build() map[string]any {
 			paths[rt.path] = item
 		}
 		responses := map[string]any{
-			"default": map[string]any{"description": "An RFC 9457 problem: 400 malformed or refused input (naming the field), 401 no key, 404, 409 conflict, 501 not on one host, 503 no container runtime.",
+			"default": map[string]any{"description": "An RFC 9457 problem: 400 malformed or refused input (naming the field), 401 no key, 404, 409 conflict, 501 not on one host, 503 no container runtime or the database cannot be written right now (a full disk; with Retry-After).",
 				"content": map[string]any{"application/problem+json": map[string]any{"schema": problemRef}}},
 		}
 		ok200 := map[string]any{"description": http.StatusText(spec.code)}
