@@ -10,6 +10,7 @@ import (
 
 	"github.com/gorilla/mux"
 
+	"berth/httpapi/internal/httpx"
 	"berth/queue"
 	"berth/store"
 )
@@ -90,14 +91,7 @@ func (s *Server) openai(w http.ResponseWriter, r *http.Request) {
 		ExecutionTimeout: time.Duration(ep.ExecutionTimeoutMs) * time.Millisecond, TTL: queue.DefaultTTL})
 	if err != nil {
 		s.cfg.Logger.Error("openai: submit", "endpoint", ep.ID, "err", err)
-		code := http.StatusInternalServerError
-		if unavailable, retry := store.Fault(err); unavailable {
-			code = http.StatusServiceUnavailable
-			if retry {
-				w.Header().Set("Retry-After", store.RetryAfter)
-			}
-		}
-		openaiErr(w, code, "server_error", "submit job: "+err.Error())
+		openaiErr(w, httpx.FailureCode(w, err), "server_error", "submit job: "+err.Error())
 		return
 	}
 	w.Header().Set(openaiJobHeader, res.ID)

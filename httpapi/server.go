@@ -384,16 +384,10 @@ func writeErr(w http.ResponseWriter, r *http.Request, code int, msg string) {
 
 func (s *Server) internal(w http.ResponseWriter, r *http.Request, err error) {
 	s.cfg.Logger.Error("request failed", append(routeAttrs(r), "path", r.URL.Path, "err", err)...)
-	if unavailable, retry := store.Fault(err); unavailable {
-		// A full disk or a damaged file: the server's condition, and
-		// nothing was changed. A retryable one says when to come back.
-		if retry {
-			w.Header().Set("Retry-After", store.RetryAfter)
-		}
-		writeErr(w, r, http.StatusServiceUnavailable, "service unavailable: "+err.Error())
-		return
-	}
-	writeErr(w, r, http.StatusInternalServerError, "internal error: "+err.Error())
+	// A full disk or a damaged file is the server's condition, answered
+	// 503 (with Retry-After when it may pass); nothing was changed.
+	code := httpx.FailureCode(w, err)
+	writeErr(w, r, code, httpx.FailureMessage(code, err))
 }
 
 // routeAttrs are the log attributes of a request's ids: endpoint, job,

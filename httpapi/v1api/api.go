@@ -177,7 +177,8 @@ func noContent(w http.ResponseWriter) { w.WriteHeader(http.StatusNoContent) }
 
 func (a *API) internal(w http.ResponseWriter, r *http.Request, err error) {
 	a.cfg.Logger.Error("request failed", append(routeAttrs(r), "path", r.URL.Path, "err", err)...)
-	writeErr(w, http.StatusInternalServerError, "internal error: "+err.Error())
+	code := httpx.FailureCode(w, err) // 503 for a full disk or a damaged file
+	writeErr(w, code, httpx.FailureMessage(code, err))
 }
 
 // routeAttrs are the log attributes of a request's ids.

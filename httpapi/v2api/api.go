@@ -21,6 +21,7 @@ import (
 	"github.com/jonboulle/clockwork"
 
 	"berth/gpu"
+	"berth/httpapi/internal/httpx"
 	"berth/mgmt"
 	"berth/queue"
 	"berth/store"
@@ -280,14 +281,8 @@ func (a *API) fail(w http.ResponseWriter, r *http.Request, err error) {
 		problem(w, http.StatusNotFound, err.Error())
 	default:
 		a.cfg.Logger.Error("v2 request failed", "path", r.URL.Path, "err", err)
-		if unavailable, retry := store.Fault(err); unavailable {
-			if retry {
-				w.Header().Set("Retry-After", store.RetryAfter)
-			}
-			problem(w, http.StatusServiceUnavailable, "service unavailable: "+err.Error())
-			return
-		}
-		problem(w, http.StatusInternalServerError, "internal error: "+err.Error())
+		code := httpx.FailureCode(w, err) // 503 for a full disk or a damaged file
+		problem(w, code, httpx.FailureMessage(code, err))
 	}
 }
 

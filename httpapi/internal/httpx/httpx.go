@@ -9,6 +9,8 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+
+	"berth/store"
 )
 
 // ErrSlowBody is what a handler reading a body sent too slowly gets.
@@ -47,4 +49,26 @@ func ReadBody(w http.ResponseWriter, r *http.Request, limit int64) ([]byte, *Bod
 		return nil, &BodyError{http.StatusRequestTimeout, err.Error()}
 	}
 	return nil, &BodyError{http.StatusBadRequest, "read request body: " + err.Error()}
+}
+
+// FailureCode is the status for a server-side failure err: 503 when the
+// database cannot be written (a full disk, too many writes waiting: with
+// Retry-After set on w) or its file was found damaged, 500 otherwise.
+func FailureCode(w http.ResponseWriter, err error) int {
+	unavailable, retry := store.Fault(err)
+	if !unavailable {
+		return http.StatusInternalServerError
+	}
+	if retry {
+		w.Header().Set("Retry-After", store.RetryAfter)
+	}
+	return http.StatusServiceUnavailable
+}
+
+// FailureMessage prefixes err's text for its status.
+func FailureMessage(code int, err error) string {
+	if code == http.StatusServiceUnavailable {
+		return "service unavailable: " + err.Error()
+	}
+	return "internal error: " + err.Error()
 }
