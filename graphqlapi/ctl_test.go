@@ -38,8 +38,8 @@ func TestRunpodctlEndpoints(t *testing.T) {
 	e := newEnv(t)
 	tpl := createTemplate(t, e, "worker", "me/worker:1", "")
 	var v1, v2 struct{ ID string }
-	e.rest("POST", "/v1/networkvolumes", J{"name": "a", "size": 5, "dataCenterId": "EU-RO-1"}, 200, &v1)
-	e.rest("POST", "/v1/networkvolumes", J{"name": "b", "size": 5, "dataCenterId": "US-TX-3"}, 200, &v2)
+	e.rest("POST", "/v1/networkvolumes", J{"name": "a", "size": 15, "dataCenterId": "EU-RO-1"}, 200, &v1)
+	e.rest("POST", "/v1/networkvolumes", J{"name": "b", "size": 15, "dataCenterId": "US-TX-3"}, 200, &v2)
 
 	// runpodctl serverless create --template-id … --gpu-id ADA_24 (the
 	// EndpointCreateGQLInput it marshals, omitempty fields left out).
@@ -200,9 +200,12 @@ func TestRunpodctlTemplates(t *testing.T) {
 	if !reflect.DeepEqual(got.PortsConfig, []struct{ Port, Name string }{{"8188", "ComfyUI"}}) {
 		t.Errorf("labels after dropping port 22: %+v", got.PortsConfig)
 	}
-	// Changing a creation-only field is refused; sending it back is not.
+	// isServerless and category may change (one rule with REST v2, where
+	// both are mutable).
 	input["isServerless"] = true
-	e.ctl(fixture(t, "runpodctl/update_template_port_labels.graphql"), J{"input": input}).refused(t, "saveTemplate", "isServerless")
+	e.ctl(fixture(t, "runpodctl/update_template_port_labels.graphql"), J{"input": input}).ok(t, "saveTemplate", nil)
+	input["category"] = "GPU"
+	e.ctl(fixture(t, "runpodctl/update_template_port_labels.graphql"), J{"input": input}).refused(t, "saveTemplate", "category")
 
 	// deleteTemplate by name.
 	e.python(`mutation { deleteTemplate(templateName: "mine") }`).ok(t, "deleteTemplate", nil)
@@ -346,7 +349,7 @@ func TestRunpodctlAccountAndCatalogue(t *testing.T) {
 
 	// Network volumes.
 	var vol struct{ ID string }
-	e.rest("POST", "/v1/networkvolumes", J{"name": "v", "size": 9, "dataCenterId": "BERTH-LOCAL"}, 200, &vol)
+	e.rest("POST", "/v1/networkvolumes", J{"name": "v", "size": 19, "dataCenterId": "BERTH-LOCAL"}, 200, &vol)
 	var nv struct {
 		NetworkVolumes []struct {
 			DataCenterID, ID, Name string
@@ -354,7 +357,7 @@ func TestRunpodctlAccountAndCatalogue(t *testing.T) {
 		}
 	}
 	e.ctl(fixture(t, "runpodctl/network_volumes.graphql"), nil).ok(t, "myself", &nv)
-	if len(nv.NetworkVolumes) != 1 || nv.NetworkVolumes[0].ID != vol.ID || nv.NetworkVolumes[0].Size != 9 {
+	if len(nv.NetworkVolumes) != 1 || nv.NetworkVolumes[0].ID != vol.ID || nv.NetworkVolumes[0].Size != 19 {
 		t.Errorf("network volumes: %+v", nv)
 	}
 }

@@ -150,18 +150,7 @@ func (r *resolver) SaveTemplate(ctx context.Context, args struct{ Input *saveTem
 		}
 	}
 	if id := given(a.ID); id != nil {
-		// An update: the tools send the whole template back, creation-only
-		// fields included; unchanged ones are no change.
-		cur, err := r.mg().GetTemplate(ctx, *id)
-		if err != nil {
-			return nil, wrap(err)
-		}
-		if a.IsServerless != nil && *a.IsServerless != cur.IsServerless {
-			in.IsServerless = a.IsServerless
-		}
-		if a.Category != nil && *a.Category != cur.Category {
-			in.Category = a.Category
-		}
+		in.IsServerless, in.Category = a.IsServerless, a.Category
 		t, err := r.mg().UpdateTemplate(ctx, *id, in)
 		if err != nil {
 			return nil, wrap(err)

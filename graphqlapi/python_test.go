@@ -99,7 +99,7 @@ func TestPythonTemplateAndEndpoint(t *testing.T) {
 
 	// Every option create_endpoint has, with a network volume.
 	var vol struct{ ID string }
-	e.rest("POST", "/v1/networkvolumes", map[string]any{"name": "models", "size": 5, "dataCenterId": "EU-RO-1"}, 200, &vol)
+	e.rest("POST", "/v1/networkvolumes", map[string]any{"name": "models", "size": 15, "dataCenterId": "EU-RO-1"}, 200, &vol)
 	var ep2 pyEndpoint
 	e.python(fixture(t, "runpod-python/create_endpoint_flashboot.graphql", "name", "fast", "templateId", tpl.ID, "volumeId", vol.ID)).ok(t, "saveEndpoint", &ep2)
 	wantEp2 := pyEndpoint{ID: ep2.ID, Name: "fast", TemplateID: tpl.ID, GpuIds: "ADA_24,-NVIDIA L4", NetworkVolumeID: &vol.ID, Locations: "EU-RO-1",
@@ -251,7 +251,7 @@ func TestPythonRegistryAuthAndUser(t *testing.T) {
 	// runpod.get_user() and update_user_settings(pubkey): the SDK escapes
 	// newlines as \n inside the literal.
 	var vol struct{ ID string }
-	e.rest("POST", "/v1/networkvolumes", map[string]any{"name": "data", "size": 7, "dataCenterId": "BERTH-LOCAL"}, 200, &vol)
+	e.rest("POST", "/v1/networkvolumes", map[string]any{"name": "data", "size": 17, "dataCenterId": "BERTH-LOCAL"}, 200, &vol)
 	keys := "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIGZ1 me@laptop\nssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIGZ2 me@desk"
 	var u struct {
 		ID     string
@@ -269,7 +269,7 @@ func TestPythonRegistryAuthAndUser(t *testing.T) {
 		}
 	}
 	e.python(fixture(t, "runpod-python/get_user.graphql")).ok(t, "myself", &me)
-	if me.PubKey != keys || len(me.NetworkVolumes) != 1 || me.NetworkVolumes[0].ID != vol.ID || me.NetworkVolumes[0].Size != 7 ||
+	if me.PubKey != keys || len(me.NetworkVolumes) != 1 || me.NetworkVolumes[0].ID != vol.ID || me.NetworkVolumes[0].Size != 17 ||
 		me.NetworkVolumes[0].Name != "data" || me.NetworkVolumes[0].DataCenterID != "BERTH-LOCAL" {
 		t.Errorf("get_user: %+v", me)
 	}

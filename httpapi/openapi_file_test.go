@@ -87,8 +87,11 @@ func TestV1DocumentFile(t *testing.T) {
 		t.Errorf("NetworkVolumeCreateInput.dataCenterId pattern %q, mgmt.DataCenterPattern is %q", got, mgmt.DataCenterPattern)
 	}
 	for _, s := range []string{"NetworkVolumeCreateInput", "NetworkVolumeUpdateInput"} {
-		if max := prop(s, "size").Max; max == nil || *max != mgmt.MaxVolumeGB {
-			t.Errorf("%s.size maximum %v, mgmt.MaxVolumeGB is %d", s, deref(max), mgmt.MaxVolumeGB)
+		if max := prop(s, "size").Max; max == nil || *max != float64(mgmt.LimitVolumeSize.Max) {
+			t.Errorf("%s.size maximum %v, mgmt.LimitVolumeSize.Max is %d", s, deref(max), mgmt.LimitVolumeSize.Max)
+		}
+		if min := prop(s, "size").Min; min == nil || *min != float64(mgmt.LimitVolumeSize.Min) {
+			t.Errorf("%s.size minimum %v, mgmt.LimitVolumeSize.Min is %d", s, deref(min), mgmt.LimitVolumeSize.Min)
 		}
 	}
 	for _, p := range []string{"/v1/billing/pods", "/v1/billing/endpoints", "/v1/billing/networkvolumes"} {

@@ -11,20 +11,22 @@ import (
 )
 
 // EndpointInput creates or updates a serverless endpoint. nil fields are
-// not given. ComputeType is creation-only. GPUTypeIDs takes RunPod type ids,
-// pool ids and "-" exclusions (gpu.SplitIDs splits GraphQL's gpuIds).
+// not given. GPUTypeIDs takes RunPod type ids, pool ids and "-" exclusions
+// (gpu.SplitIDs splits GraphQL's gpuIds). ComputeType and Type are fixed
+// when the endpoint is created: on an update they may only repeat the
+// current value.
 type EndpointInput struct {
 	Name                *string
 	TemplateID          *string
-	Type                *string // QUEUE or LOAD_BALANCER; creation-only
+	Type                *string // QUEUE or LOAD_BALANCER
 	ComputeType         *string // GPU or CPU
 	GPUTypeIDs          []string
 	GPUCount            *int
 	CPUFlavorIDs        []string
 	VCPUCount           *int
 	InstanceIDs         []string
-	AllowedCudaVersions []string
-	MinCudaVersion      *string
+	AllowedCudaVersions []string // nil: not given; [] clears
+	MinCudaVersion      *string  // "" clears
 	DataCenterIDs       []string
 	NetworkVolumeID     *string
 	NetworkVolumeIDs    []string
@@ -38,6 +40,16 @@ type EndpointInput struct {
 	Env                 map[string]string
 }
 
+// EndpointOptions are a call's options beyond the endpoint's fields.
+type EndpointOptions struct {
+	// V2Rules applies the rules RunPod's REST v2 states and its GraphQL
+	// does not (runpod-python relies on their absence there): a "-"
+	// exclusion must name a GPU type of one of the listed pools and leave
+	// one, and idleTimeout is refused on a queue endpoint that scales on
+	// REQUEST_COUNT.
+	V2Rules bool
+}
+
 // NewEndpointDefaults is an endpoint before its input is applied (RunPod's
 // defaults).
 func NewEndpointDefaults() store.Endpoint {
@@ -48,20 +60,25 @@ func NewEndpointDefaults() store.Endpoint {
 	}
 }
 
-// ApplyEndpoint validates in and applies it to e (no store access). The
-// warnings for unknown ids replace e.Warnings when their field is given.
+// ApplyEndpoint validates in and applies it to e (no store access): every
+// rule of an endpoint's fields, each alone and together. The warnings for
+// unknown ids replace e.Warnings when their field is given.
 func ApplyEndpoint(e *store.Endpoint, in EndpointInput, create bool) error {
+	return applyEndpoint(e, in, EndpointOptions{}, create)
+}
+
+func applyEndpoint(e *store.Endpoint, in EndpointInput, opt EndpointOptions, create bool) error {
 	if create {
 		if in.TemplateID == nil || *in.TemplateID == "" {
 			return invalid("templateId", "templateId is required")
 		}
-		if in.ComputeType != nil {
-			switch *in.ComputeType {
-			case "GPU", "CPU":
-				e.ComputeType = *in.ComputeType
-			default:
-				return invalid("computeType", "computeType must be GPU or CPU, got %q", *in.ComputeType)
+		switch {
+		case in.ComputeType != nil:
+			if err := oneOf("computeType", in.ComputeType, []string{"GPU", "CPU"}, &e.ComputeType); err != nil {
+				return err
 			}
+		case (len(in.CPUFlavorIDs) > 0 || len(in.InstanceIDs) > 0) && len(in.GPUTypeIDs) == 0:
+			e.ComputeType = "CPU" // CPU flavours or instances name a CPU endpoint
 		}
 		if in.Type != nil {
 			switch *in.Type {
@@ -71,30 +88,38 @@ func ApplyEndpoint(e *store.Endpoint, in EndpointInput, create bool) error {
 				// RunPod scales load-balancing workers on in-flight requests only.
 				e.Type, e.ScalerType = store.EndpointLoadBalancer, "REQUEST_COUNT"
 			default:
-				return invalid("type", "type must be QUEUE or LOAD_BALANCER, got %q", *in.Type)
+				return invalid("type", "type must be QUEUE or LOAD_BALANCER, got %s", quote(ShortID(*in.Type)))
 			}
 		}
 	} else {
-		if in.ComputeType != nil {
-			return invalid("computeType", "computeType cannot be changed after an endpoint is created")
+		// The same value again is accepted: a client may PATCH back a whole record.
+		if in.ComputeType != nil && *in.ComputeType != computeType(e) {
+			return invalid("computeType", "computeType is fixed when an endpoint is created: endpoint %s is a %s endpoint", e.ID, computeType(e))
 		}
-		// The same type again is accepted: a client may PATCH back a whole record.
 		if in.Type != nil && *in.Type != endpointType(e) {
-			return invalid("type", "type cannot be changed after an endpoint is created (it is %s)", endpointType(e))
+			return invalid("type", "type is fixed when an endpoint is created: endpoint %s is a %s endpoint", e.ID, endpointType(e))
 		}
 	}
 	if in.Name != nil {
+		if *in.Name != "" { // "": the endpoint's id names it
+			if err := checkName(*in.Name); err != nil {
+				return err
+			}
+		}
 		e.Name = *in.Name
 	}
 	if in.TemplateID != nil {
 		if *in.TemplateID == "" {
 			return invalid("templateId", "templateId must not be empty")
 		}
+		if err := checkID("templateId", *in.TemplateID); err != nil {
+			return err
+		}
 		e.TemplateID = *in.TemplateID
 	}
 	var warn []string
 	if in.GPUTypeIDs != nil {
-		w, err := CheckGPUIDs("gpuTypeIds", in.GPUTypeIDs)
+		w, err := checkGPUList("gpuTypeIds", in.GPUTypeIDs, opt.V2Rules)
 		if err != nil {
 			return err
 		}
@@ -104,27 +129,39 @@ func ApplyEndpoint(e *store.Endpoint, in EndpointInput, create bool) error {
 		warn = append(warn, fieldWarnings(e.Warnings, "gpuTypeIds")...)
 	}
 	if in.GPUCount != nil {
-		if *in.GPUCount < 1 {
-			return invalid("gpuCount", "gpuCount must be at least 1, got %d", *in.GPUCount)
+		if err := LimitGPUCount.Check(int64(*in.GPUCount)); err != nil {
+			return err
 		}
 		e.GPUCount = *in.GPUCount
 	}
 	if in.CPUFlavorIDs != nil {
+		if err := checkCPUFlavors("cpuFlavorIds", in.CPUFlavorIDs); err != nil {
+			return err
+		}
 		e.CPUFlavorIDs = in.CPUFlavorIDs
 	}
 	if in.VCPUCount != nil {
-		if *in.VCPUCount < 1 {
-			return invalid("vcpuCount", "vcpuCount must be at least 1, got %d", *in.VCPUCount)
+		if err := LimitVCPUsBeside.Check(int64(*in.VCPUCount)); err != nil {
+			return err
 		}
 		e.VCPUCount = *in.VCPUCount
 	}
 	if in.InstanceIDs != nil {
+		if err := checkInstanceIDs(in.InstanceIDs); err != nil {
+			return err
+		}
 		e.InstanceIDs = in.InstanceIDs
 	}
 	if in.AllowedCudaVersions != nil {
+		if err := checkCudaVersions(in.AllowedCudaVersions); err != nil {
+			return err
+		}
 		e.AllowedCudaVersions = in.AllowedCudaVersions
 	}
 	if in.MinCudaVersion != nil {
+		if *in.MinCudaVersion != "" && !cudaRe.MatchString(*in.MinCudaVersion) {
+			return invalid("minCudaVersion", "minCudaVersion: %s is not a CUDA version such as \"12.4\"", quote(ShortID(*in.MinCudaVersion)))
+		}
 		e.MinCudaVersion = *in.MinCudaVersion
 	}
 	if in.DataCenterIDs != nil {
@@ -136,14 +173,22 @@ func ApplyEndpoint(e *store.Endpoint, in EndpointInput, create bool) error {
 		warn = append(warn, fieldWarnings(e.Warnings, "dataCenterIds")...)
 	}
 	if in.NetworkVolumeID != nil {
+		if *in.NetworkVolumeID != "" {
+			if err := checkID("networkVolumeId", *in.NetworkVolumeID); err != nil {
+				return err
+			}
+		}
 		e.NetworkVolumeID = *in.NetworkVolumeID
 	}
 	if in.NetworkVolumeIDs != nil {
+		if err := checkIDList("networkVolumeIds", in.NetworkVolumeIDs, LimitVolumeIDs); err != nil {
+			return err
+		}
 		e.NetworkVolumeIDs = in.NetworkVolumeIDs
 	}
 	if in.IdleTimeout != nil {
-		if *in.IdleTimeout < 1 || *in.IdleTimeout > 3600 {
-			return invalid("idleTimeout", "idleTimeout must be 1-3600 seconds, got %d", *in.IdleTimeout)
+		if err := LimitIdleTimeout.Check(int64(*in.IdleTimeout)); err != nil {
+			return err
 		}
 		e.IdleTimeout = *in.IdleTimeout
 	}
@@ -152,27 +197,32 @@ func ApplyEndpoint(e *store.Endpoint, in EndpointInput, create bool) error {
 		case "QUEUE_DELAY", "REQUEST_COUNT":
 			e.ScalerType = *in.ScalerType
 		default:
-			return invalid("scalerType", "scalerType must be QUEUE_DELAY or REQUEST_COUNT, got %q", *in.ScalerType)
+			return invalid("scalerType", "scalerType must be QUEUE_DELAY or REQUEST_COUNT, got %s", quote(ShortID(*in.ScalerType)))
 		}
 	}
 	if e.LoadBalancer() && e.ScalerType != "REQUEST_COUNT" {
 		return invalid("scalerType", "scalerType of a LOAD_BALANCER endpoint must be REQUEST_COUNT, got %q", e.ScalerType)
 	}
 	if in.ScalerValue != nil {
-		if *in.ScalerValue < 1 {
-			return invalid("scalerValue", "scalerValue must be at least 1, got %d", *in.ScalerValue)
-		}
 		e.ScalerValue = *in.ScalerValue
 	}
+	if in.ScalerValue != nil || in.ScalerType != nil {
+		if err := scalerLimit(e.ScalerType).Check(int64(e.ScalerValue)); err != nil {
+			return err
+		}
+	}
+	if opt.V2Rules && in.IdleTimeout != nil && !e.LoadBalancer() && e.ScalerType == "REQUEST_COUNT" {
+		return invalid("idleTimeout", "idleTimeout does not apply to a queue endpoint scaling on REQUEST_COUNT")
+	}
 	if in.WorkersMin != nil {
-		if *in.WorkersMin < 0 {
-			return invalid("workersMin", "workersMin must not be negative, got %d", *in.WorkersMin)
+		if err := LimitWorkersMin.Check(int64(*in.WorkersMin)); err != nil {
+			return err
 		}
 		e.WorkersMin = *in.WorkersMin
 	}
 	if in.WorkersMax != nil {
-		if *in.WorkersMax < 0 {
-			return invalid("workersMax", "workersMax must not be negative, got %d", *in.WorkersMax)
+		if err := LimitWorkersMax.Check(int64(*in.WorkersMax)); err != nil {
+			return err
 		}
 		e.WorkersMax = *in.WorkersMax
 	}
@@ -183,9 +233,8 @@ func ApplyEndpoint(e *store.Endpoint, in EndpointInput, create bool) error {
 		e.Flashboot = *in.Flashboot
 	}
 	if in.ExecutionTimeoutMs != nil {
-		d := time.Duration(*in.ExecutionTimeoutMs) * time.Millisecond
-		if d < queue.MinExecutionTimeout || d > queue.MaxExecutionTimeout {
-			return invalid("executionTimeoutMs", "executionTimeoutMs must be between %d and %d, got %d", queue.MinExecutionTimeout.Milliseconds(), queue.MaxExecutionTimeout.Milliseconds(), *in.ExecutionTimeoutMs)
+		if err := LimitExecTimeout.Check(*in.ExecutionTimeoutMs); err != nil {
+			return err
 		}
 		e.ExecutionTimeoutMs = *in.ExecutionTimeoutMs
 	}
@@ -195,8 +244,70 @@ func ApplyEndpoint(e *store.Endpoint, in EndpointInput, create bool) error {
 		}
 		e.Env = in.Env
 	}
+	if err := checkCompute(e, in); err != nil {
+		return err
+	}
 	e.Warnings = warn
 	return nil
+}
+
+// checkCompute checks what a GPU or a CPU endpoint may carry, naming the
+// field this input gave.
+func checkCompute(e *store.Endpoint, in EndpointInput) error {
+	if computeType(e) == "CPU" {
+		if in.VCPUCount != nil {
+			if err := checkVCPUs("vcpuCount", e.VCPUCount); err != nil {
+				return err
+			}
+		}
+		if len(e.GPUTypeIDs) > 0 {
+			return invalid("gpuTypeIds", "gpuTypeIds: endpoint %s is a CPU endpoint and has no GPUs", endpointName(e))
+		}
+		if len(e.AllowedCudaVersions) > 0 || e.MinCudaVersion != "" {
+			f := "allowedCudaVersions"
+			if in.MinCudaVersion != nil {
+				f = "minCudaVersion"
+			}
+			return invalid(f, "%s: endpoint %s is a CPU endpoint and has no CUDA", f, endpointName(e))
+		}
+		return nil
+	}
+	switch {
+	case len(e.CPUFlavorIDs) > 0:
+		return invalid("cpuFlavorIds", "cpuFlavorIds are for CPU endpoints; endpoint %s is a GPU endpoint", endpointName(e))
+	case len(e.InstanceIDs) > 0:
+		return invalid("instanceIds", "instanceIds are for CPU endpoints; endpoint %s is a GPU endpoint", endpointName(e))
+	case len(e.AllowedCudaVersions) > 0 && e.MinCudaVersion != "":
+		f := "allowedCudaVersions"
+		if in.MinCudaVersion != nil && in.AllowedCudaVersions == nil {
+			f = "minCudaVersion"
+		}
+		return invalid(f, "%s: allowedCudaVersions and minCudaVersion are mutually exclusive: give an exact set or a floor, not both", f)
+	}
+	return nil
+}
+
+func endpointName(e *store.Endpoint) string {
+	if e.ID == "" {
+		return "(new)"
+	}
+	return e.ID
+}
+
+// computeType is e's compute type, GPU for records older than the field.
+func computeType(e *store.Endpoint) string {
+	if e.ComputeType == "" {
+		return "GPU"
+	}
+	return e.ComputeType
+}
+
+// scalerLimit is the range of scalerValue for a scaler type.
+func scalerLimit(scalerType string) Limit {
+	if scalerType == "REQUEST_COUNT" {
+		return LimitRequestCount
+	}
+	return LimitQueueDelay
 }
 
 // endpointType is e's type, QUEUE for records older than the field.
@@ -236,9 +347,14 @@ func checkEndpointRefs(tx *store.Tx, e *store.Endpoint) error {
 }
 
 // CreateEndpoint validates in and stores a new endpoint (version 1).
-func (s *Service) CreateEndpoint(_ context.Context, in EndpointInput) (store.Endpoint, error) {
+func (s *Service) CreateEndpoint(ctx context.Context, in EndpointInput) (store.Endpoint, error) {
+	return s.CreateEndpointWith(ctx, in, EndpointOptions{})
+}
+
+// CreateEndpointWith is CreateEndpoint with options.
+func (s *Service) CreateEndpointWith(_ context.Context, in EndpointInput, opt EndpointOptions) (store.Endpoint, error) {
 	e := NewEndpointDefaults()
-	if err := ApplyEndpoint(&e, in, true); err != nil {
+	if err := applyEndpoint(&e, in, opt, true); err != nil {
 		return store.Endpoint{}, err
 	}
 	e.ID = queue.NewID(14)
@@ -273,10 +389,12 @@ func EndpointRolls(a, b store.Endpoint) bool {
 
 // UpdateEndpoint applies in to endpoint id, bumping its version when its
 // workers must roll.
-func (s *Service) UpdateEndpoint(_ context.Context, id string, in EndpointInput) (store.Endpoint, error) {
-	if in.ComputeType != nil {
-		return store.Endpoint{}, invalid("computeType", "computeType cannot be changed after an endpoint is created")
-	}
+func (s *Service) UpdateEndpoint(ctx context.Context, id string, in EndpointInput) (store.Endpoint, error) {
+	return s.UpdateEndpointWith(ctx, id, in, EndpointOptions{})
+}
+
+// UpdateEndpointWith is UpdateEndpoint with options.
+func (s *Service) UpdateEndpointWith(_ context.Context, id string, in EndpointInput, opt EndpointOptions) (store.Endpoint, error) {
 	var e store.Endpoint
 	err := s.cfg.Store.Update(func(tx *store.Tx) error {
 		if err := getOr404(tx, store.Endpoints, id, "endpoint", &e); err != nil {
@@ -284,7 +402,7 @@ func (s *Service) UpdateEndpoint(_ context.Context, id string, in EndpointInput)
 		}
 		e.Type = endpointType(&e)
 		before := e
-		if err := ApplyEndpoint(&e, in, false); err != nil {
+		if err := applyEndpoint(&e, in, opt, false); err != nil {
 			return err
 		}
 		if e.Name == "" {
@@ -312,7 +430,7 @@ func (s *Service) UpdateEndpoint(_ context.Context, id string, in EndpointInput)
 func (s *Service) DeleteEndpoint(_ context.Context, id string) error {
 	err := s.cfg.Store.Update(func(tx *store.Tx) error {
 		if tx.GetRaw(store.Endpoints, id) == nil {
-			return notFound("endpoint %s not found", id)
+			return notFoundID("endpoint", id)
 		}
 		ops, err := deleteReleases(tx, id)
 		if err != nil {

@@ -62,13 +62,16 @@ func KindOf(err error) Kind {
 }
 
 func newErr(k Kind, field, format string, a ...any) *Error {
-	return &Error{Kind: k, Field: field, Msg: fmt.Sprintf(format, a...)}
+	return &Error{Kind: k, Field: field, Msg: ClipMessage(fmt.Sprintf(format, a...))}
 }
 
 // invalid is a bad-input error about field.
 func invalid(field, format string, a ...any) error { return newErr(Invalid, field, format, a...) }
 
 func notFound(format string, a ...any) error { return newErr(NotFound, "", format, a...) }
+
+// notFoundID is "<what> <id> not found", a long id shortened (ShortID).
+func notFoundID(what, id string) error { return notFound("%s %s not found", what, ShortID(id)) }
 
 func conflict(format string, a ...any) error { return newErr(Conflict, "", format, a...) }
 

@@ -95,8 +95,12 @@ func TestTemplateRules(t *testing.T) {
 	}
 	_, err = s.CreateTemplate(ctx, mgmt.TemplateInput{Name: ptr("t"), ImageName: ptr("b")})
 	wantErr(t, err, mgmt.Conflict, "", "already exists")
-	_, err = s.UpdateTemplate(ctx, tpl.ID, mgmt.TemplateInput{Category: ptr("CPU")})
-	wantErr(t, err, mgmt.Invalid, "category", "cannot be changed")
+	// category and isServerless may change (v2.json: mutable fields).
+	if got, err := s.UpdateTemplate(ctx, tpl.ID, mgmt.TemplateInput{Category: ptr("CPU"), IsServerless: ptr(true)}); err != nil || got.Category != "CPU" || !got.IsServerless {
+		t.Errorf("changing category and isServerless: %+v, %v", got, err)
+	}
+	_, err = s.UpdateTemplate(ctx, tpl.ID, mgmt.TemplateInput{Category: ptr("GPU")})
+	wantErr(t, err, mgmt.Invalid, "category", "must be one of")
 	_, err = s.GetTemplate(ctx, "BAD")
 	wantErr(t, err, mgmt.Invalid, "templateId")
 	_, err = s.GetTemplate(ctx, "zzzzzzzzzz")
@@ -167,12 +171,15 @@ func TestEndpointRules(t *testing.T) {
 		t.Errorf("created %+v; want version 1, name = id, workersMax 3, 2 warnings", ep)
 	}
 	_, err = s.UpdateEndpoint(ctx, ep.ID, mgmt.EndpointInput{ComputeType: ptr("CPU")})
-	wantErr(t, err, mgmt.Invalid, "computeType", "cannot be changed")
+	wantErr(t, err, mgmt.Invalid, "computeType", "is fixed")
+	if _, err := s.UpdateEndpoint(ctx, ep.ID, mgmt.EndpointInput{ComputeType: ptr("GPU")}); err != nil {
+		t.Errorf("repeating the compute type: %v", err)
+	}
 	if ep.Type != "QUEUE" || ep.ScalerType != "QUEUE_DELAY" {
 		t.Errorf("default type %q scaler %q; want QUEUE, QUEUE_DELAY", ep.Type, ep.ScalerType)
 	}
 	_, err = s.UpdateEndpoint(ctx, ep.ID, mgmt.EndpointInput{Type: ptr("LOAD_BALANCER")})
-	wantErr(t, err, mgmt.Invalid, "type", "cannot be changed")
+	wantErr(t, err, mgmt.Invalid, "type", "is fixed")
 	if _, err := s.UpdateEndpoint(ctx, ep.ID, mgmt.EndpointInput{Type: ptr("QUEUE")}); err != nil {
 		t.Errorf("repeating the type: %v", err)
 	}
@@ -202,18 +209,18 @@ func TestVolumesAndRegistry(t *testing.T) {
 	}{
 		{mgmt.VolumeInput{Size: ptr(1), DataCenterID: ptr("EU-RO-1")}, "name"},
 		{mgmt.VolumeInput{Name: ptr("v"), DataCenterID: ptr("EU-RO-1")}, "size"},
-		{mgmt.VolumeInput{Name: ptr("v"), Size: ptr(mgmt.MaxVolumeGB + 1), DataCenterID: ptr("EU-RO-1")}, "size"},
+		{mgmt.VolumeInput{Name: ptr("v"), Size: ptr(int(mgmt.LimitVolumeSize.Max) + 1), DataCenterID: ptr("EU-RO-1")}, "size"},
 		{mgmt.VolumeInput{Name: ptr("v"), Size: ptr(1)}, "dataCenterId"},
 		{mgmt.VolumeInput{Name: ptr("v"), Size: ptr(1), DataCenterID: ptr("the moon")}, "dataCenterId"},
 	} {
 		_, err := s.CreateVolume(ctx, c.in)
 		wantErr(t, err, mgmt.Invalid, c.field, c.field)
 	}
-	v, err := s.CreateVolume(ctx, mgmt.VolumeInput{Name: ptr("v"), Size: ptr(10), DataCenterID: ptr("US-TX-3")})
+	v, err := s.CreateVolume(ctx, mgmt.VolumeInput{Name: ptr("v"), Size: ptr(20), DataCenterID: ptr("US-TX-3")})
 	if err != nil || v.DataCenterID != "US-TX-3" {
 		t.Fatalf("create: %+v, %v", v, err)
 	}
-	_, err = s.UpdateVolume(ctx, v.ID, mgmt.VolumeInput{Size: ptr(5)})
+	_, err = s.UpdateVolume(ctx, v.ID, mgmt.VolumeInput{Size: ptr(15)})
 	wantErr(t, err, mgmt.Invalid, "size", "only grow")
 	if err := s.DeleteVolume(ctx, v.ID); err != nil {
 		t.Fatal(err)

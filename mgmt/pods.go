@@ -142,7 +142,7 @@ type PodInput struct {
 }
 
 var (
-	cudaRe = regexp.MustCompile(`^[0-9]{1,2}\.[0-9]$`)
+	cudaRe = regexp.MustCompile(`^[0-9]{1,3}\.[0-9]{1,3}$`)
 	// CPUFlavors are the cpuFlavorIds accepted.
 	CPUFlavors = []string{"cpu3c", "cpu3g", "cpu3m", "cpu5c", "cpu5g", "cpu5m"}
 	priorities = []string{"availability", "custom"}
@@ -151,24 +151,27 @@ var (
 // ApplyPodFields validates f and applies it to p.
 func ApplyPodFields(p *store.Pod, f PodFields) error {
 	if f.Name != nil {
-		if strings.TrimSpace(*f.Name) == "" {
-			return invalid("name", "name must not be empty")
-		}
-		if len(*f.Name) > 191 {
-			return invalid("name", "name must be at most 191 characters")
+		if err := checkName(*f.Name); err != nil {
+			return err
 		}
 		p.Name = *f.Name
 	}
 	if f.ImageName != nil {
-		if strings.TrimSpace(*f.ImageName) == "" {
-			return invalid("imageName", "imageName must not be empty")
+		if err := checkImage(*f.ImageName); err != nil {
+			return err
 		}
 		p.ImageName = *f.ImageName
 	}
 	if f.DockerEntrypoint != nil {
+		if err := checkCmd("dockerEntrypoint", f.DockerEntrypoint); err != nil {
+			return err
+		}
 		p.DockerEntrypoint = f.DockerEntrypoint
 	}
 	if f.DockerStartCmd != nil {
+		if err := checkCmd("dockerStartCmd", f.DockerStartCmd); err != nil {
+			return err
+		}
 		p.DockerStartCmd = f.DockerStartCmd
 	}
 	if f.Env != nil {
@@ -183,10 +186,18 @@ func ApplyPodFields(p *store.Pod, f PodFields) error {
 		}
 		p.Ports = append([]string{}, f.Ports...)
 	}
+	if f.VolumeInGb != nil && *f.VolumeInGb != 0 && p.ComputeType == "CPU" {
+		return invalid("volumeInGb", "volumeInGb: a CPU pod has no pod volume (container disk and network volumes only)")
+	}
 	if err := applyDisks(f.ContainerDiskInGb, f.VolumeInGb, f.VolumeMountPath, &p.ContainerDiskInGb, &p.VolumeInGb, &p.VolumeMountPath); err != nil {
 		return err
 	}
 	if f.ContainerRegistryAuthID != nil {
+		if *f.ContainerRegistryAuthID != "" {
+			if err := checkID("containerRegistryAuthId", *f.ContainerRegistryAuthID); err != nil {
+				return err
+			}
+		}
 		p.ContainerRegistryAuthID = *f.ContainerRegistryAuthID
 	}
 	if f.GlobalNetworking != nil {
@@ -197,6 +208,8 @@ func ApplyPodFields(p *store.Pod, f PodFields) error {
 	}
 	return nil
 }
+
+var countryRe = regexp.MustCompile(`^[A-Z]{2}$`)
 
 // ApplyPodCreate validates the creation-only fields and applies them, then
 // the PodFields.
@@ -227,23 +240,24 @@ func ApplyPodCreate(p *store.Pod, in PodInput) error {
 		p.DataCenterIDs = in.DataCenterIDs
 	}
 	if in.CountryCodes != nil {
+		if err := LimitCountryCodes.CheckCount("countryCodes", len(in.CountryCodes)); err != nil {
+			return err
+		}
+		for _, c := range in.CountryCodes {
+			if !countryRe.MatchString(c) {
+				return invalid("countryCodes", "countryCodes: %s is not an ISO 3166-1 alpha-2 code such as \"FR\"", quote(ShortID(c)))
+			}
+		}
 		p.CountryCodes = in.CountryCodes
 	}
-	for _, v := range in.AllowedCudaVersions {
-		if !cudaRe.MatchString(v) {
-			return invalid("allowedCudaVersions", "allowedCudaVersions: %q is not a CUDA version such as \"12.4\"", v)
-		}
-	}
 	if in.AllowedCudaVersions != nil {
+		if err := checkCudaVersions(in.AllowedCudaVersions); err != nil {
+			return err
+		}
 		p.AllowedCudaVersions = in.AllowedCudaVersions
 	}
 	if in.GPUTypeIDs != nil {
-		for _, g := range in.GPUTypeIDs {
-			if strings.TrimSpace(g) == "" {
-				return invalid("gpuTypeIds", "gpuTypeIds must not hold empty names")
-			}
-		}
-		w, err := CheckGPUIDs("gpuTypeIds", in.GPUTypeIDs)
+		w, err := checkGPUList("gpuTypeIds", in.GPUTypeIDs, false)
 		if err != nil {
 			return err
 		}
@@ -251,29 +265,37 @@ func ApplyPodCreate(p *store.Pod, in PodInput) error {
 		p.GPUTypeIDs = in.GPUTypeIDs
 	}
 	if in.GPUCount != nil {
-		if *in.GPUCount < 1 {
-			return invalid("gpuCount", "gpuCount must be at least 1, got %d", *in.GPUCount)
+		if err := LimitGPUCount.Check(int64(*in.GPUCount)); err != nil {
+			return err
 		}
 		p.GPUCount = *in.GPUCount
 	}
 	if in.VCPUCount != nil {
-		if *in.VCPUCount < 1 {
-			return invalid("vcpuCount", "vcpuCount must be at least 1, got %d", *in.VCPUCount)
+		check := LimitVCPUsBeside.Check
+		if p.ComputeType == "CPU" {
+			check = func(n int64) error { return checkVCPUs("vcpuCount", int(n)) }
+		}
+		if err := check(int64(*in.VCPUCount)); err != nil {
+			return err
 		}
 		p.VCPUCount = *in.VCPUCount
 	}
-	if err := nonNegative("minRAMPerGPU", in.MinRAMPerGPU, &p.MinRAMPerGPU); err != nil {
-		return err
-	}
-	if err := nonNegative("minVCPUPerGPU", in.MinVCPUPerGPU, &p.MinVCPUPerGPU); err != nil {
-		return err
-	}
-	for _, c := range in.CPUFlavorIDs {
-		if !slices.Contains(CPUFlavors, c) {
-			return invalid("cpuFlavorIds", "cpuFlavorIds: %q is not one of %s", c, strings.Join(CPUFlavors, ", "))
+	for _, m := range []struct {
+		v   *int
+		l   Limit
+		dst *int
+	}{{in.MinRAMPerGPU, LimitMinRAMPerGPU, &p.MinRAMPerGPU}, {in.MinVCPUPerGPU, LimitMinVCPUPerGPU, &p.MinVCPUPerGPU}} {
+		if m.v != nil {
+			if err := m.l.Check(int64(*m.v)); err != nil {
+				return err
+			}
+			*m.dst = *m.v
 		}
 	}
 	if in.CPUFlavorIDs != nil {
+		if err := checkCPUFlavors("cpuFlavorIds", in.CPUFlavorIDs); err != nil {
+			return err
+		}
 		p.CPUFlavorIDs = in.CPUFlavorIDs
 	}
 	for _, m := range []struct {
@@ -282,8 +304,8 @@ func ApplyPodCreate(p *store.Pod, in PodInput) error {
 		dst  *float64
 	}{{"minDownloadMbps", in.MinDownloadMbps, &p.MinDownloadMbps}, {"minUploadMbps", in.MinUploadMbps, &p.MinUploadMbps}, {"minDiskBandwidthMBps", in.MinDiskBandwidthMBps, &p.MinDiskBandwidthMBps}} {
 		if m.v != nil {
-			if *m.v < 0 {
-				return invalid(m.name, "%s must not be negative", m.name)
+			if err := LimitBandwidth.CheckFloat(m.name, *m.v); err != nil {
+				return err
 			}
 			*m.dst = *m.v
 		}
@@ -295,11 +317,17 @@ func ApplyPodCreate(p *store.Pod, in PodInput) error {
 		p.Interruptible = *in.Interruptible
 	}
 	if in.NetworkVolumeID != nil {
+		if *in.NetworkVolumeID != "" {
+			if err := checkID("networkVolumeId", *in.NetworkVolumeID); err != nil {
+				return err
+			}
+		}
 		p.NetworkVolumeID = *in.NetworkVolumeID
 	}
 	if p.ComputeType == "CPU" {
-		// RunPod ignores GPU fields on CPU pods; the record says so.
-		p.GPUCount, p.GPUTypeIDs = 0, []string{}
+		// RunPod ignores GPU fields on CPU pods; the record says so. A CPU
+		// pod has no pod volume: its template's is not inherited.
+		p.GPUCount, p.GPUTypeIDs, p.VolumeInGb = 0, []string{}, 0
 		warn = slices.DeleteFunc(warn, func(w string) bool { return strings.HasPrefix(w, "gpuTypeIds:") })
 	}
 	p.Warnings = warn

@@ -32,13 +32,14 @@ func viewRegistryAuth(a store.RegistryAuth) RegistryAuth {
 
 // CreateRegistryAuth stores a credential; names are unique.
 func (s *Service) CreateRegistryAuth(_ context.Context, in RegistryAuthInput) (RegistryAuth, error) {
-	for _, f := range []struct {
-		name string
-		v    *string
-	}{{"name", in.Name}, {"username", in.Username}, {"password", in.Password}} {
-		if f.v == nil || strings.TrimSpace(*f.v) == "" {
-			return RegistryAuth{}, invalid(f.name, "%s is required", f.name)
-		}
+	if in.Name == nil {
+		return RegistryAuth{}, invalid("name", "name is required")
+	}
+	if err := checkName(*in.Name); err != nil {
+		return RegistryAuth{}, err
+	}
+	if err := checkCredential(in); err != nil {
+		return RegistryAuth{}, err
 	}
 	// RunPod's ids here are cuids ("clzdaifot0001l90809257ynb"): 25
 	// lowercase alphanumerics starting with c.
@@ -59,6 +60,24 @@ func (s *Service) CreateRegistryAuth(_ context.Context, in RegistryAuthInput) (R
 		return RegistryAuth{}, err
 	}
 	return viewRegistryAuth(a), nil
+}
+
+// checkCredential checks a username and password: both required, within
+// their limits.
+func checkCredential(in RegistryAuthInput) error {
+	for _, f := range []struct {
+		name string
+		v    *string
+		l    Limit
+	}{{"username", in.Username, LimitRegistryUser}, {"password", in.Password, LimitRegistryPassword}} {
+		if f.v == nil || strings.TrimSpace(*f.v) == "" {
+			return invalid(f.name, "%s is required", f.name)
+		}
+		if err := f.l.CheckLen(f.name, *f.v); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // ListRegistryAuths lists them oldest first.
@@ -94,7 +113,7 @@ func (s *Service) GetRegistryAuth(_ context.Context, id string) (RegistryAuth, e
 func (s *Service) DeleteRegistryAuth(_ context.Context, id string) error {
 	return s.cfg.Store.Update(func(tx *store.Tx) error {
 		if tx.GetRaw(store.RegistryAuths, id) == nil {
-			return notFound("container registry auth %s not found", id)
+			return notFoundID("container registry auth", id)
 		}
 		ts, err := all[store.Template](tx, store.Templates)
 		if err != nil {
@@ -128,13 +147,8 @@ func (s *Service) UpdateRegistryAuth(_ context.Context, id string, in RegistryAu
 	if in.Name != nil {
 		return RegistryAuth{}, invalid("name", "name cannot be changed; create a new container registry auth")
 	}
-	for _, f := range []struct {
-		name string
-		v    *string
-	}{{"username", in.Username}, {"password", in.Password}} {
-		if f.v == nil || strings.TrimSpace(*f.v) == "" {
-			return RegistryAuth{}, invalid(f.name, "%s is required", f.name)
-		}
+	if err := checkCredential(in); err != nil {
+		return RegistryAuth{}, err
 	}
 	var a store.RegistryAuth
 	err := s.cfg.Store.Update(func(tx *store.Tx) error {

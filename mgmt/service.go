@@ -100,7 +100,7 @@ func byCreated[T any](list []T, created func(T) time.Time, id func(T) string) {
 // getOr404 reads a record, turning a missing one into NotFound naming it.
 func getOr404(tx *store.Tx, bucket, id, what string, v any) error {
 	if tx.GetRaw(bucket, id) == nil {
-		return notFound("%s %s not found", what, id)
+		return notFoundID(what, id)
 	}
 	return tx.Get(bucket, id, v)
 }

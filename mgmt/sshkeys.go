@@ -2,6 +2,7 @@ package mgmt
 
 import (
 	"context"
+	"fmt"
 	"crypto/rand"
 	"encoding/hex"
 	"regexp"
@@ -33,9 +34,15 @@ func (s *Service) SSHKeys(_ context.Context) ([]string, error) {
 
 // SetSSHKeys replaces the keys; each must look like an OpenSSH public key.
 func (s *Service) SetSSHKeys(_ context.Context, keys []string) ([]string, error) {
+	if err := LimitSSHKeys.CheckCount("keys", len(keys)); err != nil {
+		return nil, err
+	}
 	out := make([]string, 0, len(keys))
 	for i, k := range keys {
 		k = strings.TrimSpace(k)
+		if err := LimitSSHKeyLen.CheckLen(fmt.Sprintf("keys[%d]", i), k); err != nil {
+			return nil, reField(err, "keys")
+		}
 		if !sshKeyRe.MatchString(k) {
 			return nil, invalid("keys", "keys[%d] is not an OpenSSH public key (\"ssh-ed25519 AAAA… comment\")", i)
 		}

@@ -13,8 +13,7 @@ import (
 )
 
 // TemplateInput creates or updates a template. nil fields are not given
-// (defaults on create, unchanged on update). Category and IsServerless are
-// creation-only.
+// (defaults on create, unchanged on update).
 type TemplateInput struct {
 	Name                    *string
 	ImageName               *string
@@ -47,7 +46,7 @@ var templateIDRe = regexp.MustCompile(`^[a-z0-9]{10}$`)
 // "templateId").
 func CheckTemplateID(id string) error {
 	if !templateIDRe.MatchString(id) {
-		return invalid("templateId", "invalid template id %s: a template id is 10 lowercase letters or digits", quote(id))
+		return invalid("templateId", "invalid template id %s: a template id is 10 lowercase letters or digits", quote(ShortID(id)))
 	}
 	return nil
 }
@@ -66,14 +65,14 @@ func NewTemplateDefaults() store.Template {
 // ApplyTemplate validates in and applies it to t (no store access).
 func ApplyTemplate(t *store.Template, in TemplateInput, create bool) error {
 	if in.Name != nil {
-		if strings.TrimSpace(*in.Name) == "" {
-			return invalid("name", "name must not be empty")
+		if err := checkName(*in.Name); err != nil {
+			return err
 		}
 		t.Name = *in.Name
 	}
 	if in.ImageName != nil {
-		if strings.TrimSpace(*in.ImageName) == "" {
-			return invalid("imageName", "imageName must not be empty")
+		if err := checkImage(*in.ImageName); err != nil {
+			return err
 		}
 		t.ImageName = *in.ImageName
 	}
@@ -84,32 +83,28 @@ func ApplyTemplate(t *store.Template, in TemplateInput, create bool) error {
 		if in.ImageName == nil {
 			return invalid("imageName", "imageName is required")
 		}
-		if in.Category != nil {
-			switch *in.Category {
-			case "NVIDIA", "AMD", "CPU":
-				t.Category = *in.Category
-			default:
-				return invalid("category", "category must be NVIDIA, AMD or CPU, got %q", *in.Category)
-			}
-		}
-		if in.IsServerless != nil {
-			t.IsServerless = *in.IsServerless
-		}
-	} else {
-		if in.Category != nil {
-			return invalid("category", "category cannot be changed after a template is created")
-		}
-		if in.IsServerless != nil {
-			return invalid("isServerless", "isServerless cannot be changed after a template is created")
-		}
+	}
+	// category and isServerless may change (v2.json lists both as
+	// mutable); the same value again is no change.
+	if err := oneOf("category", in.Category, []string{"NVIDIA", "AMD", "CPU"}, &t.Category); err != nil {
+		return err
+	}
+	if in.IsServerless != nil {
+		t.IsServerless = *in.IsServerless
 	}
 	if err := applyDisks(in.ContainerDiskInGb, in.VolumeInGb, in.VolumeMountPath, &t.ContainerDiskInGb, &t.VolumeInGb, &t.VolumeMountPath); err != nil {
 		return err
 	}
 	if in.DockerEntrypoint != nil {
+		if err := checkCmd("dockerEntrypoint", in.DockerEntrypoint); err != nil {
+			return err
+		}
 		t.DockerEntrypoint = in.DockerEntrypoint
 	}
 	if in.DockerStartCmd != nil {
+		if err := checkCmd("dockerStartCmd", in.DockerStartCmd); err != nil {
+			return err
+		}
 		t.DockerStartCmd = in.DockerStartCmd
 	}
 	if in.Env != nil {
@@ -139,12 +134,20 @@ func ApplyTemplate(t *store.Template, in TemplateInput, create bool) error {
 		t.PortLabels = nil
 	}
 	if in.Readme != nil {
+		if err := LimitReadme.CheckLen("readme", *in.Readme); err != nil {
+			return err
+		}
 		t.Readme = *in.Readme
 	}
 	if in.IsPublic != nil {
 		t.IsPublic = *in.IsPublic
 	}
 	if in.ContainerRegistryAuthID != nil {
+		if *in.ContainerRegistryAuthID != "" {
+			if err := checkID("containerRegistryAuthId", *in.ContainerRegistryAuthID); err != nil {
+				return err
+			}
+		}
 		t.ContainerRegistryAuthID = *in.ContainerRegistryAuthID
 	}
 	if in.StartSSH != nil {
@@ -154,10 +157,8 @@ func ApplyTemplate(t *store.Template, in TemplateInput, create bool) error {
 		t.StartJupyter = *in.StartJupyter
 	}
 	if in.AllowedCudaVersions != nil {
-		for _, v := range in.AllowedCudaVersions {
-			if !cudaRe.MatchString(v) {
-				return invalid("allowedCudaVersions", "allowedCudaVersions: %q is not a CUDA version like 12.4", v)
-			}
+		if err := checkCudaVersions(in.AllowedCudaVersions); err != nil {
+			return err
 		}
 		t.AllowedCudaVersions = append([]string{}, in.AllowedCudaVersions...)
 	}
@@ -265,11 +266,6 @@ func (s *Service) UpdateTemplate(_ context.Context, id string, in TemplateInput)
 	if err := CheckTemplateID(id); err != nil {
 		return store.Template{}, err
 	}
-	if in.Category != nil || in.IsServerless != nil {
-		if err := ApplyTemplate(&store.Template{}, TemplateInput{Category: in.Category, IsServerless: in.IsServerless}, false); err != nil {
-			return store.Template{}, err
-		}
-	}
 	var t store.Template
 	var rolled []string
 	err := s.cfg.Store.Update(func(tx *store.Tx) error {
@@ -316,7 +312,7 @@ func (s *Service) DeleteTemplate(_ context.Context, id string) error {
 	}
 	return s.cfg.Store.Update(func(tx *store.Tx) error {
 		if tx.GetRaw(store.Templates, id) == nil {
-			return notFound("template %s not found", id)
+			return notFoundID("template", id)
 		}
 		users, err := users(tx,
 			func(e store.Endpoint) bool { return e.TemplateID == id },

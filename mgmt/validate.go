@@ -32,7 +32,7 @@ var dataCenterRe = regexp.MustCompile(DataCenterPattern)
 // Invalid; a well-formed id Berth does not know gives a warning.
 func CheckDataCenter(field, id string) (warning string, err error) {
 	if !dataCenterRe.MatchString(id) {
-		return "", invalid(field, "%s: %q is not a data-centre id such as \"EU-RO-1\" (this Berth host is %q)", field, id, DataCenterID)
+		return "", invalid(field, "%s: %s is not a data-centre id such as \"EU-RO-1\" (this Berth host is %q)", field, quote(ShortID(id)), DataCenterID)
 	}
 	if id != DataCenterID && !slices.Contains(DataCenters, id) {
 		return fmt.Sprintf("%s: data centre %q is not one Berth knows; recorded, and served by this host", field, id), nil
@@ -42,6 +42,9 @@ func CheckDataCenter(field, id string) (warning string, err error) {
 
 // checkDataCenters checks a list, collecting warnings.
 func checkDataCenters(field string, ids []string, warn *[]string) error {
+	if err := LimitDataCenters.CheckCount(field, len(ids)); err != nil {
+		return err
+	}
 	for _, id := range ids {
 		w, err := CheckDataCenter(field, id)
 		if err != nil {
@@ -122,10 +125,13 @@ func SplitArgs(s string) ([]string, error) {
 }
 
 func validatePorts(ports []string) error {
+	if err := LimitPorts.CheckCount("ports", len(ports)); err != nil {
+		return err
+	}
 	for _, p := range ports {
 		m := portRe.FindStringSubmatch(p)
 		if m == nil {
-			return invalid("ports", "ports entry %q must be <port>/<http|tcp>", p)
+			return invalid("ports", "ports entry %s must be <port>/<http|tcp>", quote(ShortID(p)))
 		}
 		if n, _ := strconv.Atoi(m[1]); n < 1 || n > 65535 {
 			return invalid("ports", "ports entry %q: port must be 1-65535", p)
@@ -150,9 +156,193 @@ func validatePortLabels(labels map[string]string, ports []string) error {
 }
 
 func validateEnv(env map[string]string) error {
-	for k := range env {
+	if err := LimitEnvEntries.CheckCount("env", len(env)); err != nil {
+		return err
+	}
+	for k, v := range env {
 		if k == "" || strings.ContainsAny(k, "=\x00") {
-			return invalid("env", "env name %q is not a valid variable name", k)
+			return invalid("env", "env name %s is not a valid variable name", quote(ShortID(k)))
+		}
+		if err := LimitEnvName.CheckLen("env name "+quote(ShortID(k)), k); err != nil {
+			return reField(err, "env")
+		}
+		if err := LimitEnvValue.CheckLen("env "+quote(ShortID(k)), v); err != nil {
+			return reField(err, "env")
+		}
+	}
+	return nil
+}
+
+// reField sets the Field of a refusal whose message names a part of it.
+func reField(err error, field string) error {
+	if e, ok := err.(*Error); ok {
+		e.Field = field
+	}
+	return err
+}
+
+// checkName checks a resource's name: not blank, at most LimitName.
+func checkName(name string) error {
+	if strings.TrimSpace(name) == "" {
+		return invalid("name", "name must not be empty")
+	}
+	return LimitName.CheckLen("name", name)
+}
+
+// checkImage checks an image reference's length (Docker judges the rest
+// when it pulls).
+func checkImage(image string) error {
+	if strings.TrimSpace(image) == "" {
+		return invalid("imageName", "imageName must not be empty")
+	}
+	return LimitImage.CheckLen("imageName", image)
+}
+
+// checkCmd checks a command's words (dockerStartCmd, dockerEntrypoint).
+func checkCmd(field string, words []string) error {
+	if err := LimitCmdWords.CheckCount(field, len(words)); err != nil {
+		return err
+	}
+	n := 0
+	for _, w := range words {
+		n += len(w)
+	}
+	if int64(n) > LimitCmdChars.Max {
+		return invalid(field, "%s must be at most %d characters in all, got %d", field, LimitCmdChars.Max, n)
+	}
+	return nil
+}
+
+// checkID checks one id a request names: not blank, at most LimitID long,
+// no control characters.
+func checkID(field, id string) error {
+	if strings.TrimSpace(id) == "" {
+		return invalid(field, "%s must not be empty", field)
+	}
+	if len(id) > int(LimitID.Max) {
+		return invalid(field, "%s %s is not an id: ids are at most %d characters", field, quote(ShortID(id)), LimitID.Max)
+	}
+	if strings.ContainsFunc(id, func(r rune) bool { return r < 0x20 || r == 0x7f }) {
+		return invalid(field, "%s %s holds a control character", field, quote(ShortID(id)))
+	}
+	return nil
+}
+
+// checkIDList checks a list of ids: its length, each id, no repeats.
+func checkIDList(field string, ids []string, l Limit) error {
+	if err := l.CheckCount(field, len(ids)); err != nil {
+		return err
+	}
+	seen := make(map[string]bool, len(ids))
+	for _, id := range ids {
+		if err := checkID(field, id); err != nil {
+			return err
+		}
+		if seen[id] {
+			return invalid(field, "%s: %s is given twice", field, quote(ShortID(id)))
+		}
+		seen[id] = true
+	}
+	return nil
+}
+
+// checkGPUList checks a gpuTypeIds list (CheckGPUIDs) and its length.
+// With v2 (RunPod's REST v2 rule) each "-" exclusion must name a GPU type
+// of one of the listed pools, and the exclusions must leave a type.
+func checkGPUList(field string, ids []string, v2 bool) ([]string, error) {
+	if err := LimitGPUIDs.CheckCount(field, len(ids)); err != nil {
+		return nil, err
+	}
+	w, err := CheckGPUIDs(field, ids)
+	if err != nil || !v2 {
+		return w, err
+	}
+	var pools, types, excluded []string
+	for _, id := range ids {
+		if ex, ok := strings.CutPrefix(id, "-"); ok {
+			excluded = append(excluded, strings.TrimSpace(ex))
+		} else if gpu.IsPoolID(id) {
+			pools = append(pools, id)
+		} else {
+			types = append(types, id)
+		}
+	}
+	if len(excluded) == 0 {
+		return w, nil
+	}
+	left := slices.Clone(types)
+	for _, m := range gpu.Models {
+		if slices.Contains(pools, m.Pool) && !slices.Contains(left, m.ID) {
+			left = append(left, m.ID)
+		}
+	}
+	for _, ex := range excluded {
+		if !slices.Contains(left, ex) {
+			return nil, invalid(field, "%s: excluded type %s is not a GPU type of the pools %s", field, quote(ShortID(ex)), strings.Join(pools, ", "))
+		}
+	}
+	left = slices.DeleteFunc(left, func(t string) bool { return slices.Contains(excluded, t) })
+	if len(left) == 0 {
+		return nil, invalid(field, "%s: the exclusions leave no GPU type in the pools %s", field, strings.Join(pools, ", "))
+	}
+	return w, nil
+}
+
+// checkCPUFlavors checks cpuFlavorIds: known flavours, each once.
+func checkCPUFlavors(field string, ids []string) error {
+	seen := map[string]bool{}
+	for _, c := range ids {
+		if !slices.Contains(CPUFlavors, c) {
+			return invalid(field, "%s: %s is not one of %s", field, quote(ShortID(c)), strings.Join(CPUFlavors, ", "))
+		}
+		if seen[c] {
+			return invalid(field, "%s: %s is given twice", field, quote(c))
+		}
+		seen[c] = true
+	}
+	return nil
+}
+
+// checkVCPUs checks a vCPU count: LimitVCPUs and a power of two.
+func checkVCPUs(field string, n int) error {
+	if err := LimitVCPUs.CheckAs(field, int64(n)); err != nil {
+		return err
+	}
+	if !isPowerOfTwo(int64(n)) {
+		return invalid(field, "%s must be a power of two (2, 4, 8, …), got %d", field, n)
+	}
+	return nil
+}
+
+// instanceRe is a RunPod CPU instance id: flavour-vCPUs-memory GB
+// ("cpu3c-2-4").
+var instanceRe = regexp.MustCompile(`^(cpu[0-9][a-z])-([0-9]{1,4})-([0-9]{1,5})$`)
+
+func checkInstanceIDs(ids []string) error {
+	if err := LimitInstanceIDs.CheckCount("instanceIds", len(ids)); err != nil {
+		return err
+	}
+	for _, id := range ids {
+		m := instanceRe.FindStringSubmatch(id)
+		if m == nil || !slices.Contains(CPUFlavors, m[1]) {
+			return invalid("instanceIds", "instanceIds: %s is not a CPU instance id such as \"cpu3c-2-4\" (flavour %s, vCPUs, GB)", quote(ShortID(id)), strings.Join(CPUFlavors, "/"))
+		}
+		n, _ := strconv.Atoi(m[2])
+		if err := checkVCPUs("instanceIds", n); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// checkCudaVersions checks a list of CUDA versions ("12.4").
+func checkCudaVersions(vs []string) error {
+	if err := LimitCudaVersions.CheckCount("allowedCudaVersions", len(vs)); err != nil {
+		return err
+	}
+	for _, v := range vs {
+		if !cudaRe.MatchString(v) {
+			return invalid("allowedCudaVersions", "allowedCudaVersions: %s is not a CUDA version such as \"12.4\"", quote(ShortID(v)))
 		}
 	}
 	return nil
@@ -181,18 +371,26 @@ func nonNegative(name string, v *int, dst *int) error {
 }
 
 // applyDisks checks and applies the disk fields templates and pods share;
-// nothing is applied when any of them is refused.
+// nothing is applied when any of them is refused. A pod volume is 0 (none)
+// or LimitPodVolume.
 func applyDisks(disk, volume *int, mount *string, toDisk, toVolume *int, toMount *string) error {
-	for _, f := range []struct {
-		name string
-		v    *int
-	}{{"containerDiskInGb", disk}, {"volumeInGb", volume}} {
-		if f.v != nil && *f.v < 0 {
-			return invalid(f.name, "%s must not be negative", f.name)
+	if disk != nil {
+		if err := LimitContainerDisk.Check(int64(*disk)); err != nil {
+			return err
 		}
 	}
-	if mount != nil && !path.IsAbs(*mount) {
-		return invalid("volumeMountPath", "volumeMountPath must be an absolute path, got %q", *mount)
+	if volume != nil && *volume != 0 {
+		if err := LimitPodVolume.Check(int64(*volume)); err != nil {
+			return invalid("volumeInGb", "volumeInGb must be 0 (no pod volume) or %s, got %d", LimitPodVolume.Range(), *volume)
+		}
+	}
+	if mount != nil {
+		if err := LimitMountPath.CheckLen("volumeMountPath", *mount); err != nil {
+			return err
+		}
+		if !path.IsAbs(*mount) {
+			return invalid("volumeMountPath", "volumeMountPath must be an absolute path, got %s", quote(ShortID(*mount)))
+		}
 	}
 	if disk != nil {
 		*toDisk = *disk

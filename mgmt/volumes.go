@@ -8,7 +8,6 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"strings"
 	"sync"
 	"time"
 
@@ -21,8 +20,6 @@ import (
 // reports the bytes used but does not enforce the size.
 
 const (
-	// MaxVolumeGB is the largest volume size accepted.
-	MaxVolumeGB = 4000
 	// usageTTL is how long a measured usage is reused before the volume's
 	// directory is walked again.
 	usageTTL = 30 * time.Second
@@ -105,23 +102,21 @@ func (s *Service) ViewVolume(v store.NetworkVolume) Volume {
 	return Volume{NetworkVolume: v, UsedBytes: s.dirUsage(dir), Path: dir}
 }
 
-func checkSize(size int) error {
-	if size < 1 || size > MaxVolumeGB {
-		return invalid("size", "size must be 1-%d GB, got %d", MaxVolumeGB, size)
-	}
-	return nil
-}
+func checkSize(size int) error { return LimitVolumeSize.Check(int64(size)) }
 
 // CreateVolume makes the volume's directory and record and starts billing
 // its size.
 func (s *Service) CreateVolume(_ context.Context, in VolumeInput) (Volume, error) {
 	switch {
-	case in.Name == nil || strings.TrimSpace(*in.Name) == "":
+	case in.Name == nil:
 		return Volume{}, invalid("name", "name is required")
 	case in.Size == nil:
 		return Volume{}, invalid("size", "size is required (GB)")
 	case in.DataCenterID == nil:
 		return Volume{}, invalid("dataCenterId", "dataCenterId is required: this Berth host is the one data centre %q", DataCenterID)
+	}
+	if err := checkName(*in.Name); err != nil {
+		return Volume{}, err
 	}
 	warn, err := CheckDataCenter("dataCenterId", *in.DataCenterID)
 	if err != nil {
@@ -201,8 +196,10 @@ func (s *Service) UpdateVolume(_ context.Context, id string, in VolumeInput) (Vo
 	if in.Type != nil {
 		return Volume{}, invalid("type", "type cannot be changed after a volume is created")
 	}
-	if in.Name != nil && strings.TrimSpace(*in.Name) == "" {
-		return Volume{}, invalid("name", "name must not be empty")
+	if in.Name != nil {
+		if err := checkName(*in.Name); err != nil {
+			return Volume{}, err
+		}
 	}
 	if in.Size != nil {
 		if err := checkSize(*in.Size); err != nil {
@@ -243,7 +240,7 @@ func (s *Service) DeleteVolume(_ context.Context, id string) error {
 	moved := false
 	err := s.cfg.Store.Update(func(tx *store.Tx) error {
 		if tx.GetRaw(store.Volumes, id) == nil {
-			return notFound("network volume %s not found", id)
+			return notFoundID("network volume", id)
 		}
 		users, err := users(tx,
 			func(e store.Endpoint) bool { return e.NetworkVolumeID == id || slices.Contains(e.NetworkVolumeIDs, id) },

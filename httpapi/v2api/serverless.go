@@ -215,31 +215,22 @@ func (b endpointBody) input(cur *store.Endpoint) (mgmt.EndpointInput, error) {
 		return in, mgmt.InvalidInput("gpu", "give gpu or cpu, not both")
 	}
 	if b.CPU != nil {
-		if cur != nil && cur.ComputeType != "CPU" {
-			return in, mgmt.InvalidInput("cpu", "a GPU endpoint cannot become a CPU endpoint")
-		}
+		// cpu names a CPU endpoint; mgmt refuses it on a GPU one.
+		in.ComputeType = ptr("CPU")
 		if len(*b.CPU) == 0 {
 			return in, mgmt.InvalidInput("cpu", "cpu must list at least one CPU type")
 		}
-		if cur == nil {
-			in.ComputeType = ptr("CPU")
-		}
 		ids := []string{}
 		for i, c := range *b.CPU {
-			if !slices.Contains(mgmt.CPUFlavors, c.ID) {
-				return in, mgmt.InvalidInput("cpu", "cpu[%d].id: %q is not one of %s", i, c.ID, strings.Join(mgmt.CPUFlavors, ", "))
-			}
-			if c.VCPUCount < 2 {
-				return in, mgmt.InvalidInput("cpu", "cpu[%d].vcpuCount must be at least 2, got %d", i, c.VCPUCount)
+			if c.VCPUCount != (*b.CPU)[0].VCPUCount {
+				return in, mgmt.InvalidInput("cpu", "cpu[%d].vcpuCount: every CPU type of a Berth endpoint has the same vcpuCount (%d)", i, (*b.CPU)[0].VCPUCount)
 			}
 			ids = append(ids, c.ID)
 		}
 		in.CPUFlavorIDs, in.VCPUCount = ids, ptr((*b.CPU)[0].VCPUCount)
 	}
 	if g := b.GPU; g != nil {
-		if cur != nil && cur.ComputeType == "CPU" {
-			return in, mgmt.InvalidInput("gpu", "a CPU endpoint cannot become a GPU endpoint")
-		}
+		in.ComputeType = ptr("GPU") // gpu names a GPU endpoint
 		if g.Pools == nil && g.ExcludedTypes != nil {
 			return in, mgmt.InvalidInput("gpu.pools", "gpu.excludedTypes needs gpu.pools")
 		}
@@ -270,8 +261,11 @@ func (b endpointBody) input(cur *store.Endpoint) (mgmt.EndpointInput, error) {
 	if sc := b.Scaling; sc != nil {
 		switch sc.Type {
 		case "QUEUE_DELAY":
-			if sc.QueueDelay == nil || *sc.QueueDelay < 0.5 {
+			if sc.QueueDelay == nil || !(*sc.QueueDelay >= 0.5) {
 				return in, mgmt.InvalidInput("scaling.queueDelay", "scaling.queueDelay must be at least 0.5 seconds")
+			}
+			if *sc.QueueDelay > float64(mgmt.LimitQueueDelay.Max) {
+				return in, mgmt.LimitQueueDelay.CheckFloat("scaling.queueDelay", *sc.QueueDelay)
 			}
 			// Berth's scaler counts whole seconds.
 			in.ScalerType, in.ScalerValue = ptr("QUEUE_DELAY"), ptr(int(math.Ceil(*sc.QueueDelay)))
@@ -306,6 +300,29 @@ func (b endpointBody) input(cur *store.Endpoint) (mgmt.EndpointInput, error) {
 		in.Env = b.Env
 	}
 	return in, nil
+}
+
+// rename names mgmt's fields as this body gave them: computeType is the
+// gpu or cpu object sent, scalerValue the scaling field of its type.
+func (b endpointBody) rename(err error) error {
+	var me *mgmt.Error
+	if !errors.As(err, &me) {
+		return err
+	}
+	names := map[string]string{}
+	switch {
+	case b.CPU != nil:
+		names["computeType"] = "cpu"
+	case b.GPU != nil:
+		names["computeType"] = "gpu"
+	}
+	if b.Scaling != nil {
+		names["scalerValue"] = "scaling.queueDelay"
+		if b.Scaling.Type == "REQUEST_COUNT" {
+			names["scalerValue"] = "scaling.requestCount"
+		}
+	}
+	return v2Names(me, names)
 }
 
 // EndpointList is v2's ListEndpointsResponse.
@@ -414,7 +431,8 @@ func (a *API) createEndpoint(w http.ResponseWriter, r *http.Request) {
 		in.AllowedCudaVersions = base.AllowedCudaVersions
 	}
 	in.TemplateID = &tplID
-	e, err := a.cfg.Mgmt.CreateEndpoint(ctx, in)
+	e, err := a.cfg.Mgmt.CreateEndpointWith(ctx, in, mgmt.EndpointOptions{V2Rules: true})
+	err = b.rename(err)
 	if err != nil {
 		if made != "" {
 			a.cfg.Mgmt.DeleteTemplate(ctx, made)
@@ -491,8 +509,8 @@ func (a *API) updateEndpoint(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	if _, err := a.cfg.Mgmt.UpdateEndpoint(ctx, cur.ID, in); err != nil {
-		a.fail(w, r, err)
+	if _, err := a.cfg.Mgmt.UpdateEndpointWith(ctx, cur.ID, in, mgmt.EndpointOptions{V2Rules: true}); err != nil {
+		a.fail(w, r, b.rename(err))
 		return
 	}
 	e, t, err := a.endpoint(r, cur.ID)
