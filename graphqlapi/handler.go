@@ -143,6 +143,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	for _, e := range out.Errors {
 		explainRefused(e)
 		nameVariable(e, req.Variables)
+		e.Message = mgmt.ClipMessage(e.Message)
 		h.logError(r.Context(), e)
 	}
 	writeJSON(w, http.StatusOK, out)
@@ -250,7 +251,7 @@ func writeJSON(w http.ResponseWriter, code int, v any) {
 
 // writeError answers a request that never reached the executor.
 func writeError(w http.ResponseWriter, code int, msg string) {
-	writeJSON(w, code, response{Data: json.RawMessage("null"), Errors: []*gqlerrors.QueryError{{Message: msg}}})
+	writeJSON(w, code, response{Data: json.RawMessage("null"), Errors: []*gqlerrors.QueryError{{Message: mgmt.ClipMessage(msg)}}})
 }
 
 // WriteError answers in the GraphQL error shape: httpapi uses it for the

@@ -275,7 +275,7 @@ func FuzzManagementBodies(f *testing.F) {
 		`{"name":"t1","imageName":"img:1","isServerless":true,"env":{"A":"b"},"containerDiskInGb":10}`,
 		`{"templateId":"{tpl}","name":"e1","workersMin":0,"workersMax":2,"gpuTypeIds":["NVIDIA GeForce RTX 4090"]}`,
 		`{"name":"p1","imageName":"busybox","computeType":"CPU","ports":["8888/http","22/tcp"]}`,
-		`{"name":"v1","size":5,"dataCenterId":"US-KS-2"}`,
+		`{"name":"v1","size":15,"dataCenterId":"US-KS-2"}`,
 		`{"name":"r1","username":"u","password":"p"}`,
 		`{"workersMax":5,"idleTimeout":10}`, `{"name":"renamed"}`, `{"size":20}`,
 		`{"name":1}`, `{"unknown":true}`, `{"workersMin":5,"workersMax":1}`, `{"env":[1]}`, `[]`, ``, `{"name":"x"}{}`,

@@ -13,6 +13,7 @@ import (
 	"github.com/gorilla/mux"
 
 	"berth/httpapi/internal/httpx"
+	"berth/mgmt"
 	"berth/queue"
 	"berth/store"
 )
@@ -225,7 +226,7 @@ func (s *Server) runsync(w http.ResponseWriter, r *http.Request) {
 func (s *Server) waitAndReply(w http.ResponseWriter, r *http.Request, ep, id string, wait time.Duration) {
 	v, err := s.cfg.Queue.Wait(r.Context(), ep, id, wait)
 	if errors.Is(err, queue.ErrNotFound) {
-		writeErr(w, r, http.StatusNotFound, "job "+id+" not found")
+		writeErr(w, r, http.StatusNotFound, "job "+mgmt.ShortID(id)+" not found")
 		return
 	}
 	if err != nil {
@@ -242,7 +243,7 @@ func (s *Server) waitAndReply(w http.ResponseWriter, r *http.Request, ep, id str
 
 func (s *Server) jobErr(w http.ResponseWriter, r *http.Request, err error) {
 	if errors.Is(err, queue.ErrNotFound) {
-		writeErr(w, r, http.StatusNotFound, "job "+mux.Vars(r)["jobId"]+" not found")
+		writeErr(w, r, http.StatusNotFound, "job "+mgmt.ShortID(mux.Vars(r)["jobId"])+" not found")
 		return
 	}
 	s.internal(w, r, err)

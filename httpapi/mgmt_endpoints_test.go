@@ -261,7 +261,7 @@ func TestRunPodIDsAccepted(t *testing.T) {
 		t.Errorf("pod: dataCenterIds %q, warnings %q", p.DataCenterIDs, p.Warnings)
 	}
 	var v volumeJSON
-	e.must(200, "POST", "/v1/networkvolumes", J{"name": "v", "size": 1, "dataCenterId": "EU-RO-1"}, &v)
+	e.must(200, "POST", "/v1/networkvolumes", J{"name": "v", "size": 10, "dataCenterId": "EU-RO-1"}, &v)
 	if v.DataCenterID != "EU-RO-1" {
 		t.Errorf("volume: dataCenterId %q, want EU-RO-1 as sent", v.DataCenterID)
 	}
@@ -283,7 +283,7 @@ func TestLoadBalancerEndpointType(t *testing.T) {
 	if got.Type != "LOAD_BALANCER" || got.WorkersMax != 2 {
 		t.Errorf("after a PATCH repeating the type: %+v", got)
 	}
-	e.mustErr(400, "PATCH", "/v1/endpoints/"+lb.ID, J{"type": "QUEUE"}, "type", "cannot be changed")
+	e.mustErr(400, "PATCH", "/v1/endpoints/"+lb.ID, J{"type": "QUEUE"}, "type", "is fixed")
 	e.mustErr(400, "PATCH", "/v1/endpoints/"+lb.ID, J{"scalerType": "QUEUE_DELAY"}, "scalerType")
 	// No queue: jobs are refused rather than left waiting forever.
 	e.mustErr(400, "POST", "/v2/"+lb.ID+"/run", J{"input": J{}}, "LOAD_BALANCER", "/lb/"+lb.ID)

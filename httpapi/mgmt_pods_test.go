@@ -238,11 +238,11 @@ func TestPodFromTemplate(t *testing.T) {
 	e := newValidatingServer(t, withFakePods(newFakePods()))
 	auth := e.newRegistryAuth("hub", "u", "p")
 	tpl := e.newTemplate("t", "registry.local/app:1", J{"env": J{"A": "1", "B": "2"}, "ports": []string{"8000/http"},
-		"dockerStartCmd": []string{"serve"}, "containerRegistryAuthId": auth.ID, "volumeInGb": 5})
-	p := e.newPod(J{"templateId": tpl.ID, "env": J{"B": "3", "C": "4"}, "volumeInGb": 7})
+		"dockerStartCmd": []string{"serve"}, "containerRegistryAuthId": auth.ID, "volumeInGb": 15})
+	p := e.newPod(J{"templateId": tpl.ID, "env": J{"B": "3", "C": "4"}, "volumeInGb": 17})
 	want := map[string]string{"A": "1", "B": "3", "C": "4"}
 	if p.ImageName != tpl.ImageName || !reflect.DeepEqual(p.Env, want) || !reflect.DeepEqual(p.Ports, []string{"8000/http"}) ||
-		!reflect.DeepEqual(p.DockerStartCmd, []string{"serve"}) || p.ContainerRegistryAuthID != auth.ID || p.VolumeInGb != 7 || p.TemplateID != tpl.ID {
+		!reflect.DeepEqual(p.DockerStartCmd, []string{"serve"}) || p.ContainerRegistryAuthID != auth.ID || p.VolumeInGb != 17 || p.TemplateID != tpl.ID {
 		t.Errorf("pod from template: %+v", p.Pod)
 	}
 }

@@ -180,8 +180,8 @@ func TestTemplateUpdate(t *testing.T) {
 		code  int
 		words []string
 	}{
-		{J{"category": "CPU"}, 400, []string{"category"}},
-		{J{"isServerless": true}, 400, []string{"isServerless"}},
+		{J{"category": "CPU"}, 400, []string{"category", "TemplateUpdateInput"}},
+		{J{"isServerless": true}, 400, []string{"isServerless", "TemplateUpdateInput"}},
 		{J{"name": "other"}, 409, []string{"other"}},
 		{J{"name": ""}, 400, []string{"name"}},
 		{J{"ports": []string{"x"}}, 400, []string{"ports"}},

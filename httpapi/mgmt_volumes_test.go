@@ -54,7 +54,7 @@ func TestNetworkVolumes(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(dir, "weights.bin"), bytes.Repeat([]byte{1}, 4096), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	w := e.newVolume("other", 1)
+	w := e.newVolume("other", 10)
 	var got volumeJSON
 	e.must(200, "GET", "/v1/networkvolumes/"+v.ID, nil, &got)
 	if got.UsedBytes != 4096 {
@@ -73,7 +73,8 @@ func TestNetworkVolumes(t *testing.T) {
 		{J{"size": 10, "dataCenterId": mgmt.DataCenterID}, []string{"name"}},
 		{J{"name": "x", "dataCenterId": mgmt.DataCenterID}, []string{"size"}},
 		{J{"name": "x", "size": 0, "dataCenterId": mgmt.DataCenterID}, []string{"size"}},
-		{J{"name": "x", "size": 4001, "dataCenterId": mgmt.DataCenterID}, []string{"size", "4000"}},
+		{J{"name": "x", "size": 9, "dataCenterId": mgmt.DataCenterID}, []string{"size", "10-4096 GB"}},
+		{J{"name": "x", "size": 4097, "dataCenterId": mgmt.DataCenterID}, []string{"size", "10-4096 GB"}},
 		{J{"name": "x", "size": 10}, []string{"dataCenterId", mgmt.DataCenterID}},
 		{J{"name": "x", "size": 10, "dataCenterId": "the moon"}, []string{"dataCenterId", "the moon"}},
 		{J{"name": "x", "size": 10, "dataCenterId": mgmt.DataCenterID, "region": "x"}, []string{"region"}},

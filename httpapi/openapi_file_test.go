@@ -86,14 +86,7 @@ func TestV1DocumentFile(t *testing.T) {
 	if got := prop("NetworkVolumeCreateInput", "dataCenterId").Pattern; got != mgmt.DataCenterPattern {
 		t.Errorf("NetworkVolumeCreateInput.dataCenterId pattern %q, mgmt.DataCenterPattern is %q", got, mgmt.DataCenterPattern)
 	}
-	for _, s := range []string{"NetworkVolumeCreateInput", "NetworkVolumeUpdateInput"} {
-		if max := prop(s, "size").Max; max == nil || *max != float64(mgmt.LimitVolumeSize.Max) {
-			t.Errorf("%s.size maximum %v, mgmt.LimitVolumeSize.Max is %d", s, deref(max), mgmt.LimitVolumeSize.Max)
-		}
-		if min := prop(s, "size").Min; min == nil || *min != float64(mgmt.LimitVolumeSize.Min) {
-			t.Errorf("%s.size minimum %v, mgmt.LimitVolumeSize.Min is %d", s, deref(min), mgmt.LimitVolumeSize.Min)
-		}
-	}
+	checkV1Limits(t, schemas)
 	for _, p := range []string{"/v1/billing/pods", "/v1/billing/endpoints", "/v1/billing/networkvolumes"} {
 		item := doc.Paths.Find(p)
 		if item == nil || item.Get == nil {
@@ -112,6 +105,82 @@ func TestV1DocumentFile(t *testing.T) {
 			t.Errorf("GET %s bucketSize enum %v, mgmt.BucketSizes is %v", p, got, mgmt.BucketSizes)
 		}
 	}
+}
+
+// v1Limits are the fields of the v1 input schemas that repeat a limit of
+// mgmt's table (mgmt.AllLimits): numbers by minimum and maximum, strings by
+// maxLength, lists by maxItems, env by maxProperties. A field named here
+// must carry its limit in every *Input schema that has it.
+var v1Limits = map[string]mgmt.Limit{
+	"name": mgmt.LimitName, "imageName": mgmt.LimitImage, "readme": mgmt.LimitReadme, "volumeMountPath": mgmt.LimitMountPath,
+	"templateId": mgmt.LimitID, "networkVolumeId": mgmt.LimitID, "containerRegistryAuthId": mgmt.LimitID,
+	"username": mgmt.LimitRegistryUser, "password": mgmt.LimitRegistryPassword,
+	"gpuTypeIds": mgmt.LimitGPUIDs, "dataCenterIds": mgmt.LimitDataCenters, "networkVolumeIds": mgmt.LimitVolumeIDs,
+	"instanceIds": mgmt.LimitInstanceIDs, "allowedCudaVersions": mgmt.LimitCudaVersions, "countryCodes": mgmt.LimitCountryCodes,
+	"dockerStartCmd": mgmt.LimitCmdWords, "dockerEntrypoint": mgmt.LimitCmdWords, "env": mgmt.LimitEnvEntries, "ports": mgmt.LimitPorts,
+	"gpuCount": mgmt.LimitGPUCount, "idleTimeout": mgmt.LimitIdleTimeout, "workersMin": mgmt.LimitWorkersMin,
+	"workersMax": mgmt.LimitWorkersMax, "executionTimeoutMs": mgmt.LimitExecTimeout, "vcpuCount": mgmt.LimitVCPUsBeside,
+	// scalerValue: the wider of its two ranges (the description gives both).
+	"scalerValue":       {Min: mgmt.LimitQueueDelay.Min, Max: max(mgmt.LimitQueueDelay.Max, mgmt.LimitRequestCount.Max)},
+	"containerDiskInGb": mgmt.LimitContainerDisk,
+	// volumeInGb: 0 (none) or LimitPodVolume.
+	"volumeInGb":   {Min: 0, Max: mgmt.LimitPodVolume.Max},
+	"minRAMPerGPU": mgmt.LimitMinRAMPerGPU, "minVCPUPerGPU": mgmt.LimitMinVCPUPerGPU, "minDownloadMbps": mgmt.LimitBandwidth,
+	"minUploadMbps": mgmt.LimitBandwidth, "minDiskBandwidthMBps": mgmt.LimitBandwidth, "size": mgmt.LimitVolumeSize,
+}
+
+func checkV1Limits(t *testing.T, schemas openapi3.Schemas) {
+	t.Helper()
+	seen := map[string]bool{}
+	for name, ref := range schemas {
+		if !strings.HasSuffix(name, "Input") || ref.Value == nil {
+			continue
+		}
+		for field, p := range ref.Value.Properties {
+			l, ok := v1Limits[field]
+			if !ok || p.Value == nil {
+				continue
+			}
+			seen[field] = true
+			s := p.Value
+			if len(s.OneOf) > 0 { // ports: an array or the comma-joined string
+				s = s.OneOf[0].Value
+			}
+			where := name + "." + field
+			switch {
+			case s.Type.Is("integer") || s.Type.Is("number"):
+				if s.Min == nil || *s.Min != float64(l.Min) || s.Max == nil || *s.Max != float64(l.Max) {
+					t.Errorf("%s: minimum %v maximum %v, mgmt says %d-%d", where, deref(s.Min), deref(s.Max), l.Min, l.Max)
+				}
+			case s.Type.Is("string"):
+				if s.MaxLength == nil || *s.MaxLength != uint64(l.Max) {
+					t.Errorf("%s: maxLength %v, mgmt says %d", where, derefU(s.MaxLength), l.Max)
+				}
+			case s.Type.Is("array"):
+				if s.MaxItems == nil || *s.MaxItems != uint64(l.Max) {
+					t.Errorf("%s: maxItems %v, mgmt says %d", where, derefU(s.MaxItems), l.Max)
+				}
+			case s.Type.Is("object"):
+				if s.MaxProps == nil || *s.MaxProps != uint64(l.Max) {
+					t.Errorf("%s: maxProperties %v, mgmt says %d", where, derefU(s.MaxProps), l.Max)
+				}
+			default:
+				t.Errorf("%s: a %v, not a number, string, list or map", where, s.Type)
+			}
+		}
+	}
+	for field := range v1Limits {
+		if !seen[field] {
+			t.Errorf("no v1 input schema has %q: remove it from v1Limits", field)
+		}
+	}
+}
+
+func derefU(u *uint64) any {
+	if u == nil {
+		return nil
+	}
+	return *u
 }
 
 func deref(f *float64) any {

@@ -348,7 +348,7 @@ func (s *Server) withEndpoint(h http.HandlerFunc) http.HandlerFunc {
 		id := mux.Vars(r)["endpointId"]
 		e, err := s.endpoint(id)
 		if errors.Is(err, store.ErrNotFound) {
-			writeErr(w, r, http.StatusNotFound, "endpoint "+id+" not found")
+			writeErr(w, r, http.StatusNotFound, "endpoint "+mgmt.ShortID(id)+" not found")
 			return
 		}
 		if err != nil {
@@ -371,6 +371,7 @@ func writeJSON(w http.ResponseWriter, code int, v any) { httpx.WriteJSON(w, code
 // {"message": …}; job API and worker errors are {"error": …}; GraphQL's are
 // {"data": null, "errors": [{"message": …}]}.
 func writeErr(w http.ResponseWriter, r *http.Request, code int, msg string) {
+	msg = mgmt.ClipMessage(msg) // nothing a client sent is echoed at length
 	if r.URL.Path == "/graphql" {
 		graphqlapi.WriteError(w, code, msg)
 		return

@@ -141,7 +141,11 @@ func applyEndpoint(e *store.Endpoint, in EndpointInput, opt EndpointOptions, cre
 		e.CPUFlavorIDs = in.CPUFlavorIDs
 	}
 	if in.VCPUCount != nil {
-		if err := LimitVCPUsBeside.Check(int64(*in.VCPUCount)); err != nil {
+		err := LimitVCPUsBeside.Check(int64(*in.VCPUCount))
+		if computeType(e) == "CPU" {
+			err = checkVCPUs("vcpuCount", *in.VCPUCount)
+		}
+		if err != nil {
 			return err
 		}
 		e.VCPUCount = *in.VCPUCount
@@ -255,11 +259,6 @@ func applyEndpoint(e *store.Endpoint, in EndpointInput, opt EndpointOptions, cre
 // field this input gave.
 func checkCompute(e *store.Endpoint, in EndpointInput) error {
 	if computeType(e) == "CPU" {
-		if in.VCPUCount != nil {
-			if err := checkVCPUs("vcpuCount", e.VCPUCount); err != nil {
-				return err
-			}
-		}
 		if len(e.GPUTypeIDs) > 0 {
 			return invalid("gpuTypeIds", "gpuTypeIds: endpoint %s is a CPU endpoint and has no GPUs", endpointName(e))
 		}

@@ -405,3 +405,77 @@ func TestPodPullProgress(t *testing.T) {
 		t.Fatalf("GetPod after the pull: %+v, %v", p, err)
 	}
 }
+
+// TestEndpointComputeRules: what a GPU or CPU endpoint may carry, decided
+// once here for every surface.
+func TestEndpointComputeRules(t *testing.T) {
+	s, _ := newService(t)
+	ctx := context.Background()
+	tpl, err := s.CreateTemplate(ctx, mgmt.TemplateInput{Name: ptr("t"), ImageName: ptr("alpine:3")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	in := func(f func(*mgmt.EndpointInput)) mgmt.EndpointInput {
+		i := mgmt.EndpointInput{TemplateID: &tpl.ID}
+		f(&i)
+		return i
+	}
+	for _, c := range []struct {
+		name  string
+		in    mgmt.EndpointInput
+		opt   mgmt.EndpointOptions
+		field string // "" = accepted
+		words []string
+	}{
+		{"unknown CPU flavour", in(func(i *mgmt.EndpointInput) { i.ComputeType = ptr("CPU"); i.CPUFlavorIDs = []string{"bogus"} }), mgmt.EndpointOptions{}, "cpuFlavorIds", []string{"bogus"}},
+		{"a flavour twice", in(func(i *mgmt.EndpointInput) { i.ComputeType = ptr("CPU"); i.CPUFlavorIDs = []string{"cpu3c", "cpu3c"} }), mgmt.EndpointOptions{}, "cpuFlavorIds", []string{"twice"}},
+		{"CPU flavours on a GPU endpoint", in(func(i *mgmt.EndpointInput) { i.ComputeType = ptr("GPU"); i.CPUFlavorIDs = []string{"cpu3c"} }), mgmt.EndpointOptions{}, "cpuFlavorIds", []string{"GPU endpoint"}},
+		{"flavours alone make a CPU endpoint", in(func(i *mgmt.EndpointInput) { i.CPUFlavorIDs = []string{"cpu5g"}; i.VCPUCount = ptr(4) }), mgmt.EndpointOptions{}, "", nil},
+		{"1 vCPU on a CPU endpoint", in(func(i *mgmt.EndpointInput) { i.ComputeType = ptr("CPU"); i.VCPUCount = ptr(1) }), mgmt.EndpointOptions{}, "vcpuCount", []string{"2-256"}},
+		{"6 vCPUs on a CPU endpoint", in(func(i *mgmt.EndpointInput) { i.ComputeType = ptr("CPU"); i.VCPUCount = ptr(6) }), mgmt.EndpointOptions{}, "vcpuCount", []string{"power of two"}},
+		{"GPUs on a CPU endpoint", in(func(i *mgmt.EndpointInput) { i.ComputeType = ptr("CPU"); i.GPUTypeIDs = []string{"ADA_24"} }), mgmt.EndpointOptions{}, "gpuTypeIds", []string{"CPU endpoint"}},
+		{"CUDA on a CPU endpoint", in(func(i *mgmt.EndpointInput) { i.ComputeType = ptr("CPU"); i.MinCudaVersion = ptr("12.4") }), mgmt.EndpointOptions{}, "minCudaVersion", []string{"no CUDA"}},
+		{"not a CUDA version", in(func(i *mgmt.EndpointInput) { i.AllowedCudaVersions = []string{"not-a-version"} }), mgmt.EndpointOptions{}, "allowedCudaVersions", []string{"not-a-version"}},
+		{"a set and a floor", in(func(i *mgmt.EndpointInput) { i.AllowedCudaVersions = []string{"12.4"}; i.MinCudaVersion = ptr("12.1") }), mgmt.EndpointOptions{}, "allowedCudaVersions", []string{"mutually exclusive"}},
+		{"an empty set and a floor", in(func(i *mgmt.EndpointInput) { i.AllowedCudaVersions = []string{}; i.MinCudaVersion = ptr("12.11") }), mgmt.EndpointOptions{}, "", nil},
+		{"bad instance id", in(func(i *mgmt.EndpointInput) { i.InstanceIDs = []string{"cpu9z-2-4"} }), mgmt.EndpointOptions{}, "instanceIds", []string{"cpu9z-2-4"}},
+		{"an exclusion outside the pools (GraphQL: recorded)", in(func(i *mgmt.EndpointInput) { i.GPUTypeIDs = []string{"ADA_24", "-NVIDIA L4"} }), mgmt.EndpointOptions{}, "", nil},
+		{"an exclusion outside the pools (v2: refused)", in(func(i *mgmt.EndpointInput) { i.GPUTypeIDs = []string{"ADA_24", "-NVIDIA L4"} }), mgmt.EndpointOptions{V2Rules: true}, "gpuTypeIds", []string{"NVIDIA L4", "ADA_24"}},
+		{"exclusions leaving nothing (v2)", in(func(i *mgmt.EndpointInput) { i.GPUTypeIDs = []string{"ADA_24", "-NVIDIA GeForce RTX 4090"} }), mgmt.EndpointOptions{V2Rules: true}, "gpuTypeIds", []string{"leave no GPU type"}},
+		{"idleTimeout with REQUEST_COUNT (v2)", in(func(i *mgmt.EndpointInput) {
+			i.ScalerType = ptr("REQUEST_COUNT")
+			i.ScalerValue = ptr(2)
+			i.IdleTimeout = ptr(30)
+		}), mgmt.EndpointOptions{V2Rules: true}, "idleTimeout", []string{"REQUEST_COUNT"}},
+		{"idleTimeout with REQUEST_COUNT (GraphQL)", in(func(i *mgmt.EndpointInput) {
+			i.ScalerType = ptr("REQUEST_COUNT")
+			i.ScalerValue = ptr(2)
+			i.IdleTimeout = ptr(30)
+		}), mgmt.EndpointOptions{}, "", nil},
+		{"scalerValue past REQUEST_COUNT's range", in(func(i *mgmt.EndpointInput) { i.ScalerType = ptr("REQUEST_COUNT"); i.ScalerValue = ptr(3000) }), mgmt.EndpointOptions{}, "scalerValue", []string{"1-1000 requests"}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			e, err := s.CreateEndpointWith(ctx, c.in, c.opt)
+			if c.field == "" {
+				if err != nil {
+					t.Fatalf("refused: %v", err)
+				}
+				return
+			}
+			wantErr(t, err, mgmt.Invalid, c.field, c.words...)
+			if e.ID != "" {
+				t.Errorf("refused but returned %+v", e)
+			}
+		})
+	}
+	// An update: the compute family is fixed, repeating it is no change.
+	cpu, err := s.CreateEndpoint(ctx, in(func(i *mgmt.EndpointInput) { i.ComputeType = ptr("CPU"); i.CPUFlavorIDs = []string{"cpu3c"} }))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = s.UpdateEndpoint(ctx, cpu.ID, mgmt.EndpointInput{ComputeType: ptr("GPU")})
+	wantErr(t, err, mgmt.Invalid, "computeType", "is fixed", "CPU endpoint")
+	if _, err := s.UpdateEndpoint(ctx, cpu.ID, mgmt.EndpointInput{ComputeType: ptr("CPU"), VCPUCount: ptr(8)}); err != nil {
+		t.Errorf("repeating CPU with 8 vCPUs: %v", err)
+	}
+}

@@ -359,17 +359,6 @@ func oneOf(name string, v *string, values []string, dst *string) error {
 	return nil
 }
 
-func nonNegative(name string, v *int, dst *int) error {
-	if v == nil {
-		return nil
-	}
-	if *v < 0 {
-		return invalid(name, "%s must not be negative, got %d", name, *v)
-	}
-	*dst = *v
-	return nil
-}
-
 // applyDisks checks and applies the disk fields templates and pods share;
 // nothing is applied when any of them is refused. A pod volume is 0 (none)
 // or LimitPodVolume.

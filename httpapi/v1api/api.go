@@ -14,6 +14,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"reflect"
 	"strings"
 	"time"
 
@@ -170,7 +171,7 @@ func writeJSON(w http.ResponseWriter, code int, v any) { httpx.WriteJSON(w, code
 
 // writeErr answers v1's error shape, {"message": …}.
 func writeErr(w http.ResponseWriter, code int, msg string) {
-	writeJSON(w, code, map[string]string{"message": msg})
+	writeJSON(w, code, map[string]string{"message": mgmt.ClipMessage(msg)})
 }
 
 func noContent(w http.ResponseWriter) { w.WriteHeader(http.StatusNoContent) }
@@ -260,6 +261,8 @@ func decodeBody(w http.ResponseWriter, r *http.Request, v any) bool {
 	return true
 }
 
+func isInt(k reflect.Kind) bool { return k >= reflect.Int && k <= reflect.Uint64 }
+
 // decodeStrict decodes a JSON object, refusing unknown fields so a typo in
 // a field name is reported instead of silently ignored.
 func decodeStrict(body []byte, v any) error {
@@ -268,6 +271,9 @@ func decodeStrict(body []byte, v any) error {
 	if err := dec.Decode(v); err != nil {
 		var ute *json.UnmarshalTypeError
 		if errors.As(err, &ute) {
+			if n, ok := strings.CutPrefix(ute.Value, "number "); ok && isInt(ute.Type.Kind()) {
+				return mgmt.OutOfRange(ute.Field, n) // 1e20 for an integer: refused naming its range
+			}
 			return bad("%s must be of type %s", ute.Field, ute.Type.String())
 		}
 		if msg := err.Error(); strings.HasPrefix(msg, "json: unknown field ") {
@@ -288,7 +294,7 @@ func (a *API) endpoint(w http.ResponseWriter, r *http.Request, id string) (*stor
 	eps, _, err := a.cfg.Mgmt.Endpoints(r.Context(), id, false)
 	if err != nil {
 		if mgmt.KindOf(err) == mgmt.NotFound || errors.Is(err, store.ErrNotFound) {
-			writeErr(w, http.StatusNotFound, "endpoint "+id+" not found")
+			writeErr(w, http.StatusNotFound, "endpoint "+mgmt.ShortID(id)+" not found")
 			return nil, false
 		}
 		a.internal(w, r, err)

@@ -9,6 +9,7 @@ import (
 
 	"github.com/gorilla/mux"
 
+	"berth/mgmt"
 	"berth/queue"
 	"berth/store"
 )
@@ -72,7 +73,7 @@ func (a *API) getJob(w http.ResponseWriter, r *http.Request) {
 	}
 	v, err := a.cfg.Queue.Job(e.ID, vars["jobId"])
 	if errors.Is(err, queue.ErrNotFound) {
-		writeErr(w, http.StatusNotFound, "job "+vars["jobId"]+" not found")
+		writeErr(w, http.StatusNotFound, "job "+mgmt.ShortID(vars["jobId"])+" not found")
 		return
 	}
 	if err != nil {

@@ -81,7 +81,7 @@ func (a *API) workerLogs(w http.ResponseWriter, r *http.Request) {
 	}
 	rc, err := a.cfg.WorkerLogs(r.Context(), ep, wid, lq.follow, lq.tail, lq.jobID)
 	if errors.Is(err, mgmt.ErrNoSuchWorker) || errors.Is(err, store.ErrNotFound) {
-		writeErr(w, http.StatusNotFound, "worker "+wid+" of endpoint "+ep+" not found: it has no container")
+		writeErr(w, http.StatusNotFound, "worker "+mgmt.ShortID(wid)+" of endpoint "+mgmt.ShortID(ep)+" not found: it has no container")
 		return
 	}
 	a.sendLogs(w, r, rc, err, lq.follow)

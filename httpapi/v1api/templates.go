@@ -62,6 +62,13 @@ func (a *API) updateTemplate(w http.ResponseWriter, r *http.Request) {
 	if !decodeBody(w, r, &in) {
 		return
 	}
+	// v1's TemplateUpdateInput has neither field (REST v2 changes them).
+	for name, given := range map[string]bool{"category": in.Category != nil, "isServerless": in.IsServerless != nil} {
+		if given {
+			a.fail(w, r, bad("unknown field %q: v1's template update (TemplateUpdateInput) has no %s; PATCH /v2/templates/{id} changes it", name, name))
+			return
+		}
+	}
 	t, err := a.cfg.Mgmt.UpdateTemplate(r.Context(), id, in.Mgmt())
 	a.answer(w, r, http.StatusOK, t, err)
 }

@@ -14,6 +14,7 @@ import (
 	"log/slog"
 	"net/http"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 
@@ -224,7 +225,10 @@ type Problem struct {
 }
 
 func problem(w http.ResponseWriter, code int, detail string, errs ...string) {
-	b, _ := json.Marshal(Problem{Title: http.StatusText(code), Status: code, Detail: detail, Errors: errs})
+	for i := range errs {
+		errs[i] = mgmt.ClipMessage(errs[i])
+	}
+	b, _ := json.Marshal(Problem{Title: http.StatusText(code), Status: code, Detail: mgmt.ClipMessage(detail), Errors: errs})
 	w.Header().Set("Content-Type", "application/problem+json")
 	w.WriteHeader(code)
 	w.Write(b)
@@ -378,6 +382,15 @@ func decode(r *http.Request, v any) error {
 	if err := dec.Decode(v); err != nil {
 		var ute *json.UnmarshalTypeError
 		if errors.As(err, &ute) {
+			if n, ok := strings.CutPrefix(ute.Value, "number "); ok {
+				if l, ok := numberLimits[ute.Field]; ok {
+					// An integer too large for Go (1e20): refused naming its range.
+					f, _ := strconv.ParseFloat(n, 64)
+					if err := l.CheckFloat(ute.Field, f); err != nil {
+						return err
+					}
+				}
+			}
 			return bad(ute.Field, "%s must be of type %s", ute.Field, ute.Type.String())
 		}
 		var b badInput
@@ -394,6 +407,14 @@ func decode(r *http.Request, v any) error {
 		return bad("", "request body must hold one JSON object")
 	}
 	return nil
+}
+
+// numberLimits are mgmt's limits of v2's numeric fields, by v2's path.
+var numberLimits = map[string]mgmt.Limit{
+	"workers.min": mgmt.LimitWorkersMin, "workers.max": mgmt.LimitWorkersMax, "workers.idleTimeout": mgmt.LimitIdleTimeout,
+	"gpu.count": mgmt.LimitGPUCount, "cpu.vcpuCount": mgmt.LimitVCPUs, "disk": mgmt.LimitContainerDisk,
+	"mounts.persistent.size": mgmt.LimitPodVolume, "timeout": mgmt.LimitExecTimeout, "size": mgmt.LimitVolumeSize,
+	"scaling.requestCount": mgmt.LimitRequestCount, "scaling.queueDelay": mgmt.LimitQueueDelay,
 }
 
 // nullable is a JSON field that may be absent, null or a value.
