@@ -26,6 +26,7 @@ import (
 	"berth/mgmt"
 	"berth/queue"
 	"berth/runtime"
+	"berth/runtime/docker"
 	"berth/store"
 	"berth/worker"
 )
@@ -192,19 +193,34 @@ func startRuntime(ctx context.Context, log *slog.Logger, db *store.DB, q runtime
 	if flashMem <= 0 {
 		flashMem = -1
 	}
-	devs, err := gpu.DiscoverSystem()
+	abs, _ := filepath.Abs(data)
+	sum := sha256.Sum256([]byte(abs))
+	instance := hex.EncodeToString(sum[:6])
+	var backend *docker.Backend
+	dock, err := docker.Connect(ctx, log)
+	if err == nil {
+		dock.OnPull = m.Pull
+		backend, err = docker.NewBackend(dock, docker.Config{
+			Instance: instance, DataDir: data,
+			VolumePath: func(id string) (string, error) { return mgmt.VolumePath(data, id), nil },
+		})
+	}
+	// The GPUs are the backend's (NVML's on Docker); without a backend
+	// NVML still lists this machine's for the catalogue.
+	var devs []gpu.Device
+	if backend != nil {
+		devs, err = backend.Devices(ctx)
+	} else {
+		log.Warn("no Docker daemon: endpoints get no worker containers; attach workers with `berth worker-env`", "err", err)
+		devs, err = gpu.DiscoverSystem()
+	}
 	if err != nil {
 		log.Warn("no GPU discovery: workers and pods run without GPUs", "err", err)
 	} else {
 		log.Info("GPUs found", "count", len(devs))
 	}
 	alloc := gpu.NewAllocator(devs)
-	dock, err := runtime.NewDocker(ctx, log)
-	if err == nil {
-		dock.OnPull = m.Pull
-	}
-	if err != nil {
-		log.Warn("no Docker daemon: endpoints get no worker containers; attach workers with `berth worker-env`", "err", err)
+	if backend == nil {
 		return nil, alloc, nil, nil
 	}
 	host, port, _ := net.SplitHostPort(addr)
@@ -220,11 +236,8 @@ func startRuntime(ctx context.Context, log *slog.Logger, db *store.DB, q runtime
 			return nil, nil, nil, err
 		}
 	}
-	abs, _ := filepath.Abs(data)
-	sum := sha256.Sum256([]byte(abs))
 	s, err := runtime.New(runtime.Config{
-		Docker: dock, Queue: q, GPUs: alloc, Logger: log, OnScale: m.Scale,
-		Instance: hex.EncodeToString(sum[:6]), DataDir: data,
+		Backend: backend, Queue: q, GPUs: alloc, Logger: log, OnScale: m.Scale,
 		FlashMaxFrozen: flashMax, FlashMinMemAvailable: flashMem,
 		WorkerBaseURL: "http://host.docker.internal:" + port,
 		WorkerEnv: func(base, ep, w, key string) map[string]string {
@@ -253,7 +266,6 @@ func startRuntime(ctx context.Context, log *slog.Logger, db *store.DB, q runtime
 			}
 			return &runtime.RegistryAuth{Username: u, Password: p}, nil
 		},
-		VolumePath: func(id string) (string, error) { return mgmt.VolumePath(data, id), nil },
 		PodExists: func(id string) (bool, error) {
 			err := db.View(func(tx *store.Tx) error { var p store.Pod; return tx.Get(store.Pods, id, &p) })
 			if errors.Is(err, store.ErrNotFound) {

@@ -21,6 +21,7 @@ import (
 	"berth/mgmt"
 	"berth/queue"
 	"berth/runtime"
+	"berth/runtime/docker"
 	"berth/store"
 	"berth/worker"
 )
@@ -46,7 +47,7 @@ type stack struct {
 	t    testing.TB
 	db   *store.DB
 	q    *queue.Service
-	d    *runtime.Docker
+	d    *docker.Docker
 	sup  atomic.Pointer[runtime.Supervisor]
 	api  *httpapi.Server
 	lb   *lbproxy.Balancer
@@ -64,9 +65,9 @@ func newStack(t testing.TB) *stack {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	d, err := runtime.NewDocker(ctx, log)
+	d, err := docker.Connect(ctx, log)
 	if err != nil {
-		t.Fatalf("NewDocker: %v", err)
+		t.Fatalf("docker.Connect: %v", err)
 	}
 	s.d = d
 	t.Cleanup(func() { _ = d.Close() })
@@ -127,8 +128,12 @@ func newStack(t testing.TB) *stack {
 	s.lb.Start()
 	t.Cleanup(s.lb.Stop)
 
+	backend, err := docker.NewBackend(d, docker.Config{Instance: s.inst, DataDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
 	sup, err := runtime.New(runtime.Config{
-		Docker: d, Queue: s.lb.Queue(s.q), Instance: s.inst, Logger: log,
+		Backend: backend, Queue: s.lb.Queue(s.q), Logger: log,
 		Endpoints: func() ([]store.Endpoint, error) {
 			var out []store.Endpoint
 			err := db.Scan(store.Endpoints, func(_ string, raw []byte) error {
@@ -151,7 +156,6 @@ func newStack(t testing.TB) *stack {
 		},
 		TickInterval: 100 * time.Millisecond, ResyncInterval: 2 * time.Second,
 		BackoffBase: 200 * time.Millisecond, BackoffMax: 3 * time.Second,
-		DataDir: t.TempDir(),
 	})
 	if err != nil {
 		t.Fatal(err)

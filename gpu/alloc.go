@@ -58,10 +58,11 @@ func NewAllocator(devs []Device) *Allocator {
 	return a
 }
 
-// Allocate gives holder count free GPUs, all of one type. typeIDs are tried
-// in order and the first type with count free GPUs wins; an empty list means
-// any type, tried in the order of Types. Within a type the lowest indexes go
-// first, so allocation is deterministic.
+// Allocate gives holder count free GPUs, all of one type and on one node.
+// typeIDs are tried in order and the first type with count free GPUs on a
+// node wins; an empty list means any type, tried in the order of Types.
+// Within a type the lowest indexes go first (the node of the lowest free
+// index that has enough), so allocation is deterministic.
 func (a *Allocator) Allocate(holder string, typeIDs []string, count int) ([]Device, error) {
 	if holder == "" {
 		return nil, errors.New("gpu: allocate: empty holder")
@@ -86,16 +87,17 @@ func (a *Allocator) Allocate(holder string, typeIDs []string, count int) ([]Devi
 			ErrUnknownType, holder, asked, describeTypes(a.types))
 	}
 	for _, t := range want {
-		free := a.freeOf(t)
-		if len(free) < count {
-			continue
+		for _, free := range a.freeByNode(t) {
+			if len(free) < count {
+				continue
+			}
+			out := make([]Device, count)
+			for i, pos := range free[:count] {
+				a.holder[pos] = holder
+				out[i] = a.devs[pos]
+			}
+			return out, nil
 		}
-		out := make([]Device, count)
-		for i, pos := range free[:count] {
-			a.holder[pos] = holder
-			out[i] = a.devs[pos]
-		}
-		return out, nil
 	}
 	return nil, fmt.Errorf("%w: %s wants %d × %s; free: %s",
 		ErrNoCapacity, holder, count, describeTypes(want), a.describeFree(want))
@@ -112,7 +114,9 @@ func (a *Allocator) Fit(typeIDs []string, count int) (int, string) {
 	want := a.known(typeIDs)
 	n := 0
 	for _, t := range want {
-		n += len(a.freeOf(t)) / count
+		for _, free := range a.freeByNode(t) {
+			n += len(free) / count
+		}
 	}
 	return n, fmt.Sprintf("%d × %s; free: %s", count, describeTypes(want), a.describeFree(want))
 }
@@ -222,6 +226,24 @@ func (a *Allocator) freeOf(t string) []int {
 		if d.TypeID == t && a.holder[i] == "" {
 			out = append(out, i)
 		}
+	}
+	return out
+}
+
+// freeByNode groups freeOf(t) by node, the nodes in the order of their
+// lowest free index. The caller holds a.mu.
+func (a *Allocator) freeByNode(t string) [][]int {
+	var out [][]int
+	at := map[string]int{}
+	for _, pos := range a.freeOf(t) {
+		n := a.devs[pos].Node
+		i, ok := at[n]
+		if !ok {
+			i = len(out)
+			at[n] = i
+			out = append(out, nil)
+		}
+		out[i] = append(out[i], pos)
 	}
 	return out
 }

@@ -459,3 +459,32 @@ func TestFit(t *testing.T) {
 		})
 	}
 }
+
+// TestAllocateOneNode: the GPUs of one allocation are on one node (the
+// slots of a cluster's nodes); a node without enough is passed over.
+func TestAllocateOneNode(t *testing.T) {
+	slot := func(i int, node, name string) Device {
+		return Device{Index: i, UUID: fmt.Sprintf("%s/%d", node, i), Name: name, TypeID: TypeID(name), Node: node}
+	}
+	a := NewAllocator([]Device{slot(0, "a", rtx), slot(1, "b", rtx), slot(2, "b", rtx), slot(3, "c", rtx), slot(4, "c", rtx), slot(5, "c", a100)})
+	if n, _ := a.Fit([]string{rtx}, 2); n != 2 {
+		t.Fatalf("Fit(2 × 4090) = %d, want 2 (nodes b and c)", n)
+	}
+	got, err := a.Allocate("w1", []string{rtx}, 2)
+	if err != nil || !slices.Equal(indexes(got), []int{1, 2}) {
+		t.Fatalf("Allocate(2 × 4090) = %v, %v; want node b's 1, 2", indexes(got), err)
+	}
+	if got, err = a.Allocate("w2", []string{rtx}, 1); err != nil || got[0].Node != "a" {
+		t.Fatalf("Allocate(1 × 4090) = %v, %v; want node a's", got, err)
+	}
+	if got, err = a.Allocate("w3", []string{rtx}, 2); err != nil || !slices.Equal(indexes(got), []int{3, 4}) {
+		t.Fatalf("Allocate(2 × 4090) = %v, %v; want node c's 3, 4", indexes(got), err)
+	}
+	// Two of a100 and 4090 free nowhere on one node.
+	if _, err := a.Allocate("w4", nil, 2); !errors.Is(err, ErrNoCapacity) {
+		t.Fatalf("Allocate(2 × any) with one free GPU: %v", err)
+	}
+	if n, _ := a.Fit(nil, 1); n != 1 {
+		t.Fatalf("Fit(1 × any) = %d, want 1", n)
+	}
+}

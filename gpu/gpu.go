@@ -5,7 +5,9 @@ import (
 	"strings"
 )
 
-// Device is one physical GPU as seen by NVML.
+// Device is one GPU a worker or pod can be given: a physical GPU as NVML
+// sees it (Docker), or one nvidia.com/gpu slot of a cluster node
+// (Kubernetes), whose UUID is then a name Berth gives the slot.
 type Device struct {
 	Index     int    `json:"index"`
 	UUID      string `json:"uuid"`
@@ -13,6 +15,9 @@ type Device struct {
 	TypeID    string `json:"gpuTypeId"`
 	MemoryMiB uint64 `json:"memoryInMiB"`
 	PCIBusID  string `json:"pciBusId"`
+	// Node is the cluster node the GPU is on, "" for this machine. The
+	// GPUs of one allocation are always on one node.
+	Node string `json:"node,omitempty"`
 }
 
 // ErrUnavailable means GPU discovery is impossible here: no cgo build, or no

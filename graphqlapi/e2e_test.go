@@ -15,6 +15,7 @@ import (
 	"berth/internal/dockertest"
 	"berth/queue"
 	"berth/runtime"
+	"berth/runtime/docker"
 	"berth/store"
 	"berth/worker"
 )
@@ -24,7 +25,7 @@ import (
 // endpoints made through GraphQL run real worker containers.
 type dockerEnv struct {
 	*env
-	d    *runtime.Docker
+	d    *docker.Docker
 	inst string
 	sup  *runtime.Supervisor
 }
@@ -34,9 +35,9 @@ func newDockerEnv(t *testing.T) *dockerEnv {
 	dockertest.Require(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	d, err := runtime.NewDocker(ctx, quiet)
+	d, err := docker.Connect(ctx, quiet)
 	if err != nil {
-		t.Fatalf("NewDocker: %v", err)
+		t.Fatalf("docker.Connect: %v", err)
 	}
 	t.Cleanup(func() { d.Close() })
 	de := &dockerEnv{env: &env{t: t, dir: t.TempDir()}, d: d, inst: dockertest.Unique("gql-")}
@@ -78,8 +79,12 @@ func newDockerEnv(t *testing.T) *dockerEnv {
 	port := ln.Addr().(*net.TCPAddr).Port
 	de.base = fmt.Sprintf("http://127.0.0.1:%d", port)
 
+	backend, err := docker.NewBackend(d, docker.Config{Instance: de.inst, DataDir: de.dir})
+	if err != nil {
+		t.Fatal(err)
+	}
 	s, err := runtime.New(runtime.Config{
-		Docker: d, Queue: q, Instance: de.inst, Logger: quiet,
+		Backend: backend, Queue: q, Logger: quiet,
 		Endpoints: func() ([]store.Endpoint, error) {
 			var out []store.Endpoint
 			err := db.Scan(store.Endpoints, func(_ string, raw []byte) error {
@@ -102,7 +107,7 @@ func newDockerEnv(t *testing.T) *dockerEnv {
 			return worker.PlatformEnv(base, ep, w, key, 2000)
 		},
 		TickInterval: 100 * time.Millisecond, ResyncInterval: 2 * time.Second,
-		BackoffBase: 200 * time.Millisecond, BackoffMax: 3 * time.Second, DataDir: de.dir,
+		BackoffBase: 200 * time.Millisecond, BackoffMax: 3 * time.Second,
 	})
 	if err != nil {
 		t.Fatal(err)

@@ -82,7 +82,7 @@ func (m *Metrics) Webhook(endpointID, result string) {
 // Scale is runtime.Config.OnScale.
 func (m *Metrics) Scale(endpointID, action string) { m.scale.WithLabelValues(endpointID, action).Inc() }
 
-// Pull is runtime.Docker.OnPull.
+// Pull is docker.Docker.OnPull (runtime/docker).
 func (m *Metrics) Pull(_ string, took time.Duration, err error) {
 	res := "ok"
 	if err != nil {

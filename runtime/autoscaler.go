@@ -81,7 +81,7 @@ type scalePlan struct {
 }
 
 // planScale decides how many workers to start and which ones to drain. It is
-// a pure function of its input so the policy can be tested without Docker:
+// a pure function of its input so the policy can be tested without a backend:
 //
 //   - workers above workersMax are drained, the least busy first (each
 //     version counts apart, so a rolling update may briefly run both);

@@ -17,6 +17,7 @@ import (
 	"berth/gpu"
 	"berth/internal/dockertest"
 	"berth/runtime"
+	"berth/runtime/docker"
 	"berth/store"
 )
 
@@ -33,9 +34,9 @@ func TestCDIDeviceReachesWorker(t *testing.T) {
 	cli := dockertest.Require(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	d, err := runtime.NewDocker(ctx, slog.New(slog.DiscardHandler))
+	d, err := docker.Connect(ctx, slog.New(slog.DiscardHandler))
 	if err != nil {
-		t.Fatalf("NewDocker: %v", err)
+		t.Fatalf("docker.Connect: %v", err)
 	}
 	info := d.Info()
 	_ = d.Close()

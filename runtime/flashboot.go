@@ -15,7 +15,7 @@ package runtime
 //     autoscaler pass;
 //   - time: a worker frozen longer than Config.FlashMaxFrozen is evicted.
 //
-// Evicting is draining: the container is stopped (Docker delivers SIGTERM
+// Evicting is draining: the instance is stopped (Docker delivers SIGTERM
 // and resumes it) and its identity forgotten, like an idle timeout
 // without FlashBoot. See docs/flashboot.md.
 
@@ -30,46 +30,28 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/moby/moby/client"
-
 	"berth/gpu"
 )
-
-// Pause freezes every process of a running container (cgroup freezer).
-func (d *Docker) Pause(ctx context.Context, id string) error {
-	if _, err := d.cli.ContainerPause(ctx, id, client.ContainerPauseOptions{}); err != nil {
-		return fmt.Errorf("pause container %s: %w", shortID(id), err)
-	}
-	return nil
-}
-
-// Unpause resumes a paused container.
-func (d *Docker) Unpause(ctx context.Context, id string) error {
-	if _, err := d.cli.ContainerUnpause(ctx, id, client.ContainerUnpauseOptions{}); err != nil {
-		return fmt.Errorf("unpause container %s: %w", shortID(id), err)
-	}
-	return nil
-}
 
 // freezeAsync pauses an idle worker's container. The queue is told first,
 // so the silence that follows never counts as a lost worker.
 func (s *Supervisor) freezeAsync(ws *workerState) {
 	s.mu.Lock()
-	if ws.state != wsIdle || ws.containerID == "" {
+	if ws.state != wsIdle || ws.instanceID == "" {
 		s.mu.Unlock()
 		return // changed since the plan
 	}
 	// Frozen time (eviction order, FlashMaxFrozen) counts from the decision.
 	s.setStateLocked(ws, wsFreezing, "idle past idleTimeout (flashboot)")
 	ws.frozenAt = s.clock.Now()
-	cid := ws.containerID
+	cid := ws.instanceID
 	s.wg.Add(1)
 	s.mu.Unlock()
 	s.log.Info("freezing idle worker (flashboot)", "endpoint", ws.endpointID, "worker", ws.id, "container", cid)
 	go func() {
 		defer s.wg.Done()
 		s.q.SetFrozen(ws.id, true)
-		err := s.d.Pause(s.ctx, cid)
+		err := s.b.Pause(s.ctx, cid)
 		s.mu.Lock()
 		pausing := ws.state == wsFreezing || ws.state == wsThawAsked
 		if err != nil {
@@ -115,13 +97,13 @@ func (s *Supervisor) thawAsync(ws *workerState) {
 	// after a full idleTimeout.
 	s.setStateLocked(ws, wsThawing, "wanted by the autoscaler")
 	ws.idleSince = s.clock.Now()
-	cid := ws.containerID
+	cid := ws.instanceID
 	s.wg.Add(1)
 	s.mu.Unlock()
 	go func() {
 		defer s.wg.Done()
 		t0 := time.Now()
-		err := s.d.Unpause(s.ctx, cid)
+		err := s.b.Unpause(s.ctx, cid)
 		if err != nil && s.ctx.Err() != nil {
 			return
 		}

@@ -19,6 +19,7 @@ import (
 	"berth/gpu"
 	"berth/queue"
 	"berth/runtime"
+	"berth/runtime/docker"
 	"berth/store"
 	"berth/worker"
 )
@@ -214,7 +215,7 @@ func (e *env) gpuWorker(ep store.Endpoint, tm store.Template, uuid string) strin
 		list = append(list, k+"="+env[k])
 	}
 	ctx := context.Background()
-	res, err := e.d.Create(ctx, runtime.ContainerSpec{
+	res, err := e.d.Create(ctx, docker.ContainerSpec{
 		Name: "berth-" + reg.WorkerID, Image: e.image, Env: list, Init: true, Instance: e.inst,
 		ExtraHosts: []string{"host.docker.internal:host-gateway"},
 		Labels: map[string]string{

@@ -23,6 +23,7 @@ import (
 	"berth/internal/logtest"
 	"berth/queue"
 	"berth/runtime"
+	"berth/runtime/docker"
 	"berth/store"
 	"berth/worker"
 )
@@ -74,11 +75,13 @@ func (u *usage) counts() (starts, ends int) {
 // env is one Berth in miniature: store, queue, HTTP API (worker protocol)
 // and Supervisor, on its own Docker instance id.
 type env struct {
-	t     testing.TB
-	log   *slog.Logger
-	db    *store.DB
-	q     *queue.Service
-	d     *runtime.Docker
+	t   testing.TB
+	log *slog.Logger
+	db  *store.DB
+	q   *queue.Service
+	d   *docker.Docker
+	// dcfg configures the Docker backend start makes.
+	dcfg  docker.Config
 	base  string // http://127.0.0.1:PORT for the test's own calls
 	cfg   runtime.Config
 	sup   atomic.Pointer[runtime.Supervisor]
@@ -119,9 +122,9 @@ func newEnvAt(t testing.TB, host string, opts ...envOpt) *env {
 	})
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	d, err := runtime.NewDocker(ctx, e.log)
+	d, err := docker.Connect(ctx, e.log)
 	if err != nil {
-		t.Fatalf("NewDocker: %v", err)
+		t.Fatalf("docker.Connect: %v", err)
 	}
 	e.d = d
 	e.prom = httpapi.NewMetrics()
@@ -179,7 +182,7 @@ func newEnvAt(t testing.TB, host string, opts ...envOpt) *env {
 	e.base = "http://" + ln.Addr().String()
 
 	e.cfg = runtime.Config{
-		Docker: d, Queue: e.q, Instance: e.inst, Logger: e.log,
+		Queue: e.q, Logger: e.log,
 		Endpoints:     e.endpoints,
 		Template:      e.template,
 		WorkerBaseURL: fmt.Sprintf("http://host.docker.internal:%d", port),
@@ -192,8 +195,8 @@ func newEnvAt(t testing.TB, host string, opts ...envOpt) *env {
 		ResyncInterval: 2 * time.Second,
 		BackoffBase:    200 * time.Millisecond,
 		BackoffMax:     3 * time.Second,
-		DataDir:        t.TempDir(),
 	}
+	e.dcfg = docker.Config{Instance: e.inst, DataDir: t.TempDir()}
 	for _, o := range opts {
 		o(&e.cfg)
 	}
@@ -202,9 +205,15 @@ func newEnvAt(t testing.TB, host string, opts ...envOpt) *env {
 	return e
 }
 
-// start makes and starts a Supervisor from e.cfg.
+// start makes and starts a Supervisor from e.cfg, on a Docker backend
+// from e.dcfg.
 func (e *env) start() *runtime.Supervisor {
 	e.t.Helper()
+	b, err := docker.NewBackend(e.d, e.dcfg)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	e.cfg.Backend = b
 	s, err := runtime.New(e.cfg)
 	if err != nil {
 		e.t.Fatal(err)
@@ -413,13 +422,13 @@ func (e *env) eventually(what string, cond func() bool) {
 func (e *env) sv() *runtime.Supervisor { return e.sup.Load() }
 
 // containers lists this env's containers of one kind.
-func (e *env) containers(kind string) []runtime.ContainerInfo {
+func (e *env) containers(kind string) []docker.ContainerInfo {
 	e.t.Helper()
 	infos, err := e.d.List(context.Background(), e.inst)
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	var out []runtime.ContainerInfo
+	var out []docker.ContainerInfo
 	for _, in := range infos {
 		if kind == "" || in.Labels[runtime.LabelKind] == kind {
 			out = append(out, in)
@@ -428,8 +437,8 @@ func (e *env) containers(kind string) []runtime.ContainerInfo {
 	return out
 }
 
-func (e *env) running(epID string) []runtime.ContainerInfo {
-	var out []runtime.ContainerInfo
+func (e *env) running(epID string) []docker.ContainerInfo {
+	var out []docker.ContainerInfo
 	for _, c := range e.containers(runtime.KindWorker) {
 		if c.Running && c.Labels[runtime.LabelEndpoint] == epID {
 			out = append(out, c)

@@ -147,10 +147,14 @@ type passInput struct {
 	noVolumeDir bool
 	diskWarn    string
 	gpu         gpuInput
-	health      healthInput
-	stats       queue.QueueStats
-	workers     []workerSnap
-	lim         observeLimits
+	// canPause: the backend can freeze workers (FlashBoot); runtime is its
+	// name, for the status when it cannot.
+	canPause bool
+	runtime  string
+	health   healthInput
+	stats    queue.QueueStats
+	workers  []workerSnap
+	lim      observeLimits
 	// drainGrace is the endpoint's drain grace (see Supervisor.drainGrace).
 	drainGrace time.Duration
 }
@@ -194,6 +198,8 @@ const throttledEvicting = "waiting for free GPUs: evicting frozen (flashboot) wo
 //   - starts are held back by a configuration error (nothing starts until
 //     it changes), by the back-off after failures, and on an unhealthy
 //     endpoint to one worker at a time, none while one is still starting;
+//   - FlashBoot where the backend cannot pause is off, and the status
+//     says so;
 //   - starts beyond the free GPUs are throttled: frozen workers holding
 //     GPUs are evicted for them, or else, during a rolling update on a
 //     full machine, one old worker is drained to make room.
@@ -216,6 +222,12 @@ func planPass(in passInput) passPlan {
 	}
 	if in.diskWarn != "" {
 		p.warning = joinNote(p.warning, in.diskWarn)
+	}
+	if ep.Flashboot && !in.canPause {
+		// Said rather than pretended: idle workers stop as without it.
+		ep.Flashboot = false
+		p.warning = joinNote(p.warning, "flashboot is not available on the "+in.runtime+
+			" runtime (it cannot pause a worker): idle workers are stopped instead of frozen")
 	}
 
 	workers := slices.SortedFunc(slices.Values(in.workers), func(a, b workerSnap) int { return cmp.Compare(a.id, b.id) })

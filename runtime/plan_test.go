@@ -91,7 +91,7 @@ func TestObserveWorker(t *testing.T) {
 func pass(mod func(*store.Endpoint), workers ...workerSnap) passInput {
 	e := ep(mod)
 	return passInput{now: t0, ep: e, specKey: "k", health: healthInput{specKey: "k"}, workers: workers,
-		lim: testLimits, drainGrace: 20 * time.Second}
+		lim: testLimits, drainGrace: 20 * time.Second, canPause: true, runtime: "docker"}
 }
 
 // idleW is a current worker, idle for idle; busyW one running n jobs; both
@@ -293,5 +293,19 @@ func TestJudgeExit(t *testing.T) {
 				t.Fatalf("got %+v\nwant %+v", got, tc.want)
 			}
 		})
+	}
+}
+
+// TestPlanPassNoPause: where the backend cannot pause (Kubernetes), an
+// idle FlashBoot worker is drained like any other and the status says why.
+func TestPlanPassNoPause(t *testing.T) {
+	in := pass(func(e *store.Endpoint) { e.Flashboot = true }, idleW("a", 6*time.Second))
+	in.canPause, in.runtime = false, "kubernetes"
+	p := planPass(in)
+	if len(p.freeze) != 0 || len(p.drains) != 1 || p.drains[0].id != "a" {
+		t.Fatalf("freeze %v drains %+v; want a drained", p.freeze, p.drains)
+	}
+	if !strings.Contains(p.warning, "flashboot is not available on the kubernetes runtime") {
+		t.Fatalf("warning %q", p.warning)
 	}
 }

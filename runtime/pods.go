@@ -6,19 +6,18 @@ import (
 	"fmt"
 	"io"
 	"maps"
-	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
 	"time"
 
+	"berth/gpu"
 	"berth/store"
 )
 
 // Pod errors; test them with errors.Is. GPU shortages wrap gpu.ErrNoCapacity,
 // gpu.ErrUnknownType or gpu.ErrAlreadyHeld; a daemon without GPU support
-// gives an error for which IsNoGPURuntime is true.
+// gives an error matching ErrNoGPURuntime.
 var (
 	ErrUnknownPod = errors.New("no container for this pod")
 	ErrPodExists  = errors.New("the pod already has a container")
@@ -72,7 +71,7 @@ type PodState struct {
 	// DesiredStatus is RUNNING, EXITED (container stopped) or TERMINATED
 	// (no container).
 	DesiredStatus string         `json:"desiredStatus"`
-	State         string         `json:"state,omitempty"` // Docker's state
+	State         string         `json:"state,omitempty"` // the backend's word (Instance.State)
 	ExitCode      int            `json:"exitCode"`
 	OOMKilled     bool           `json:"oomKilled,omitempty"`
 	Error         string         `json:"error,omitempty"`
@@ -90,7 +89,7 @@ type PodState struct {
 }
 
 // PodRuntime runs pods as long-lived containers. *Supervisor implements it.
-// Operations on one pod are serialised; all block until Docker is done.
+// Operations on one pod are serialised; all block until the backend is done.
 type PodRuntime interface {
 	// EnsurePod makes the pod run: it starts the pod's stopped container,
 	// creates a missing one, and replaces one made for another
@@ -127,25 +126,20 @@ var _ PodRuntime = (*Supervisor)(nil)
 
 // podState is what the Supervisor tracks of a pod's container.
 type podState struct {
-	id          string
-	version     int
-	containerID string
-	gpus        []string
-	gpuType     string
-	running     bool // OnRun start reported, GPUs held
-	startedAt   time.Time
-	warning     string
+	id         string
+	version    int
+	instanceID string
+	gpus       []string
+	gpuType    string
+	running    bool // OnRun start reported, GPUs held
+	startedAt  time.Time
+	warning    string
 }
 
 // podLock serialises operations on one pod (and keeps reconcile out).
 func (s *Supervisor) podLock(id string) *sync.Mutex {
 	m, _ := s.podOps.LoadOrStore(id, &sync.Mutex{})
 	return m.(*sync.Mutex)
-}
-
-// podDir is the pod's directory under DataDir.
-func (s *Supervisor) podDir(id string) string {
-	return filepath.Join(s.cfg.DataDir, "pods", id)
 }
 
 // findPod returns the pod's tracked container, or looks for it by label.
@@ -156,13 +150,13 @@ func (s *Supervisor) findPod(ctx context.Context, id string) (*podState, error) 
 	if p != nil {
 		return p, nil
 	}
-	infos, err := s.d.List(ctx, s.cfg.Instance)
+	infos, err := s.b.List(ctx)
 	if err != nil {
 		return nil, err
 	}
 	for _, in := range infos {
 		if in.Labels[LabelKind] == KindPod && in.Labels[LabelPod] == id {
-			p = &podState{id: id, containerID: in.ID, gpus: containerGPUs(in)}
+			p = &podState{id: id, instanceID: in.ID, gpus: in.GPUs}
 			p.version, _ = strconv.Atoi(in.Labels[LabelVersion])
 			p.gpuType = s.gpuTypeOf(p.gpus)
 			s.mu.Lock()
@@ -170,7 +164,7 @@ func (s *Supervisor) findPod(ctx context.Context, id string) (*podState, error) 
 				p = q
 			} else {
 				s.pods[id] = p
-				s.podByCID[in.ID] = p
+				s.podByInstance[in.ID] = p
 			}
 			s.mu.Unlock()
 			return p, nil
@@ -214,29 +208,14 @@ func (s *Supervisor) createPodLocked(ctx context.Context, spec PodSpec) (PodStat
 			return PodState{}, fmt.Errorf("registry credentials %q: %w", spec.RegistryAuthID, err)
 		}
 	}
-	err = s.d.EnsureImage(ctx, spec.Image, auth, func(msg string) {
-		s.log.Info("pod image pull", "pod", spec.ID, "image", spec.Image, "progress", msg)
-		s.mu.Lock()
-		s.podPulls[spec.ID] = pullMessage(spec.Image, msg)
-		s.mu.Unlock()
-	})
-	s.mu.Lock()
-	delete(s.podPulls, spec.ID)
-	s.mu.Unlock()
-	if err != nil {
-		if ctx.Err() != nil {
-			return PodState{}, err
-		}
-		return PodState{}, fmt.Errorf("%w: %w", ErrImage, err)
-	}
 
 	p := &podState{id: spec.ID, version: spec.Version}
+	var devs []gpu.Device
 	if !strings.EqualFold(spec.ComputeType, "CPU") {
 		if s.cfg.GPUs == nil || len(s.cfg.GPUs.Types()) == 0 {
 			p.warning = "no GPUs on this machine: the pod runs without a GPU"
 		} else {
-			devs, err := s.allocatePodGPUs(ctx, spec.ID, spec.GPUTypeIDs, max(spec.GPUCount, 1))
-			if err != nil {
+			if devs, err = s.allocatePodGPUs(ctx, spec.ID, spec.GPUTypeIDs, max(spec.GPUCount, 1)); err != nil {
 				return PodState{}, err
 			}
 			for _, d := range devs {
@@ -262,70 +241,62 @@ func (s *Supervisor) createPodLocked(ctx context.Context, spec PodSpec) (PodStat
 	if spec.NetworkVolumeID != "" {
 		env["RUNPOD_VOLUME_ID"] = spec.NetworkVolumeID
 	}
-	cs := ContainerSpec{
+	is := Spec{
 		Name:  "berth-pod-" + spec.ID,
 		Image: spec.Image,
-		Env:   envList(env),
+		Env:   env,
 		Labels: map[string]string{LabelKind: KindPod, LabelPod: spec.ID, LabelGPUs: strings.Join(p.gpus, ","),
 			LabelVersion: strconv.Itoa(spec.Version)},
-		Ports:           spec.Ports,
-		PublishPorts:    len(spec.Ports) > 0,
-		ContainerDiskGB: spec.ContainerDiskGB,
-		GPUUUIDs:        p.gpus,
-		UseCDI:          len(p.gpus) > 0 && s.d.CDIEnabled(),
-		ExtraHosts:      s.cfg.ExtraHosts,
-		NetworkMode:     s.cfg.NetworkMode,
-		StopTimeout:     s.cfg.PodStopGrace,
-		Init:            true,
-		Instance:        s.cfg.Instance,
-	}
-	if len(spec.Entrypoint) > 0 {
-		cs.Entrypoint = spec.Entrypoint
-	}
-	if len(spec.Cmd) > 0 {
-		cs.Cmd = spec.Cmd
+		Auth: auth, AuthID: spec.RegistryAuthID, Entrypoint: spec.Entrypoint, Cmd: spec.Cmd,
+		Ports: spec.Ports, Publish: true, GPUs: devs, ContainerDiskGB: spec.ContainerDiskGB,
+		StopGrace: s.cfg.PodStopGrace,
 	}
 	if spec.VolumeGB > 0 {
-		if s.cfg.DataDir == "" {
-			release()
-			return PodState{}, errors.New("create pod: volumeInGb needs a data directory (Config.DataDir)")
-		}
-		dir := filepath.Join(s.podDir(spec.ID), "volume")
-		if err := os.MkdirAll(dir, 0o755); err != nil {
-			release()
-			return PodState{}, fmt.Errorf("create pod volume: %w", err)
-		}
 		mp := spec.VolumeMountPath
 		if mp == "" {
 			mp = "/workspace"
 		}
-		cs.VolumeMounts = append(cs.VolumeMounts, VolumeMount{Source: dir, Target: mp})
+		is.Mounts = append(is.Mounts, Mount{Kind: MountPod, ID: spec.ID, SizeGB: spec.VolumeGB, Target: mp})
 	}
 	if spec.NetworkVolumeID != "" {
-		if s.cfg.VolumePath == nil {
+		if !s.caps.NetworkVolumes {
 			p.warning = joinNote(p.warning, "network volume "+spec.NetworkVolumeID+" is not mounted: Berth has no volume directory configured")
 		} else {
-			dir, err := s.cfg.VolumePath(spec.NetworkVolumeID)
-			if err != nil {
-				release()
-				return PodState{}, fmt.Errorf("network volume %q: %w", spec.NetworkVolumeID, err)
-			}
-			cs.VolumeMounts = append(cs.VolumeMounts, VolumeMount{Source: dir, Target: "/runpod-volume"})
+			is.Mounts = append(is.Mounts, Mount{Kind: MountNetwork, ID: spec.NetworkVolumeID, Target: "/runpod-volume"})
 		}
 	}
-	res, err := s.d.CreateAndStart(ctx, cs)
+	res, err := s.b.Create(ctx, is, func(msg string) {
+		s.log.Info("pod image pull", "pod", spec.ID, "image", spec.Image, "progress", msg)
+		s.mu.Lock()
+		s.podPulls[spec.ID] = pullMessage(spec.Image, msg)
+		s.mu.Unlock()
+	})
+	s.mu.Lock()
+	delete(s.podPulls, spec.ID)
+	s.mu.Unlock()
 	if err != nil {
+		release()
+		if errors.Is(err, ErrImage) {
+			err = fmt.Errorf("%w: %w", ErrImage, err)
+		}
+		return PodState{}, err
+	}
+	if err := s.b.Start(ctx, res.ID); err != nil {
+		// No unstartable leftovers: remove it, even if ctx was the reason.
+		rmCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+		if rmErr := s.b.Remove(rmCtx, res.ID); rmErr != nil {
+			s.log.Warn("remove a pod container that did not start", "pod", spec.ID, "container", shortID(res.ID), "err", rmErr)
+		}
+		cancel()
 		release()
 		return PodState{}, err
 	}
-	if !res.DiskLimitApplied && spec.ContainerDiskGB > 0 {
-		p.warning = joinNote(p.warning, fmt.Sprintf("containerDiskInGb (%d) is not enforced: the %q storage driver cannot limit a container's size", spec.ContainerDiskGB, s.d.Info().StorageDriver))
-	}
+	p.warning = joinNote(p.warning, res.Warning)
 	now := s.clock.Now()
-	p.containerID, p.running, p.startedAt = res.ID, true, now
+	p.instanceID, p.running, p.startedAt = res.ID, true, now
 	s.mu.Lock()
 	s.pods[p.id] = p
-	s.podByCID[res.ID] = p
+	s.podByInstance[res.ID] = p
 	s.mu.Unlock()
 	s.log.Info("pod started", "pod", p.id, "container", shortID(res.ID), "image", spec.Image, "gpus", p.gpus)
 	if s.cfg.OnRun != nil {
@@ -350,9 +321,11 @@ func (s *Supervisor) EnsurePod(ctx context.Context, spec PodSpec) (PodState, err
 		return PodState{}, err
 	}
 	s.mu.Lock()
-	same := p.version == spec.Version
+	same, running := p.version == spec.Version, p.running
 	s.mu.Unlock()
-	if !same {
+	// A backend that cannot start a stopped instance again (Kubernetes)
+	// makes the pod anew from its spec; its volumes stay.
+	if !same || !running && !s.caps.Restart {
 		if err := s.removePodContainer(ctx, p); err != nil {
 			return PodState{}, err
 		}
@@ -440,19 +413,22 @@ func (s *Supervisor) startPodLocked(ctx context.Context, id string) (PodState, e
 	if err != nil {
 		return PodState{}, err
 	}
-	info, err := s.d.Inspect(ctx, p.containerID)
+	info, err := s.b.Inspect(ctx, p.instanceID)
 	if err != nil {
 		return PodState{}, err
 	}
 	if info.Running {
 		return s.podStateOf(ctx, p)
 	}
+	if !s.caps.Restart {
+		return PodState{}, fmt.Errorf("start pod %s: the %s runtime cannot start a stopped pod again: make it anew from its spec (EnsurePod)", id, s.b.Name())
+	}
 	if len(p.gpus) > 0 && s.cfg.GPUs != nil {
 		if err := s.restorePodGPUs(ctx, id, p.gpus); err != nil {
 			return PodState{}, fmt.Errorf("start pod %s: its GPUs are in use (reset the pod to get others): %w", id, err)
 		}
 	}
-	if err := s.d.Start(ctx, p.containerID); err != nil {
+	if err := s.b.Start(ctx, p.instanceID); err != nil {
 		s.releasePodGPUs(p)
 		return PodState{}, err
 	}
@@ -475,8 +451,17 @@ func (s *Supervisor) StopPod(ctx context.Context, id string) (PodState, error) {
 	if err != nil {
 		return PodState{}, err
 	}
-	if err := s.d.Stop(ctx, p.containerID, s.cfg.PodStopGrace); err != nil {
+	if err := s.b.Stop(ctx, p.instanceID, s.cfg.PodStopGrace); err != nil {
 		return PodState{}, err
+	}
+	if !s.caps.Restart {
+		// Stopping removed the instance; the next start makes it anew.
+		s.mu.Lock()
+		delete(s.pods, p.id)
+		delete(s.podByInstance, p.instanceID)
+		s.mu.Unlock()
+		s.podExitedLocked(p, true)
+		return PodState{ID: p.id, DesiredStatus: PodExited, PortMappings: map[string]int{}, PublicIP: s.cfg.PublicIP, GPUCount: len(p.gpus)}, nil
 	}
 	s.podExitedLocked(p, false)
 	return s.podStateOf(ctx, p)
@@ -497,10 +482,13 @@ func (s *Supervisor) RestartPod(ctx context.Context, id string) (PodState, error
 	if !running {
 		return s.startPodLocked(ctx, id)
 	}
-	if err := s.d.Stop(ctx, p.containerID, s.cfg.PodStopGrace); err != nil {
+	if !s.caps.Restart {
+		return PodState{}, fmt.Errorf("restart pod %s: the %s runtime cannot start a stopped pod again: stop it and make it anew from its spec (EnsurePod)", id, s.b.Name())
+	}
+	if err := s.b.Stop(ctx, p.instanceID, s.cfg.PodStopGrace); err != nil {
 		return PodState{}, err
 	}
-	if err := s.d.Start(ctx, p.containerID); err != nil {
+	if err := s.b.Start(ctx, p.instanceID); err != nil {
 		s.podExitedLocked(p, false)
 		return PodState{}, err
 	}
@@ -536,10 +524,8 @@ func (s *Supervisor) RemovePod(ctx context.Context, id string) error {
 	case !errors.Is(err, ErrUnknownPod):
 		return err
 	}
-	if s.cfg.DataDir != "" {
-		if err := os.RemoveAll(s.podDir(id)); err != nil {
-			return fmt.Errorf("remove pod volume: %w", err)
-		}
+	if err := s.b.RemovePodVolume(ctx, id); err != nil {
+		return err
 	}
 	s.podOps.Delete(id)
 	return nil
@@ -547,13 +533,13 @@ func (s *Supervisor) RemovePod(ctx context.Context, id string) error {
 
 // removePodContainer force-removes the container and forgets it.
 func (s *Supervisor) removePodContainer(ctx context.Context, p *podState) error {
-	if err := s.d.Remove(ctx, p.containerID, true); err != nil {
+	if err := s.b.Remove(ctx, p.instanceID); err != nil {
 		return err
 	}
 	s.podExitedLocked(p, true)
 	s.mu.Lock()
 	delete(s.pods, p.id)
-	delete(s.podByCID, p.containerID)
+	delete(s.podByInstance, p.instanceID)
 	s.mu.Unlock()
 	return nil
 }
@@ -564,7 +550,7 @@ func (s *Supervisor) removePodContainer(ctx context.Context, p *podState) error 
 func (s *Supervisor) podExitedLocked(p *podState, gone bool) {
 	end := s.clock.Now()
 	if !gone {
-		info, err := s.d.Inspect(s.ctx, p.containerID)
+		info, err := s.b.Inspect(s.ctx, p.instanceID)
 		if err == nil && info.Running {
 			return // a stale event: it was started again
 		}
@@ -581,7 +567,7 @@ func (s *Supervisor) podExitedLocked(p *podState, gone bool) {
 	if !was {
 		return
 	}
-	s.log.Info("pod stopped", "pod", p.id, "container", shortID(p.containerID))
+	s.log.Info("pod stopped", "pod", p.id, "container", shortID(p.instanceID))
 	if s.cfg.OnRun != nil {
 		s.cfg.OnRun(KindPod, p.id, "", p.gpuType, len(p.gpus), start, end)
 	}
@@ -599,12 +585,12 @@ func (s *Supervisor) releasePodGPUs(p *podState) {
 }
 
 // podExited handles a die event of a pod's container.
-func (s *Supervisor) podExited(p *podState, containerID string) {
+func (s *Supervisor) podExited(p *podState, instanceID string) {
 	l := s.podLock(p.id)
 	l.Lock()
 	defer l.Unlock()
 	s.mu.Lock()
-	current := s.pods[p.id] == p && p.containerID == containerID
+	current := s.pods[p.id] == p && p.instanceID == instanceID
 	s.mu.Unlock()
 	if current {
 		s.podExitedLocked(p, false)
@@ -622,7 +608,7 @@ func (s *Supervisor) podVanished(p *podState) {
 	current := s.pods[p.id] == p
 	if current {
 		delete(s.pods, p.id)
-		delete(s.podByCID, p.containerID)
+		delete(s.podByInstance, p.instanceID)
 	}
 	s.mu.Unlock()
 	if current {
@@ -632,7 +618,7 @@ func (s *Supervisor) podVanished(p *podState) {
 
 // resyncPod adopts a pod container after a restart, notices a missed exit,
 // and removes the containers of pods that no longer exist.
-func (s *Supervisor) resyncPod(ctx context.Context, info ContainerInfo) {
+func (s *Supervisor) resyncPod(ctx context.Context, info Instance) {
 	id := info.Labels[LabelPod]
 	l := s.podLock(id)
 	if !l.TryLock() {
@@ -643,7 +629,7 @@ func (s *Supervisor) resyncPod(ctx context.Context, info ContainerInfo) {
 		ok, err := s.cfg.PodExists(id)
 		if err == nil && !ok {
 			s.log.Info("removing the container of a deleted pod", "pod", id, "container", shortID(info.ID))
-			p := &podState{id: id, containerID: info.ID, gpus: containerGPUs(info), running: info.Running, startedAt: info.StartedAt}
+			p := &podState{id: id, instanceID: info.ID, gpus: info.GPUs, running: info.Running, startedAt: info.StartedAt}
 			s.mu.Lock()
 			if q := s.pods[id]; q != nil {
 				p = q
@@ -652,25 +638,25 @@ func (s *Supervisor) resyncPod(ctx context.Context, info ContainerInfo) {
 			if err := s.removePodContainer(ctx, p); err != nil {
 				s.log.Warn("remove pod container", "pod", id, "err", err)
 			}
-			if s.cfg.DataDir != "" {
-				_ = os.RemoveAll(s.podDir(id))
+			if err := s.b.RemovePodVolume(ctx, id); err != nil {
+				s.log.Warn("remove pod volume", "pod", id, "err", err)
 			}
 			return
 		}
 	}
 	s.mu.Lock()
 	p := s.pods[id]
-	if p != nil && p.containerID != info.ID {
+	if p != nil && p.instanceID != info.ID {
 		s.mu.Unlock()
 		s.log.Warn("removing a stray container of a pod", "pod", id, "container", shortID(info.ID))
-		_ = s.d.Remove(ctx, info.ID, true)
+		_ = s.b.Remove(ctx, info.ID)
 		return
 	}
 	if p == nil {
-		p = &podState{id: id, containerID: info.ID, gpus: containerGPUs(info)}
+		p = &podState{id: id, instanceID: info.ID, gpus: info.GPUs}
 		p.version, _ = strconv.Atoi(info.Labels[LabelVersion])
 		s.pods[id] = p
-		s.podByCID[info.ID] = p
+		s.podByInstance[info.ID] = p
 	}
 	adopt := info.Running && !p.running
 	missed := !info.Running && p.running
@@ -710,7 +696,7 @@ func (s *Supervisor) PodState(ctx context.Context, id string) (PodState, error) 
 
 // ListPods implements PodRuntime.
 func (s *Supervisor) ListPods(ctx context.Context) ([]PodState, error) {
-	infos, err := s.d.List(ctx, s.cfg.Instance)
+	infos, err := s.b.List(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -722,8 +708,8 @@ func (s *Supervisor) ListPods(ctx context.Context) ([]PodState, error) {
 		s.mu.Lock()
 		p := s.pods[in.Labels[LabelPod]]
 		s.mu.Unlock()
-		if p == nil || p.containerID != in.ID {
-			p = &podState{id: in.Labels[LabelPod], containerID: in.ID, gpus: containerGPUs(in)}
+		if p == nil || p.instanceID != in.ID {
+			p = &podState{id: in.Labels[LabelPod], instanceID: in.ID, gpus: in.GPUs}
 		}
 		out = append(out, s.podStateFrom(p, in))
 	}
@@ -736,11 +722,11 @@ func (s *Supervisor) PodLogs(ctx context.Context, id string, follow bool, tail i
 	if err != nil {
 		return nil, err
 	}
-	return s.d.Logs(ctx, p.containerID, follow, tail, time.Time{})
+	return s.b.Logs(ctx, p.instanceID, follow, tail)
 }
 
 func (s *Supervisor) podStateOf(ctx context.Context, p *podState) (PodState, error) {
-	info, err := s.d.Inspect(ctx, p.containerID)
+	info, err := s.b.Inspect(ctx, p.instanceID)
 	if IsNotFound(err) {
 		return PodState{ID: p.id, DesiredStatus: PodTerminated, PortMappings: map[string]int{}, PublicIP: s.cfg.PublicIP},
 			fmt.Errorf("pod %s: %w", p.id, ErrUnknownPod)
@@ -751,11 +737,12 @@ func (s *Supervisor) podStateOf(ctx context.Context, p *podState) (PodState, err
 	return s.podStateFrom(p, info), nil
 }
 
-func (s *Supervisor) podStateFrom(p *podState, info ContainerInfo) PodState {
+func (s *Supervisor) podStateFrom(p *podState, info Instance) PodState {
 	st := PodState{
 		ID: p.id, ContainerID: info.ID, State: info.State, ExitCode: info.ExitCode, OOMKilled: info.OOMKilled,
 		Error: info.Error, Image: info.Image, PortMappings: map[string]int{}, PublicIP: s.cfg.PublicIP,
-		GPUs: containerGPUs(info), GPUCount: len(containerGPUs(info)), StartedAt: info.StartedAt, FinishedAt: info.FinishedAt,
+		GPUs: info.GPUs, GPUCount: len(info.GPUs), StartedAt: info.StartedAt, FinishedAt: info.FinishedAt,
+		VolumeDir: info.VolumeDir,
 	}
 	s.mu.Lock()
 	st.Warning = p.warning
@@ -766,19 +753,9 @@ func (s *Supervisor) podStateFrom(p *podState, info ContainerInfo) PodState {
 	if info.Running {
 		st.DesiredStatus = PodRunning
 	}
-	for port, host := range info.HostPorts {
+	for port, host := range info.PublicPorts {
 		num, _, _ := strings.Cut(port, "/")
 		st.PortMappings[num] = host
 	}
-	if s.cfg.DataDir != "" {
-		if dir := filepath.Join(s.podDir(p.id), "volume"); dirExists(dir) {
-			st.VolumeDir = dir
-		}
-	}
 	return st
-}
-
-func dirExists(p string) bool {
-	fi, err := os.Stat(p)
-	return err == nil && fi.IsDir()
 }

@@ -132,7 +132,7 @@ func TestPods(t *testing.T) {
 	// A GPU pod gets the exact device; this daemon cannot start it, and the
 	// GPU is given back.
 	_, err = s.CreatePod(ctx, runtime.PodSpec{ID: queue.NewID(14), Image: prog, Cmd: []string{"serve"}, GPUCount: 1})
-	if !runtime.IsNoGPURuntime(err) {
+	if !errors.Is(err, runtime.ErrNoGPURuntime) {
 		t.Fatalf("GPU pod: %v", err)
 	}
 	if alloc.Snapshot()[0].Holder != "" {

@@ -4,20 +4,19 @@ import (
 	"context"
 	"fmt"
 	"strconv"
-	"strings"
 	"time"
 
 	"berth/queue"
 	"berth/store"
 )
 
-// resync compares the Supervisor's state with the containers this instance
+// resync compares the Supervisor's state with the instances this Berth
 // labelled: it adopts running workers it does not know (after a restart of
 // Berth), handles exits it missed (after a restart of the daemon), removes
 // orphans, and restores GPU allocations from the containers. Called from
 // Start and from the loop goroutine only.
 func (s *Supervisor) resync(ctx context.Context) error {
-	infos, err := s.d.List(ctx, s.cfg.Instance)
+	infos, err := s.b.List(ctx)
 	if err != nil {
 		return err
 	}
@@ -48,7 +47,7 @@ func (s *Supervisor) resync(ctx context.Context) error {
 	var podsGone []*podState
 	s.mu.Lock()
 	for _, ws := range s.workers {
-		if ws.containerID != "" && !present[ws.containerID] && launched(ws.state) && ws.state != wsExited {
+		if ws.instanceID != "" && !present[ws.instanceID] && launched(ws.state) && ws.state != wsExited {
 			gone = append(gone, ws)
 		}
 	}
@@ -61,7 +60,7 @@ func (s *Supervisor) resync(ctx context.Context) error {
 		}
 	}
 	for _, p := range s.pods {
-		if p.containerID != "" && !present[p.containerID] {
+		if p.instanceID != "" && !present[p.instanceID] {
 			podsGone = append(podsGone, p)
 		}
 	}
@@ -75,7 +74,7 @@ func (s *Supervisor) resync(ctx context.Context) error {
 	return nil
 }
 
-func (s *Supervisor) resyncWorker(ctx context.Context, info ContainerInfo, eps map[string]store.Endpoint, loads map[string]queue.WorkerLoad) {
+func (s *Supervisor) resyncWorker(ctx context.Context, info Instance, eps map[string]store.Endpoint, loads map[string]queue.WorkerLoad) {
 	wid, epID := info.Labels[LabelWorker], info.Labels[LabelEndpoint]
 	s.mu.Lock()
 	ws := s.workers[wid]
@@ -84,7 +83,7 @@ func (s *Supervisor) resyncWorker(ctx context.Context, info ContainerInfo, eps m
 	if kept {
 		return
 	}
-	if ws != nil && ws.containerID == info.ID {
+	if ws != nil && ws.instanceID == info.ID {
 		s.mu.Lock()
 		state := ws.state
 		unpaused := info.Running && !info.Paused && state == wsFrozen
@@ -102,7 +101,7 @@ func (s *Supervisor) resyncWorker(ctx context.Context, info ContainerInfo, eps m
 		}
 		return
 	}
-	if ws != nil && ws.containerID == "" {
+	if ws != nil && ws.instanceID == "" {
 		return // being created right now
 	}
 	l, known := loads[wid]
@@ -120,7 +119,7 @@ func (s *Supervisor) resyncWorker(ctx context.Context, info ContainerInfo, eps m
 	}
 	var gpus []string
 	if why == "" {
-		gpus = containerGPUs(info)
+		gpus = info.GPUs
 		if len(gpus) > 0 && s.cfg.GPUs != nil {
 			s.mu.Lock()
 			err := s.cfg.GPUs.Restore(wid, gpus)
@@ -132,7 +131,7 @@ func (s *Supervisor) resyncWorker(ctx context.Context, info ContainerInfo, eps m
 	}
 	if why != "" {
 		s.log.Info("removing orphan worker container", "container", shortID(info.ID), "worker", wid, "endpoint", epID, "why", why)
-		if err := s.d.Remove(ctx, info.ID, true); err != nil {
+		if err := s.b.Remove(ctx, info.ID); err != nil {
 			s.log.Warn("remove orphan container", "container", shortID(info.ID), "err", err)
 		}
 		if ws == nil && known && !l.External {
@@ -145,7 +144,7 @@ func (s *Supervisor) resyncWorker(ctx context.Context, info ContainerInfo, eps m
 	// next pass finds it idle or running from the queue's view) or, when
 	// paused, Frozen.
 	ws = &workerState{
-		id: wid, endpointID: epID, containerID: info.ID, version: version, specKey: info.Labels[LabelSpec],
+		id: wid, endpointID: epID, instanceID: info.ID, version: version, specKey: info.Labels[LabelSpec],
 		gpus: gpus, gpuType: s.gpuTypeOf(gpus), state: wsInitializing, startedAt: info.StartedAt,
 		contacted: !l.LastSeen.IsZero(),
 	}
@@ -160,7 +159,7 @@ func (s *Supervisor) resyncWorker(ctx context.Context, info ContainerInfo, eps m
 	}
 	s.mu.Lock()
 	s.workers[wid] = ws
-	s.byContainer[info.ID] = ws
+	s.byInstance[info.ID] = ws
 	es := s.endpointLocked(epID)
 	es.ep = ep
 	s.mu.Unlock()
@@ -174,18 +173,6 @@ func (s *Supervisor) resyncWorker(ctx context.Context, info ContainerInfo, eps m
 // launched: the worker's launch is done with it (its container was
 // started, or the start failed), so reconcile may judge its container.
 func launched(st wstate) bool { return st != wsStarting && st != wsCancelled }
-
-// containerGPUs are the GPUs a container was created with: its device
-// requests, or else its label.
-func containerGPUs(info ContainerInfo) []string {
-	if len(info.GPUDeviceIDs) > 0 {
-		return info.GPUDeviceIDs
-	}
-	if l := info.Labels[LabelGPUs]; l != "" {
-		return strings.Split(l, ",")
-	}
-	return nil
-}
 
 func (s *Supervisor) gpuTypeOf(uuids []string) string {
 	if len(uuids) == 0 || s.cfg.GPUs == nil {

@@ -188,7 +188,7 @@ func (s *Supervisor) Workers(endpointID string) []WorkerInfo {
 			reason = ws.drain.reason
 		}
 		out = append(out, WorkerInfo{
-			WorkerID: ws.id, EndpointID: ws.endpointID, ContainerID: ws.containerID, State: ws.publicState(),
+			WorkerID: ws.id, EndpointID: ws.endpointID, ContainerID: ws.instanceID, State: ws.publicState(),
 			Version: ws.version, GPUs: slices.Clone(ws.gpus), GPUTypeID: ws.gpuType,
 			JobsInProgress: ws.running, StartedAt: ws.startedAt, DrainReason: reason,
 		})

@@ -31,41 +31,29 @@ type Queue interface {
 // Config holds a Supervisor's dependencies and tuning. Zero durations take
 // the defaults in brackets.
 type Config struct {
-	Docker *Docker // required
-	Queue  Queue   // required
+	// Backend runs the workers and pods (runtime/docker; Kubernetes).
+	// Required.
+	Backend Backend
+	Queue   Queue // required
 	// Endpoints lists every endpoint; Template reads one template. Both are
 	// called from the autoscaler loop (about once per TickInterval).
 	Endpoints func() ([]store.Endpoint, error) // required
 	Template  func(id string) (store.Template, error)
-	// GPUs hands out the machine's GPUs; nil (or an allocator with no
-	// devices) runs every container without a GPU.
+	// GPUs hands out the GPUs (made from Backend.Devices); nil (or an
+	// allocator with no devices) runs every worker and pod without a GPU.
 	GPUs *gpu.Allocator
-	// Instance identifies this Berth among others sharing the daemon (see
-	// LabelDataDir). Required.
-	Instance string
 
-	// WorkerBaseURL is Berth's base URL as seen from inside a worker
-	// container, e.g. http://host.docker.internal:8080. Required.
+	// WorkerBaseURL is Berth's base URL as seen from inside a worker,
+	// e.g. http://host.docker.internal:8080. Required.
 	WorkerBaseURL string
 	// WorkerEnv builds a worker's RUNPOD_* variables (main wires it to
 	// worker.PlatformEnv). nil uses DefaultWorkerEnv.
 	WorkerEnv func(base, endpointID, workerID, key string) map[string]string
-	// ExtraHosts of every container [host.docker.internal:host-gateway].
-	ExtraHosts []string
-	// NetworkMode of every container ["": the daemon's default bridge].
-	NetworkMode string
 
 	// Credentials returns the registry login of a template's or pod's
 	// containerRegistryAuthId. Optional: without it pulls are anonymous.
 	Credentials func(authID string) (*RegistryAuth, error)
-	// VolumePath returns the host directory of a network volume, mounted
-	// at /runpod-volume. Optional: without it network volumes are not
-	// mounted (the endpoint's status says so).
-	VolumePath func(volumeID string) (string, error)
 
-	// DataDir holds pod volumes (DataDir/pods/<podId>). Required for pods
-	// with volumeInGb > 0.
-	DataDir string
 	// PublicIP is reported as a pod's publicIp [DetectHostIP()].
 	PublicIP string
 	// PodExists tells reconcile whether a labelled pod container still has
@@ -136,23 +124,18 @@ type Config struct {
 
 func (c *Config) defaults() error {
 	switch {
-	case c.Docker == nil:
-		return errors.New("runtime: Config.Docker is required")
+	case c.Backend == nil:
+		return errors.New("runtime: Config.Backend is required")
 	case c.Queue == nil:
 		return errors.New("runtime: Config.Queue is required")
 	case c.Endpoints == nil || c.Template == nil:
 		return errors.New("runtime: Config.Endpoints and Config.Template are required")
-	case c.Instance == "":
-		return errors.New("runtime: Config.Instance is required")
 	case c.WorkerBaseURL == "":
 		return errors.New("runtime: Config.WorkerBaseURL is required")
 	}
 	c.WorkerBaseURL = strings.TrimRight(c.WorkerBaseURL, "/")
 	if c.WorkerEnv == nil {
 		c.WorkerEnv = DefaultWorkerEnv
-	}
-	if c.ExtraHosts == nil {
-		c.ExtraHosts = []string{"host.docker.internal:host-gateway"}
 	}
 	if c.Clock == nil {
 		c.Clock = clockwork.NewRealClock()
@@ -193,28 +176,29 @@ func (c *Config) defaults() error {
 	return nil
 }
 
-// Supervisor runs endpoints' workers and pods as containers: it scales
+// Supervisor runs endpoints' workers and pods on a Backend: it scales
 // workers by demand, pins GPUs, drains and replaces workers, and rebuilds
-// its state from container labels after a restart of Berth or of the
-// Docker daemon. Start it once; Stop ends its goroutines but leaves the
-// containers running so the next Start adopts them.
+// its state from the instances' labels after a restart of Berth or of the
+// backend. Start it once; Stop ends its goroutines but leaves the
+// instances running so the next Start adopts them.
 type Supervisor struct {
 	cfg   Config
-	d     *Docker
+	b     Backend
+	caps  Caps
 	q     Queue
 	log   *slog.Logger
 	clock clockwork.Clock
 
-	mu          sync.Mutex
-	eps         map[string]*endpointState
-	workers     map[string]*workerState // by worker id
-	byContainer map[string]*workerState
-	kept        map[string]string // failed container id -> endpoint id
-	pods        map[string]*podState
-	podByCID    map[string]*podState
-	podPulls    map[string]string // pod id -> image pull progress while it is created
-	podOps      sync.Map          // pod id -> *sync.Mutex serialising operations
-	memEvict    *workerState      // last FlashBoot eviction for lack of memory
+	mu            sync.Mutex
+	eps           map[string]*endpointState
+	workers       map[string]*workerState // by worker id
+	byInstance    map[string]*workerState
+	kept          map[string]string // failed container id -> endpoint id
+	pods          map[string]*podState
+	podByInstance map[string]*podState
+	podPulls      map[string]string // pod id -> image pull progress while it is created
+	podOps        sync.Map          // pod id -> *sync.Mutex serialising operations
+	memEvict      *workerState      // last FlashBoot eviction for lack of memory
 
 	pendMu  sync.Mutex
 	pending map[string]bool // endpoints to look at ("" = all)
@@ -235,10 +219,10 @@ func New(cfg Config) (*Supervisor, error) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	return &Supervisor{
-		cfg: cfg, d: cfg.Docker, q: cfg.Queue, log: cfg.Logger, clock: cfg.Clock,
+		cfg: cfg, b: cfg.Backend, caps: cfg.Backend.Caps(), q: cfg.Queue, log: cfg.Logger, clock: cfg.Clock,
 		eps: map[string]*endpointState{}, workers: map[string]*workerState{},
-		byContainer: map[string]*workerState{}, kept: map[string]string{},
-		pods: map[string]*podState{}, podByCID: map[string]*podState{}, podPulls: map[string]string{},
+		byInstance: map[string]*workerState{}, kept: map[string]string{},
+		pods: map[string]*podState{}, podByInstance: map[string]*podState{}, podPulls: map[string]string{},
 		pending: map[string]bool{}, wake: make(chan struct{}, 1), resyncC: make(chan struct{}, 1),
 		ctx: ctx, cancel: cancel,
 	}, nil
@@ -259,7 +243,7 @@ func (s *Supervisor) Start(ctx context.Context) error {
 
 	// Subscribe before listing, so no exit falls between the two.
 	evCtx, evCancel := context.WithCancel(s.ctx)
-	evs, errc := s.d.Events(evCtx, s.cfg.Instance)
+	evs, errc := s.b.Events(evCtx)
 	rctx, cancel := context.WithCancel(ctx)
 	stop := context.AfterFunc(s.ctx, cancel)
 	err := s.resync(rctx)
@@ -360,7 +344,7 @@ func (s *Supervisor) loop() {
 
 func (s *Supervisor) resyncAndScale() {
 	if err := s.resync(s.ctx); err != nil && s.ctx.Err() == nil {
-		s.log.Warn("reconcile with the docker daemon failed", "err", err)
+		s.log.Warn("reconcile with the runtime failed", "runtime", s.b.Name(), "err", err)
 	}
 	s.scale(nil)
 }
@@ -407,7 +391,7 @@ func (s *Supervisor) eventLoop(evs <-chan Event, errc <-chan error, cancel conte
 				s.handleEvent(ev)
 			case err, ok := <-errc:
 				if ok && err != nil {
-					s.log.Warn("docker event stream ended; re-subscribing", "err", err)
+					s.log.Warn("event stream ended; re-subscribing", "runtime", s.b.Name(), "err", err)
 				}
 				break recv
 			case <-s.ctx.Done():
@@ -427,14 +411,14 @@ func (s *Supervisor) eventLoop(evs <-chan Event, errc <-chan error, cancel conte
 		delay = min(delay*2, 30*time.Second)
 		var ctx context.Context
 		ctx, cancel = context.WithCancel(s.ctx)
-		if err := s.d.Ping(ctx); err != nil {
-			s.log.Warn("docker daemon not answering", "err", err, "retry", delay)
+		if err := s.b.Ping(ctx); err != nil {
+			s.log.Warn("the runtime is not answering", "runtime", s.b.Name(), "err", err, "retry", delay)
 			errc = closedErr(err)
 			evs = nil
 			continue
 		}
-		evs, errc = s.d.Events(ctx, s.cfg.Instance)
-		s.log.Info("docker event stream re-subscribed; reconciling")
+		evs, errc = s.b.Events(ctx)
+		s.log.Info("event stream re-subscribed; reconciling", "runtime", s.b.Name())
 		select {
 		case s.resyncC <- struct{}{}:
 		default:
@@ -451,21 +435,30 @@ func closedErr(err error) <-chan error {
 
 func (s *Supervisor) handleEvent(ev Event) {
 	s.mu.Lock()
-	ws := s.byContainer[ev.ContainerID]
-	pod := s.podByCID[ev.ContainerID]
-	if ev.Action == "oom" && ws != nil {
+	ws := s.byInstance[ev.ID]
+	pod := s.podByInstance[ev.ID]
+	if ev.Action == EventOOM && ws != nil {
 		ws.oomKilled = true
 	}
-	if ev.Action == "destroy" {
-		delete(s.kept, ev.ContainerID)
+	if ev.Action == EventDestroy {
+		delete(s.kept, ev.ID)
 		for _, es := range s.eps {
-			if es.kept == ev.ContainerID {
+			if es.kept == ev.ID {
 				es.kept = ""
 			}
 		}
 	}
 	s.mu.Unlock()
-	if ev.Action != "die" && ev.Action != "destroy" {
+	switch ev.Action {
+	case EventUpdate:
+		// Not an exit: a status the autoscaler reads (a Pod that cannot
+		// be scheduled or pulled).
+		if ws != nil {
+			s.Notify(ws.endpointID)
+		}
+		return
+	case EventDie, EventDestroy:
+	default:
 		return
 	}
 	if ws != nil {
@@ -475,7 +468,7 @@ func (s *Supervisor) handleEvent(ev Event) {
 		s.wg.Add(1)
 		go func() {
 			defer s.wg.Done()
-			s.podExited(pod, ev.ContainerID)
+			s.podExited(pod, ev.ID)
 		}()
 	}
 }

@@ -15,6 +15,7 @@ import (
 	"berth/internal/dockertest"
 	"berth/queue"
 	"berth/runtime"
+	"berth/runtime/docker"
 	"berth/store"
 )
 
@@ -26,14 +27,13 @@ func TestWorkersEndToEnd(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(volDir, "hello.txt"), []byte("from the volume"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	e := newEnv(t, func(c *runtime.Config) {
-		c.VolumePath = func(id string) (string, error) {
-			if id != "vol1" {
-				return "", errors.New("no such volume")
-			}
-			return volDir, nil
+	e := newEnv(t)
+	e.dcfg.VolumePath = func(id string) (string, error) {
+		if id != "vol1" {
+			return "", errors.New("no such volume")
 		}
-	})
+		return volDir, nil
+	}
 	tm := e.putTemplate(func(t *store.Template) {
 		t.Env = map[string]string{"FROM_TEMPLATE": "t", "OVERRIDDEN": "template"}
 		t.ContainerDiskInGb = 5
@@ -431,10 +431,10 @@ func TestGPUs(t *testing.T) {
 	e.eventually("unhealthy", func() bool { return s.Status(ep.ID).Unhealthy })
 	st := s.Status(ep.ID)
 	t.Logf("status: %+v", st)
-	if !strings.Contains(st.Reason, "NVIDIA Container Toolkit") || !runtime.IsNoGPURuntime(errors.New(st.LastError)) {
+	if !strings.Contains(st.Reason, "NVIDIA Container Toolkit") || !docker.IsNoGPURuntime(errors.New(st.LastError)) {
 		t.Fatalf("status %+v", st)
 	}
-	var c runtime.ContainerInfo
+	var c docker.ContainerInfo
 	for _, in := range e.containers(runtime.KindWorker) {
 		if in.Labels[runtime.LabelEndpoint] == ep.ID {
 			c = in
@@ -494,7 +494,7 @@ func TestReconcile(t *testing.T) {
 	ctx := context.Background()
 	mk := func(labels map[string]string, run bool) string {
 		labels[runtime.LabelKind] = runtime.KindWorker
-		res, err := e.d.Create(ctx, runtime.ContainerSpec{Image: prog, Cmd: []string{"ignore"}, Labels: labels, Instance: e.inst})
+		res, err := e.d.Create(ctx, docker.ContainerSpec{Image: prog, Cmd: []string{"ignore"}, Labels: labels, Instance: e.inst})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -537,7 +537,7 @@ func TestReconcile(t *testing.T) {
 		t.Fatalf("status %+v, workers %+v: the adopted worker must be kept, not replaced", st, s2.Workers(ep.ID))
 	}
 	for _, id := range []string{orphan, exited} {
-		if _, err := e.d.Inspect(ctx, id); !runtime.IsNotFound(err) {
+		if _, err := e.d.Inspect(ctx, id); !docker.IsNotFound(err) {
 			t.Fatalf("orphan %s not removed: %v", id, err)
 		}
 	}

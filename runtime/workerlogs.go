@@ -9,9 +9,6 @@ import (
 	"net"
 	"net/netip"
 	"strings"
-	"time"
-
-	"github.com/moby/moby/client"
 )
 
 // ErrUnknownWorker: no container of this instance belongs to the worker.
@@ -27,12 +24,12 @@ func (s *Supervisor) WorkerLogs(ctx context.Context, endpointID, workerID string
 	s.mu.Lock()
 	cid := ""
 	if ws := s.workers[workerID]; ws != nil && ws.endpointID == endpointID {
-		cid = ws.containerID
+		cid = ws.instanceID
 	}
 	s.mu.Unlock()
 	if cid == "" {
 		// Not running: maybe a kept failed container.
-		infos, err := s.d.List(ctx, s.cfg.Instance)
+		infos, err := s.b.List(ctx)
 		if err != nil {
 			return nil, err
 		}
@@ -45,7 +42,7 @@ func (s *Supervisor) WorkerLogs(ctx context.Context, endpointID, workerID string
 	if cid == "" {
 		return nil, fmt.Errorf("worker %s of endpoint %s: %w", workerID, endpointID, ErrUnknownWorker)
 	}
-	rc, err := s.d.Logs(ctx, cid, follow, tail, time.Time{})
+	rc, err := s.b.Logs(ctx, cid, follow, tail)
 	if err != nil {
 		return nil, err
 	}
@@ -91,45 +88,6 @@ type filterReader struct {
 func (f *filterReader) Close() error {
 	_ = f.PipeReader.Close()
 	return f.src.Close()
-}
-
-// BridgeGateway returns the gateway address of Docker's default bridge
-// network (docker0, usually 172.17.0.1): where "host-gateway" points from a
-// container, so a listener bound there is reachable from worker containers
-// without exposing it on the LAN. Engine 20.10 lists no gateway for the
-// default bridge; the bridge interface's address is used then (Berth runs
-// on the daemon's host), else the subnet's first address.
-func (d *Docker) BridgeGateway(ctx context.Context) (string, error) {
-	res, err := d.cli.NetworkInspect(ctx, "bridge", client.NetworkInspectOptions{})
-	if err != nil {
-		return "", fmt.Errorf("inspect the bridge network: %w", err)
-	}
-	var subnet netip.Prefix
-	for _, c := range res.Network.IPAM.Config {
-		if c.Gateway.IsValid() && c.Gateway.Is4() {
-			return c.Gateway.String(), nil
-		}
-		if c.Subnet.IsValid() && c.Subnet.Addr().Is4() && !subnet.IsValid() {
-			subnet = c.Subnet
-		}
-	}
-	if !subnet.IsValid() {
-		return "", errors.New("the bridge network has no IPv4 subnet")
-	}
-	name := res.Network.Options["com.docker.network.bridge.name"]
-	if name == "" {
-		name = "docker0"
-	}
-	if ifc, err := net.InterfaceByName(name); err == nil {
-		if addrs, err := ifc.Addrs(); err == nil {
-			for _, a := range addrs {
-				if p, err := netip.ParsePrefix(a.String()); err == nil && subnet.Contains(p.Addr()) {
-					return p.Addr().String(), nil
-				}
-			}
-		}
-	}
-	return subnet.Masked().Addr().Next().String(), nil
 }
 
 // DetectHostIP guesses the machine's LAN address (the source address of

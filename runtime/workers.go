@@ -8,7 +8,6 @@ import (
 	"errors"
 	"fmt"
 	"maps"
-	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -33,17 +32,18 @@ const probeHolder = "berth-capacity-probe"
 // of and facts observed about it. Guarded by Supervisor.mu.
 type workerState struct {
 	id, endpointID string
-	containerID    string
+	instanceID     string
 	version        int
 	specKey        string
-	gpus           []string
+	gpus           []string     // device ids
+	devices        []gpu.Device // the devices, when Berth allocated them (not adopted)
 	gpuType        string
 
 	state wstate
 	drain drain // why and how it is stopped, once state.stopping()
 
 	contacted bool      // has contacted Berth (the queue saw it)
-	oomKilled bool      // Docker reported an OOM kill of its container
+	oomKilled bool      // the backend reported an OOM kill (EventOOM)
 	running   int       // jobs in progress, from the queue
 	startedAt time.Time // container start (zero while starting); usage is open from then
 	idleSince time.Time
@@ -99,13 +99,13 @@ func (s *Supervisor) endpointLocked(id string) *endpointState {
 // scaleEndpoint is one autoscaler pass over an endpoint, and the executor
 // of its plan: it reads the snapshot planPass decides on, applies the plan
 // to the Supervisor's records under s.mu (so a pass is atomic), then does
-// what the plan asks of Docker — thaws, freezes, stops, starts and
+// what the plan asks of the backend — thaws, freezes, stops, starts and
 // FlashBoot evictions.
 func (s *Supervisor) scaleEndpoint(ep store.Endpoint) {
 	tmpl, terr := s.cfg.Template(ep.TemplateID)
 	in := passInput{
 		now: s.clock.Now(), ep: ep, specKey: specKey(ep, tmpl), configErr: templateError(ep, tmpl, terr),
-		noVolumeDir: s.cfg.VolumePath == nil, stats: s.q.Stats(ep.ID), drainGrace: s.drainGrace(ep),
+		noVolumeDir: !s.caps.NetworkVolumes, canPause: s.caps.Pause, runtime: s.b.Name(), stats: s.q.Stats(ep.ID), drainGrace: s.drainGrace(ep),
 		lim: observeLimits{initTimeout: s.cfg.InitTimeout, stopIgnoredAfter: s.cfg.StopIgnoredAfter, workerBaseURL: s.cfg.WorkerBaseURL},
 	}
 	qv := s.queueView(ep.ID)
@@ -216,7 +216,7 @@ func (s *Supervisor) planLocked(in *passInput, qv queueFacts) passExec {
 	return x
 }
 
-// execute does what a pass's plan asks of Docker.
+// execute does what a pass's plan asks of the backend.
 func (s *Supervisor) execute(ep store.Endpoint, tmpl store.Template, in passInput, x passExec) {
 	for _, ws := range x.thaw {
 		s.thawAsync(ws)
@@ -385,7 +385,7 @@ func (s *Supervisor) startOne(ep store.Endpoint, tmpl store.Template, key string
 		for _, d := range devs {
 			ws.gpus = append(ws.gpus, d.UUID)
 		}
-		ws.gpuType = devs[0].TypeID
+		ws.devices, ws.gpuType = devs, devs[0].TypeID
 	}
 	if s.ctx.Err() != nil {
 		s.releaseGPUsLocked(ws)
@@ -410,7 +410,8 @@ func (s *Supervisor) releaseGPUsLocked(ws *workerState) {
 	}
 }
 
-// launch pulls the image if needed and creates and starts the container.
+// launch creates the worker's instance (pulling its image where the
+// backend pulls) and starts it.
 func (s *Supervisor) launch(ws *workerState, ep store.Endpoint, tmpl store.Template, apiKey string) {
 	defer s.wg.Done()
 	ctx := s.ctx
@@ -423,7 +424,7 @@ func (s *Supervisor) launch(ws *workerState, ep store.Endpoint, tmpl store.Templ
 		}
 		auth = a
 	}
-	err := s.d.EnsureImage(ctx, tmpl.ImageName, auth, func(msg string) {
+	res, err := s.b.Create(ctx, s.workerSpec(ws, ep, tmpl, apiKey, auth), func(msg string) {
 		s.mu.Lock()
 		if es := s.eps[ep.ID]; es != nil {
 			es.pull = pullMessage(tmpl.ImageName, msg)
@@ -439,34 +440,20 @@ func (s *Supervisor) launch(ws *workerState, ep store.Endpoint, tmpl store.Templ
 		s.launchFailed(ws, err, "")
 		return
 	}
-	spec, err := s.workerSpec(ws, ep, tmpl, apiKey)
-	if err != nil {
-		s.launchFailed(ws, err, "")
-		return
-	}
-	res, err := s.d.Create(ctx, spec)
-	if err != nil {
-		s.launchFailed(ws, err, "")
-		return
-	}
 	s.mu.Lock()
-	ws.containerID = res.ID
-	s.byContainer[res.ID] = ws
+	ws.instanceID = res.ID
+	s.byInstance[res.ID] = ws
 	cancelled := ws.state == wsCancelled
 	if es := s.eps[ep.ID]; es != nil {
-		es.diskWarn = ""
-		if spec.ContainerDiskGB > 0 && !res.DiskLimitApplied {
-			es.diskWarn = fmt.Sprintf("containerDiskInGb (%d) is not enforced: the %q storage driver cannot limit a container's size",
-				spec.ContainerDiskGB, s.d.Info().StorageDriver)
-		}
+		es.diskWarn = res.Warning
 	}
 	s.mu.Unlock()
 	if cancelled {
 		s.launchFailed(ws, nil, res.ID)
 		return
 	}
-	if err := s.d.Start(ctx, res.ID); err != nil {
-		// Keep the container (not started) so its config can be inspected.
+	if err := s.b.Start(ctx, res.ID); err != nil {
+		// Keep the instance (not started) so its config can be inspected.
 		s.launchFailed(ws, err, res.ID)
 		return
 	}
@@ -498,7 +485,7 @@ func (s *Supervisor) launch(ws *workerState, ep store.Endpoint, tmpl store.Templ
 
 // launchFailed cleans up after a worker that could not start. err nil
 // means the start was called off (the worker was drained while starting).
-func (s *Supervisor) launchFailed(ws *workerState, err error, containerID string) {
+func (s *Supervisor) launchFailed(ws *workerState, err error, instanceID string) {
 	cancelled := err == nil || s.ctx.Err() != nil
 	if !cancelled {
 		s.wlog(ws).Warn("worker failed to start", "err", err)
@@ -519,25 +506,25 @@ func (s *Supervisor) launchFailed(ws *workerState, err error, containerID string
 	}
 	s.releaseGPUsLocked(ws)
 	s.forgetLocked(ws)
-	if containerID != "" {
-		delete(s.byContainer, containerID)
+	if instanceID != "" {
+		delete(s.byInstance, instanceID)
 	}
 	var drop string
 	if es := s.eps[ws.endpointID]; es != nil && !cancelled {
-		s.noteFailureLocked(es, err.Error(), IsNoGPURuntime(err), now)
-		if containerID != "" {
-			drop, es.kept = es.kept, containerID
-			s.kept[containerID] = es.id
+		s.noteFailureLocked(es, err.Error(), errors.Is(err, ErrNoGPURuntime), now)
+		if instanceID != "" {
+			drop, es.kept = es.kept, instanceID
+			s.kept[instanceID] = es.id
 			delete(s.kept, drop)
-			containerID = ""
+			instanceID = ""
 		}
 	}
 	s.mu.Unlock()
 	rmCtx, cancel := context.WithTimeout(context.WithoutCancel(s.ctx), 30*time.Second)
 	defer cancel()
-	for _, id := range []string{drop, containerID} {
+	for _, id := range []string{drop, instanceID} {
 		if id != "" {
-			if err := s.d.Remove(rmCtx, id, true); err != nil {
+			if err := s.b.Remove(rmCtx, id); err != nil {
 				s.log.Warn("remove container", "container", shortID(id), "err", err)
 			}
 		}
@@ -580,7 +567,7 @@ func (s *Supervisor) noteCrashLocked(es *endpointState, reason string, now time.
 // already has its stop).
 func (s *Supervisor) stopAsync(ws *workerState) {
 	s.mu.Lock()
-	cid := ws.containerID
+	cid := ws.instanceID
 	if ws.state != wsDraining || cid == "" {
 		s.mu.Unlock()
 		return
@@ -595,7 +582,7 @@ func (s *Supervisor) stopAsync(ws *workerState) {
 	s.mu.Unlock()
 	go func() {
 		defer s.wg.Done()
-		err := s.d.Stop(s.ctx, cid, grace)
+		err := s.b.Stop(s.ctx, cid, grace)
 		if err != nil && s.ctx.Err() != nil {
 			return // shutting down: the next Start sees how it ended
 		}
@@ -621,14 +608,14 @@ func (s *Supervisor) containerExited(ws *workerState) {
 		return
 	}
 	s.mu.Lock()
-	if ws.state == wsExited || ws.containerID == "" {
+	if ws.state == wsExited || ws.instanceID == "" {
 		s.mu.Unlock()
 		return
 	}
-	cid := ws.containerID
+	cid := ws.instanceID
 	s.mu.Unlock()
 
-	info, err := s.d.Inspect(ctx, cid)
+	info, err := s.b.Inspect(ctx, cid)
 	switch {
 	case err == nil && info.Running:
 		return // a stale report: still running
@@ -677,7 +664,7 @@ func (s *Supervisor) containerExited(ws *workerState) {
 	s.mu.Lock()
 	s.releaseGPUsLocked(ws)
 	s.forgetLocked(ws)
-	delete(s.byContainer, cid)
+	delete(s.byInstance, cid)
 	runStarted := !ws.startedAt.IsZero()
 	var drop string
 	if es := s.eps[ws.endpointID]; es != nil {
@@ -697,7 +684,7 @@ func (s *Supervisor) containerExited(ws *workerState) {
 	s.mu.Unlock()
 	for _, id := range []string{drop, remove} {
 		if id != "" {
-			if err := s.d.Remove(ctx, id, true); err != nil {
+			if err := s.b.Remove(ctx, id); err != nil {
 				s.log.Warn("remove worker container", "container", shortID(id), "err", err)
 			}
 		}
@@ -720,7 +707,7 @@ func (s *Supervisor) containerExited(ws *workerState) {
 func (s *Supervisor) logTail(ctx context.Context, id string, n int) string {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	rc, err := s.d.Logs(ctx, id, false, n, time.Time{})
+	rc, err := s.b.Logs(ctx, id, false, n)
 	if err != nil {
 		return ""
 	}
@@ -784,7 +771,7 @@ func (s *Supervisor) dropDeleted(present map[string]bool) {
 		s.stopAsync(ws)
 	}
 	for _, id := range kept {
-		if err := s.d.Remove(s.ctx, id, true); err != nil {
+		if err := s.b.Remove(s.ctx, id); err != nil {
 			s.log.Warn("remove container", "container", shortID(id), "err", err)
 		}
 	}
@@ -796,9 +783,9 @@ func DefaultWorkerEnv(base, endpointID, workerID, key string) map[string]string 
 	return worker.PlatformEnv(base, endpointID, workerID, key, 10000)
 }
 
-// workerSpec is the container of one worker: env = template env, then
+// workerSpec is the instance of one worker: env = template env, then
 // endpoint env, then Berth's variables (apiKey is the worker's own key).
-func (s *Supervisor) workerSpec(ws *workerState, ep store.Endpoint, tmpl store.Template, apiKey string) (ContainerSpec, error) {
+func (s *Supervisor) workerSpec(ws *workerState, ep store.Endpoint, tmpl store.Template, apiKey string, auth *RegistryAuth) Spec {
 	env := map[string]string{}
 	maps.Copy(env, tmpl.Env)
 	maps.Copy(env, ep.Env)
@@ -808,11 +795,10 @@ func (s *Supervisor) workerSpec(ws *workerState, ep store.Endpoint, tmpl store.T
 		env["RUNPOD_SKIP_GPU_CHECK"] = "true"
 	}
 	maps.Copy(env, s.cfg.WorkerEnv(s.cfg.WorkerBaseURL, ep.ID, ws.id, apiKey))
-
-	spec := ContainerSpec{
+	spec := Spec{
 		Name:  "berth-" + ws.id,
 		Image: tmpl.ImageName,
-		Env:   envList(env),
+		Env:   env,
 		Labels: map[string]string{
 			LabelKind:     KindWorker,
 			LabelEndpoint: ep.ID,
@@ -821,29 +807,15 @@ func (s *Supervisor) workerSpec(ws *workerState, ep store.Endpoint, tmpl store.T
 			LabelSpec:     ws.specKey,
 			LabelGPUs:     strings.Join(ws.gpus, ","),
 		},
-		ContainerDiskGB: tmpl.ContainerDiskInGb,
-		GPUUUIDs:        ws.gpus,
-		UseCDI:          len(ws.gpus) > 0 && s.d.CDIEnabled(),
-		ExtraHosts:      s.cfg.ExtraHosts,
-		NetworkMode:     s.cfg.NetworkMode,
-		StopTimeout:     s.drainGrace(ep),
-		Init:            true,
-		Instance:        s.cfg.Instance,
+		Auth: auth, AuthID: tmpl.ContainerRegistryAuthID,
+		Entrypoint: tmpl.DockerEntrypoint, Cmd: tmpl.DockerStartCmd,
+		GPUs: ws.devices, VCPUs: ep.VCPUCount, ContainerDiskGB: tmpl.ContainerDiskInGb,
+		StopGrace: s.drainGrace(ep),
 	}
-	if len(tmpl.DockerEntrypoint) > 0 {
-		spec.Entrypoint = tmpl.DockerEntrypoint
+	if ep.NetworkVolumeID != "" {
+		spec.Mounts = append(spec.Mounts, Mount{Kind: MountNetwork, ID: ep.NetworkVolumeID, Target: "/runpod-volume"})
 	}
-	if len(tmpl.DockerStartCmd) > 0 {
-		spec.Cmd = tmpl.DockerStartCmd
-	}
-	if ep.NetworkVolumeID != "" && s.cfg.VolumePath != nil {
-		dir, err := s.cfg.VolumePath(ep.NetworkVolumeID)
-		if err != nil {
-			return ContainerSpec{}, fmt.Errorf("network volume %q: %w", ep.NetworkVolumeID, err)
-		}
-		spec.VolumeMounts = append(spec.VolumeMounts, VolumeMount{Source: dir, Target: "/runpod-volume"})
-	}
-	return spec, nil
+	return spec
 }
 
 func joinNote(a, b string) string {
@@ -851,14 +823,6 @@ func joinNote(a, b string) string {
 		return b
 	}
 	return a + "; " + b
-}
-
-func envList(env map[string]string) []string {
-	out := make([]string, 0, len(env))
-	for _, k := range slices.Sorted(maps.Keys(env)) {
-		out = append(out, k+"="+env[k])
-	}
-	return out
 }
 
 // specKey hashes what a worker container is made from, so a change rolls

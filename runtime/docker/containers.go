@@ -1,6 +1,7 @@
-package runtime
+package docker
 
 import (
+	"berth/runtime"
 	"context"
 	"fmt"
 	"io"
@@ -16,28 +17,6 @@ import (
 	"github.com/moby/moby/api/types/mount"
 	"github.com/moby/moby/api/types/network"
 	"github.com/moby/moby/client"
-)
-
-// Labels Berth puts on every container it creates. After a restart Berth
-// rebuilds its view of workers, pods and GPU assignments from these alone.
-const (
-	LabelManaged  = "berth.managed"  // always "true"
-	LabelKind     = "berth.kind"     // KindWorker or KindPod
-	LabelEndpoint = "berth.endpoint" // endpoint id (workers)
-	LabelWorker   = "berth.worker"   // worker id
-	LabelPod      = "berth.pod"      // pod id
-	LabelVersion  = "berth.version"  // endpoint/template version the container runs
-	LabelGPUs     = "berth.gpus"     // comma-joined GPU UUIDs
-	// LabelDataDir holds ContainerSpec.Instance: an id of the Berth instance
-	// (e.g. a hash of its data dir) so two Berths sharing one daemon never
-	// adopt each other's containers.
-	LabelDataDir = "berth.instance"
-)
-
-// Values of LabelKind.
-const (
-	KindWorker = "worker"
-	KindPod    = "pod"
 )
 
 // cdiGPUPrefix is the CDI device name prefix for NVIDIA GPUs.
@@ -82,7 +61,7 @@ type ContainerSpec struct {
 	// Init runs docker-init as PID 1 so signals reach programs that do not
 	// handle them as PID 1 (e.g. python) and zombies are reaped.
 	Init bool
-	// Instance identifies this Berth instance (LabelDataDir). Required.
+	// Instance identifies this Berth instance (runtime.LabelDataDir). Required.
 	Instance string
 }
 
@@ -115,6 +94,10 @@ type ContainerInfo struct {
 	// names are reduced to the UUID), the truth about GPU assignment.
 	GPUDeviceIDs []string
 	Error        string // daemon's error for the last start, if any
+	// Env is the container's environment; IP its address on its first
+	// network with one (where a load-balancing worker's server is reached).
+	Env map[string]string
+	IP  string
 }
 
 // WaitResult is a container's exit, or why waiting failed.
@@ -263,7 +246,7 @@ func (d *Docker) List(ctx context.Context, instance string) ([]ContainerInfo, er
 	if instance == "" {
 		return nil, fmt.Errorf("list containers: instance is required")
 	}
-	f := client.Filters{}.Add("label", LabelManaged+"=true", LabelDataDir+"="+instance)
+	f := client.Filters{}.Add("label", runtime.LabelManaged+"=true", runtime.LabelDataDir+"="+instance)
 	res, err := d.cli.ContainerList(ctx, client.ContainerListOptions{All: true, Filters: f})
 	if err != nil {
 		return nil, fmt.Errorf("list containers: %w", err)
@@ -322,7 +305,7 @@ func (d *Docker) Events(ctx context.Context, instance string) (<-chan Event, <-c
 	f := client.Filters{}.
 		Add("type", string(events.ContainerEventType)).
 		Add("event", string(events.ActionStart), string(events.ActionDie), string(events.ActionOOM), string(events.ActionDestroy)).
-		Add("label", LabelManaged+"=true", LabelDataDir+"="+instance)
+		Add("label", runtime.LabelManaged+"=true", runtime.LabelDataDir+"="+instance)
 	res := d.cli.Events(ctx, client.EventsListOptions{Filters: f})
 	go func() {
 		defer close(out)
@@ -363,8 +346,8 @@ func buildConfig(spec ContainerSpec) (*container.Config, *container.HostConfig, 
 	for k, v := range spec.Labels {
 		labels[k] = v
 	}
-	labels[LabelManaged] = "true"
-	labels[LabelDataDir] = spec.Instance
+	labels[runtime.LabelManaged] = "true"
+	labels[runtime.LabelDataDir] = spec.Instance
 
 	cfg := &container.Config{
 		Image:      spec.Image,
@@ -473,6 +456,12 @@ func toInfo(c container.InspectResponse) ContainerInfo {
 	if c.Config != nil {
 		info.Labels = c.Config.Labels
 		info.Image = c.Config.Image
+		info.Env = map[string]string{}
+		for _, kv := range c.Config.Env {
+			if k, v, ok := strings.Cut(kv, "="); ok {
+				info.Env[k] = v
+			}
+		}
 	}
 	if s := c.State; s != nil {
 		info.State = string(s.Status)
@@ -485,6 +474,12 @@ func toInfo(c container.InspectResponse) ContainerInfo {
 		info.FinishedAt = parseDockerTime(s.FinishedAt)
 	}
 	if c.NetworkSettings != nil {
+		for _, n := range c.NetworkSettings.Networks {
+			if n != nil && n.IPAddress.IsValid() {
+				info.IP = n.IPAddress.String()
+				break
+			}
+		}
 		for port, binds := range c.NetworkSettings.Ports {
 			for _, b := range binds {
 				if n, err := strconv.Atoi(b.HostPort); err == nil && n > 0 {

@@ -1,4 +1,4 @@
-package runtime
+package docker
 
 import (
 	"context"
@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"berth/internal/dockertest"
+	"berth/runtime"
 )
 
 func TestNewDockerInfo(t *testing.T) {
@@ -29,7 +30,7 @@ func TestNewDockerInfo(t *testing.T) {
 func TestNewDockerNoDaemon(t *testing.T) {
 	t.Setenv("DOCKER_HOST", "unix:///nonexistent/berth-docker.sock")
 	t.Setenv("DOCKER_API_VERSION", "")
-	_, err := NewDocker(context.Background(), nil)
+	_, err := Connect(context.Background(), nil)
 	if err == nil || !strings.Contains(err.Error(), "not reachable") {
 		t.Fatalf("want a 'not reachable' error, got %v", err)
 	}
@@ -54,7 +55,7 @@ func TestEnsureImage(t *testing.T) {
 	if ok, err := d.ImageExists(ctx, missing); err != nil || ok {
 		t.Fatalf("ImageExists(missing) = %v, %v", ok, err)
 	}
-	err := d.EnsureImage(ctx, missing, &RegistryAuth{Username: "u", Password: "p"}, nil)
+	err := d.EnsureImage(ctx, missing, &runtime.RegistryAuth{Username: "u", Password: "p"}, nil)
 	if err == nil {
 		t.Fatal("EnsureImage of a missing image without a registry succeeded")
 	}
@@ -88,7 +89,7 @@ func TestEncodeRegistryAuth(t *testing.T) {
 		"ghcr.io/org/img:tag":                "ghcr.io",
 		"localhost:5000/a/b@sha256:" + hex64: "localhost:5000",
 	} {
-		enc, err := encodeRegistryAuth(ref, RegistryAuth{Username: "user", Password: "p@ss"})
+		enc, err := encodeRegistryAuth(ref, runtime.RegistryAuth{Username: "user", Password: "p@ss"})
 		if err != nil {
 			t.Fatalf("%s: %v", ref, err)
 		}
@@ -107,7 +108,7 @@ func TestEncodeRegistryAuth(t *testing.T) {
 			}
 		}
 	}
-	if _, err := encodeRegistryAuth("Bad Ref", RegistryAuth{}); err == nil {
+	if _, err := encodeRegistryAuth("Bad Ref", runtime.RegistryAuth{}); err == nil {
 		t.Error("invalid reference accepted")
 	}
 }

@@ -1,6 +1,7 @@
-package runtime
+package docker
 
 import (
+	"berth/runtime"
 	"context"
 	"encoding/json"
 	"errors"
@@ -14,12 +15,6 @@ import (
 	"github.com/moby/moby/api/types/registry"
 	"github.com/moby/moby/client"
 )
-
-// RegistryAuth is a login for the registry named in an image reference.
-type RegistryAuth struct {
-	Username string
-	Password string
-}
 
 // ImageExists reports whether ref is present in the daemon's image store.
 func (d *Docker) ImageExists(ctx context.Context, ref string) (bool, error) {
@@ -38,7 +33,7 @@ func (d *Docker) ImageExists(ctx context.Context, ref string) (bool, error) {
 // (no pull, so local-only images and offline hosts work); otherwise it is
 // pulled with auth (may be nil). progress, if not nil, receives one line per
 // pull status change.
-func (d *Docker) EnsureImage(ctx context.Context, ref string, auth *RegistryAuth, progress func(msg string)) error {
+func (d *Docker) EnsureImage(ctx context.Context, ref string, auth *runtime.RegistryAuth, progress func(msg string)) error {
 	ok, err := d.ImageExists(ctx, ref)
 	if err != nil {
 		return err
@@ -62,10 +57,6 @@ func (d *Docker) EnsureImage(ctx context.Context, ref string, auth *RegistryAuth
 	}
 	return err
 }
-
-// pullMessage is how a worker's or a pod's image pull progress reads in
-// statuses: "pulling IMAGE: <layer>: Downloading".
-func pullMessage(image, msg string) string { return "pulling " + image + ": " + msg }
 
 func (d *Docker) pull(ctx context.Context, ref string, opts client.ImagePullOptions, progress func(msg string)) error {
 	resp, err := d.cli.ImagePull(ctx, ref, opts)
@@ -98,7 +89,7 @@ func (d *Docker) RemoveImage(ctx context.Context, ref string) error {
 
 // encodeRegistryAuth builds the X-Registry-Auth value (base64url JSON) for
 // the registry that hosts ref.
-func encodeRegistryAuth(ref string, auth RegistryAuth) (string, error) {
+func encodeRegistryAuth(ref string, auth runtime.RegistryAuth) (string, error) {
 	named, err := reference.ParseNormalizedNamed(ref)
 	if err != nil {
 		return "", fmt.Errorf("parse image reference: %w", err)

@@ -1,4 +1,4 @@
-package runtime
+package docker
 
 import (
 	"bufio"
@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"berth/internal/dockertest"
+	"berth/runtime"
 )
 
 func TestRunLogsWaitInspect(t *testing.T) {
@@ -27,8 +28,8 @@ func TestRunLogsWaitInspect(t *testing.T) {
 	s := spec(img, inst, "echo")
 	s.Name = dockertest.Unique("berth-test-echo-")
 	s.Env = []string{"MSG=hello world", "EXIT=3"}
-	s.Labels[LabelEndpoint] = "ep1"
-	s.Labels[LabelWorker] = "w1"
+	s.Labels[runtime.LabelEndpoint] = "ep1"
+	s.Labels[runtime.LabelWorker] = "w1"
 	res := create(t, d, s)
 
 	ctx := testCtx(t)
@@ -46,7 +47,7 @@ func TestRunLogsWaitInspect(t *testing.T) {
 	}
 	var parsed int
 	for _, line := range strings.SplitAfter(logs, "\n") {
-		if ll, ok := ParseLogLine([]byte(line)); ok {
+		if ll, ok := runtime.ParseLogLine([]byte(line)); ok {
 			parsed++
 			if ll.RequestID != "job-1" || ll.Message != "from handler" || ll.Level != "INFO" {
 				t.Fatalf("parsed %+v", ll)
@@ -104,8 +105,8 @@ func TestRunLogsWaitInspect(t *testing.T) {
 			t.Fatalf("logs since %v: %q, %v; want %q", since, b, err, want)
 		}
 	}
-	for k, v := range map[string]string{LabelManaged: "true", LabelDataDir: inst, LabelKind: KindWorker,
-		LabelEndpoint: "ep1", LabelWorker: "w1"} {
+	for k, v := range map[string]string{runtime.LabelManaged: "true", runtime.LabelDataDir: inst, runtime.LabelKind: runtime.KindWorker,
+		runtime.LabelEndpoint: "ep1", runtime.LabelWorker: "w1"} {
 		if info.Labels[k] != v {
 			t.Fatalf("label %s = %q, want %q", k, info.Labels[k], v)
 		}
@@ -266,7 +267,7 @@ func TestPublishedPorts(t *testing.T) {
 	d := newDocker(t)
 	img := dockertest.BuildGoImage(t, testProg)
 	s := spec(img, dockertest.Unique("inst-"), "serve")
-	s.Labels[LabelKind] = KindPod
+	s.Labels[runtime.LabelKind] = runtime.KindPod
 	s.Ports = []string{"8888/http", "22/tcp"}
 	s.PublishPorts = true
 	res := create(t, d, s)
@@ -320,7 +321,7 @@ func TestGPUDeviceRequests(t *testing.T) {
 			s := spec(img, dockertest.Unique("inst-"), "echo")
 			s.GPUUUIDs = uuids
 			s.UseCDI = cdi
-			s.Labels[LabelGPUs] = strings.Join(uuids, ",")
+			s.Labels[runtime.LabelGPUs] = strings.Join(uuids, ",")
 			ctx := testCtx(t)
 			res, err := d.Create(ctx, s)
 			if err != nil {
@@ -338,8 +339,8 @@ func TestGPUDeviceRequests(t *testing.T) {
 			if !slices.Equal(info.GPUDeviceIDs, uuids) {
 				t.Fatalf("GPUDeviceIDs %v, want %v", info.GPUDeviceIDs, uuids)
 			}
-			if info.Labels[LabelGPUs] != strings.Join(uuids, ",") {
-				t.Fatalf("gpus label %q", info.Labels[LabelGPUs])
+			if info.Labels[runtime.LabelGPUs] != strings.Join(uuids, ",") {
+				t.Fatalf("gpus label %q", info.Labels[runtime.LabelGPUs])
 			}
 			err = d.Start(ctx, res.ID)
 			if err == nil {
@@ -438,7 +439,7 @@ func TestEvents(t *testing.T) {
 			if ev.ContainerID != res.ID {
 				t.Fatalf("event for a container not of this instance: %+v", ev)
 			}
-			if ev.Attributes[LabelDataDir] != inst || ev.Time.IsZero() {
+			if ev.Attributes[runtime.LabelDataDir] != inst || ev.Time.IsZero() {
 				t.Fatalf("event %+v", ev)
 			}
 			switch ev.Action {
@@ -498,7 +499,7 @@ func TestEventsDaemonGone(t *testing.T) {
 	t.Setenv("DOCKER_HOST", "unix://"+sock)
 	t.Setenv("DOCKER_API_VERSION", "")
 
-	d, err := NewDocker(context.Background(), slog.New(slog.NewTextHandler(tWriter{t}, nil)))
+	d, err := Connect(context.Background(), slog.New(slog.NewTextHandler(tWriter{t}, nil)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -574,7 +575,7 @@ func TestCreateValidation(t *testing.T) {
 
 func TestBuildConfig(t *testing.T) {
 	s := ContainerSpec{
-		Image: "img", Instance: "inst", Labels: map[string]string{LabelKind: KindPod, LabelManaged: "false"},
+		Image: "img", Instance: "inst", Labels: map[string]string{runtime.LabelKind: runtime.KindPod, runtime.LabelManaged: "false"},
 		Ports: []string{"8888/http", "22/tcp", "53/udp"}, PublishPorts: true,
 		GPUUUIDs: []string{"GPU-a", "GPU-b"}, StopTimeout: 1500 * time.Millisecond,
 		VolumeMounts: []VolumeMount{{Source: "/data", Target: "/runpod-volume"}},
@@ -583,7 +584,7 @@ func TestBuildConfig(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if cfg.Labels[LabelManaged] != "true" || cfg.Labels[LabelDataDir] != "inst" || cfg.Labels[LabelKind] != KindPod {
+	if cfg.Labels[runtime.LabelManaged] != "true" || cfg.Labels[runtime.LabelDataDir] != "inst" || cfg.Labels[runtime.LabelKind] != runtime.KindPod {
 		t.Fatalf("labels %v", cfg.Labels)
 	}
 	if *cfg.StopTimeout != 2 {

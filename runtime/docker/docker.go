@@ -1,13 +1,17 @@
-// Package runtime is Berth's low-level Docker layer: images, containers,
-// logs and events through the Docker Engine API. It knows nothing about
-// endpoints or jobs; callers describe containers with labels and
-// ContainerSpec, and the labels are the source of truth after a restart.
-package runtime
+// Package docker is Berth's Docker runtime: images, containers, logs and
+// events through the Docker Engine API (Docker), and the runtime.Backend
+// that runs workers and pods as containers of one daemon (Backend). It
+// knows nothing about endpoints or jobs; callers describe containers with
+// labels and ContainerSpec, and the labels are the truth after a restart.
+package docker
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
+	"net"
+	"net/netip"
 	"slices"
 	"strings"
 	"sync/atomic"
@@ -64,10 +68,10 @@ const (
 	diskUnsupported
 )
 
-// NewDocker connects to the daemon named by the environment (DOCKER_HOST
+// Connect connects to the daemon named by the environment (DOCKER_HOST
 // etc.), negotiates the API version and pings it. It fails when no daemon
 // answers; Berth can still run without Docker, so the caller decides.
-func NewDocker(ctx context.Context, log *slog.Logger) (*Docker, error) {
+func Connect(ctx context.Context, log *slog.Logger) (*Docker, error) {
 	if log == nil {
 		log = slog.Default()
 	}
@@ -172,4 +176,59 @@ func IsNoGPURuntime(err error) bool {
 		}
 	}
 	return false
+}
+
+// Pause freezes every process of a running container (cgroup freezer).
+func (d *Docker) Pause(ctx context.Context, id string) error {
+	if _, err := d.cli.ContainerPause(ctx, id, client.ContainerPauseOptions{}); err != nil {
+		return fmt.Errorf("pause container %s: %w", shortID(id), err)
+	}
+	return nil
+}
+
+// Unpause resumes a paused container.
+func (d *Docker) Unpause(ctx context.Context, id string) error {
+	if _, err := d.cli.ContainerUnpause(ctx, id, client.ContainerUnpauseOptions{}); err != nil {
+		return fmt.Errorf("unpause container %s: %w", shortID(id), err)
+	}
+	return nil
+}
+
+// BridgeGateway returns the gateway address of Docker's default bridge
+// network (docker0, usually 172.17.0.1): where "host-gateway" points from a
+// container, so a listener bound there is reachable from worker containers
+// without exposing it on the LAN. Engine 20.10 lists no gateway for the
+// default bridge; the bridge interface's address is used then (Berth runs
+// on the daemon's host), else the subnet's first address.
+func (d *Docker) BridgeGateway(ctx context.Context) (string, error) {
+	res, err := d.cli.NetworkInspect(ctx, "bridge", client.NetworkInspectOptions{})
+	if err != nil {
+		return "", fmt.Errorf("inspect the bridge network: %w", err)
+	}
+	var subnet netip.Prefix
+	for _, c := range res.Network.IPAM.Config {
+		if c.Gateway.IsValid() && c.Gateway.Is4() {
+			return c.Gateway.String(), nil
+		}
+		if c.Subnet.IsValid() && c.Subnet.Addr().Is4() && !subnet.IsValid() {
+			subnet = c.Subnet
+		}
+	}
+	if !subnet.IsValid() {
+		return "", errors.New("the bridge network has no IPv4 subnet")
+	}
+	name := res.Network.Options["com.docker.network.bridge.name"]
+	if name == "" {
+		name = "docker0"
+	}
+	if ifc, err := net.InterfaceByName(name); err == nil {
+		if addrs, err := ifc.Addrs(); err == nil {
+			for _, a := range addrs {
+				if p, err := netip.ParsePrefix(a.String()); err == nil && subnet.Contains(p.Addr()) {
+					return p.Addr().String(), nil
+				}
+			}
+		}
+	}
+	return subnet.Masked().Addr().Next().String(), nil
 }

@@ -1,4 +1,4 @@
-package runtime
+package docker
 
 import (
 	"bufio"
@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"berth/internal/dockertest"
+	"berth/runtime"
 )
 
 const testProg = "berth/runtime/testdata/testprog"
@@ -30,9 +31,9 @@ func newDocker(t *testing.T) *Docker {
 	dockertest.Require(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	d, err := NewDocker(ctx, slog.New(slog.NewTextHandler(tWriter{t}, nil)))
+	d, err := Connect(ctx, slog.New(slog.NewTextHandler(tWriter{t}, nil)))
 	if err != nil {
-		t.Fatalf("NewDocker: %v", err)
+		t.Fatalf("Connect: %v", err)
 	}
 	t.Cleanup(func() { _ = d.Close() })
 	return d
@@ -50,7 +51,7 @@ func spec(image, instance, mode string) ContainerSpec {
 		Image:    image,
 		Cmd:      []string{mode},
 		Instance: instance,
-		Labels:   map[string]string{LabelKind: KindWorker},
+		Labels:   map[string]string{runtime.LabelKind: runtime.KindWorker},
 	}
 }
 

@@ -1,4 +1,4 @@
-package runtime
+package docker
 
 import (
 	"context"
@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"berth/internal/dockertest"
+	"berth/runtime"
 )
 
 // authFailure reports whether err reads as a refused registry login. The
@@ -52,11 +53,11 @@ func TestRegistryAuthenticatedPull(t *testing.T) {
 
 	for _, c := range []struct {
 		name string
-		auth *RegistryAuth
+		auth *runtime.RegistryAuth
 	}{
 		{"anonymous", nil},
-		{"wrong password", &RegistryAuth{Username: user, Password: pass + "-wrong"}},
-		{"unknown user", &RegistryAuth{Username: user + "-x", Password: pass}},
+		{"wrong password", &runtime.RegistryAuth{Username: user, Password: pass + "-wrong"}},
+		{"unknown user", &runtime.RegistryAuth{Username: user + "-x", Password: pass}},
 	} {
 		err := d.EnsureImage(ctx, ref, c.auth, nil)
 		if err == nil {
@@ -72,7 +73,7 @@ func TestRegistryAuthenticatedPull(t *testing.T) {
 	}
 
 	var lines []string
-	if err := d.EnsureImage(ctx, ref, &RegistryAuth{Username: user, Password: pass}, func(s string) {
+	if err := d.EnsureImage(ctx, ref, &runtime.RegistryAuth{Username: user, Password: pass}, func(s string) {
 		lines = append(lines, s)
 	}); err != nil {
 		t.Fatalf("pull with the login: %v", err)
