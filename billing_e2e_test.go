@@ -3,12 +3,9 @@ package main
 import (
 	"bytes"
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"io"
 	"math"
-	"net"
 	"net/http"
 	"net/url"
 	"os"
@@ -16,11 +13,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/moby/moby/client"
-
 	"berth/cli"
 	"berth/internal/dockertest"
-	"berth/runtime"
 	"berth/store"
 )
 
@@ -36,23 +30,7 @@ func TestCPUWorkerBilling(t *testing.T) {
 	docker := dockertest.Require(t)
 	image := dockertest.BuildGoImage(t, "berth/testdata/echoworker")
 	data := filepath.Join(t.TempDir(), "data")
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-		defer cancel()
-		abs, _ := filepath.Abs(data)
-		sum := sha256.Sum256([]byte(abs))
-		inst := hex.EncodeToString(sum[:6]) // as startRuntime labels them
-		list, err := docker.ContainerList(ctx, client.ContainerListOptions{All: true})
-		if err != nil {
-			t.Errorf("list containers: %v", err)
-			return
-		}
-		for _, c := range list.Items {
-			if c.Labels[runtime.LabelDataDir] == inst {
-				docker.ContainerRemove(ctx, c.ID, client.ContainerRemoveOptions{Force: true})
-			}
-		}
-	})
+	t.Cleanup(func() { removeContainersOf(t, docker, data) })
 	if err := os.MkdirAll(data, 0o700); err != nil {
 		t.Fatal(err)
 	}
@@ -76,23 +54,19 @@ func TestCPUWorkerBilling(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close()
 	const key = "billing-e2e-key"
 	t.Setenv("BERTH_API_KEY", key)
-	ready := make(chan struct{}, 1)
+	ready := make(chan string, 1)
 	ctx, cancel := context.WithCancel(context.Background())
 	var logs syncBuffer
 	root := cli.New(cli.Options{Version: "test", Stderr: &logs, Stdout: &logs, Getenv: func(string) string { return "" },
 		Serve: func(ctx context.Context, o cli.ServeOptions) error {
-			o.Ready = func(string) { ready <- struct{}{} }
+			o.Ready = func(addr string) { ready <- addr }
 			return serve(ctx, o)
 		}})
-	root.SetArgs([]string{"serve", "--addr", addr, "--data", data, "--rate-limits", "off"})
+	// On loopback, as by default: containers reach the worker protocol
+	// through the listener on the Docker bridge, same port.
+	root.SetArgs([]string{"serve", "--addr", "127.0.0.1:0", "--data", data, "--rate-limits", "off"})
 	done := make(chan error, 1)
 	go func() { done <- root.ExecuteContext(ctx) }()
 	defer func() {
@@ -102,8 +76,9 @@ func TestCPUWorkerBilling(t *testing.T) {
 			t.Logf("berth log:\n%s", logs.String())
 		}
 	}()
+	var addr string
 	select {
-	case <-ready:
+	case addr = <-ready:
 	case err := <-done:
 		t.Fatalf("serve: %v\n%s", err, logs.String())
 	case <-time.After(60 * time.Second):

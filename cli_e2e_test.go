@@ -3,11 +3,8 @@ package main
 import (
 	"bytes"
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"io"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/http/httputil"
@@ -21,6 +18,7 @@ import (
 
 	"github.com/moby/moby/client"
 
+	"berth/app"
 	"berth/cli"
 	"berth/internal/dockertest"
 	"berth/runtime"
@@ -39,43 +37,21 @@ func TestCLIWithWorkerContainers(t *testing.T) {
 	dir := t.TempDir()
 	data := filepath.Join(dir, "data")
 	// Remove whatever this Berth left (registered first: runs last).
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-		defer cancel()
-		abs, _ := filepath.Abs(data)
-		sum := sha256.Sum256([]byte(abs))
-		inst := hex.EncodeToString(sum[:6]) // as startRuntime labels them
-		list, err := docker.ContainerList(ctx, client.ContainerListOptions{All: true})
-		if err != nil {
-			t.Errorf("list containers: %v", err)
-			return
-		}
-		for _, c := range list.Items {
-			if c.Labels[runtime.LabelDataDir] == inst {
-				docker.ContainerRemove(ctx, c.ID, client.ContainerRemoveOptions{Force: true})
-			}
-		}
-	})
+	t.Cleanup(func() { removeContainersOf(t, docker, data) })
 
-	// Workers reach Berth on the same port through the bridge gateway:
-	// pick a free one.
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close()
 	const key = "cli-e2e-key"
 	t.Setenv("BERTH_API_KEY", key)
-	ready := make(chan struct{}, 1)
+	ready := make(chan string, 1)
 	ctx, cancel := context.WithCancel(context.Background())
 	var logs syncBuffer
 	root := cli.New(cli.Options{Version: "test", Stderr: &logs, Stdout: &logs, Getenv: func(string) string { return "" },
 		Serve: func(ctx context.Context, o cli.ServeOptions) error {
-			o.Ready = func(string) { ready <- struct{}{} }
+			o.Ready = func(addr string) { ready <- addr }
 			return serve(ctx, o)
 		}})
-	root.SetArgs([]string{"serve", "--addr", addr, "--data", data, "--rate-limits", "off"})
+	// On loopback, as by default: containers reach the worker protocol
+	// through the listener on the Docker bridge, same port.
+	root.SetArgs([]string{"serve", "--addr", "127.0.0.1:0", "--data", data, "--rate-limits", "off"})
 	done := make(chan error, 1)
 	go func() { done <- root.ExecuteContext(ctx) }()
 	defer func() {
@@ -85,8 +61,9 @@ func TestCLIWithWorkerContainers(t *testing.T) {
 			t.Logf("berth log:\n%s", logs.String())
 		}
 	}()
+	var addr string
 	select {
-	case <-ready:
+	case addr = <-ready:
 	case err := <-done:
 		t.Fatalf("serve: %v\n%s", err, logs.String())
 	case <-time.After(60 * time.Second):
@@ -263,4 +240,21 @@ func podPullProgress(t *testing.T, docker *client.Client, env map[string]string,
 	t.Logf("pull progress shown:\n%s", stderr.String())
 	ok(nil, "pod", "delete", pod.ID)
 	ok(nil, "registry", "delete", ra.ID)
+}
+
+// removeContainersOf removes every container of the Berth whose data
+// directory is data (its instance label).
+func removeContainersOf(t *testing.T, docker *client.Client, data string) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	list, err := docker.ContainerList(ctx, client.ContainerListOptions{All: true})
+	if err != nil {
+		t.Errorf("list containers: %v", err)
+		return
+	}
+	for _, c := range list.Items {
+		if c.Labels[runtime.LabelDataDir] == app.Instance(data) {
+			docker.ContainerRemove(ctx, c.ID, client.ContainerRemoveOptions{Force: true})
+		}
+	}
 }

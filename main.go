@@ -1,6 +1,6 @@
 // Command berth runs the RunPod serverless platform on one machine. The
-// command line is package cli; the server's wiring is in serve.go and
-// wire.go.
+// command line is package cli; the server is package app (the composition),
+// which wire.go configures from serve's flags.
 package main
 
 import (

@@ -167,7 +167,7 @@ func TestLoadBalancingEndpoint(t *testing.T) {
 		t.Fatalf("after the worker turned unhealthy: %d %s", res.StatusCode, b)
 	}
 	s.eventually("the unhealthy worker is stopped", func() bool {
-		for _, w := range s.sup.Load().Workers(ep.ID) {
+		for _, w := range s.sup.Workers(ep.ID) {
 			if w.WorkerID == first {
 				return false
 			}
@@ -182,5 +182,5 @@ func TestLoadBalancingEndpoint(t *testing.T) {
 	}
 
 	// Idle: back to zero workers.
-	s.eventually("scaled back to zero", func() bool { return len(s.sup.Load().Workers(ep.ID)) == 0 })
+	s.eventually("scaled back to zero", func() bool { return len(s.sup.Workers(ep.ID)) == 0 })
 }

@@ -1,36 +1,33 @@
 package graphqlapi_test
 
 import (
+	"berth/app"
+	"berth/gpu"
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
 	"os"
-	"path/filepath"
 	"testing"
 	"time"
-
-	"berth/httpapi"
-	"berth/queue"
-	"berth/store"
 )
 
 // BenchmarkGetEndpoints: runpod.get_endpoints() (GraphQL, 50 endpoints,
 // every field it selects) against GET /v1/endpoints of the same records in
 // the same run, as the ratio graphql/v1 of their latencies.
 func BenchmarkGetEndpoints(b *testing.B) {
-	dir := b.TempDir()
-	db, err := store.Open(filepath.Join(dir, "berth.db"), store.Options{})
+	a, err := app.New(app.Config{DataDir: b.TempDir(), Addr: "127.0.0.1:0", Logger: quiet, APIKey: testKey, Docker: app.DockerOff,
+		DiscoverGPUs: func() ([]gpu.Device, error) { return nil, nil }})
 	if err != nil {
 		b.Fatal(err)
 	}
-	defer db.Close()
-	q := queue.New(db, queue.Config{Logger: quiet})
-	srv := &http.Server{Handler: httpapi.New(httpapi.Config{Store: db, Queue: q, Logger: quiet, APIKeyHash: httpapi.HashKey(testKey)}).Handler()}
-	ln, base := listen(b)
-	go srv.Serve(ln)
-	defer srv.Close()
+	if err := a.Start(context.Background()); err != nil {
+		b.Fatal(err)
+	}
+	defer a.Stop(context.Background())
+	base := a.URL()
 	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 4}, Timeout: 30 * time.Second}
 	do := func(method, path string, body []byte) []byte {
 		req, _ := http.NewRequest(method, base+path, bytes.NewReader(body))

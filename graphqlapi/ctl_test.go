@@ -6,7 +6,6 @@ import (
 	"testing"
 
 	"berth/gpu"
-	"berth/httpapi"
 	"berth/mgmt"
 	"berth/store"
 )
@@ -214,9 +213,9 @@ func TestRunpodctlTemplates(t *testing.T) {
 }
 
 func TestRunpodctlAccountAndCatalogue(t *testing.T) {
-	devs := []gpu.Status{{Device: gpu.Device{Index: 0, UUID: "GPU-a", Name: "NVIDIA A40", TypeID: "NVIDIA A40", MemoryMiB: 46068}}}
+	devs := []gpu.Device{{Index: 0, UUID: "GPU-a", Name: "NVIDIA A40", TypeID: "NVIDIA A40", MemoryMiB: 46068}}
 	f := &fakePods{}
-	e := newEnv(t, withGPUs(devs...), func(c *httpapi.Config) { c.Pods = f },
+	e := newEnv(t, withGPUs(devs...), withPods(f),
 		withPrices(t, mgmt.Prices{GPUHourly: map[string]float64{"NVIDIA A40": 0.4}, VCPUHourly: 0.02}))
 
 	// runpodctl ssh add-key: read pubKey, write the joined keys back.

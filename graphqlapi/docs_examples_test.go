@@ -9,7 +9,6 @@ import (
 	"strings"
 	"testing"
 
-	"berth/httpapi"
 	"berth/mgmt"
 	"berth/store"
 )
@@ -35,7 +34,7 @@ func (e *env) docs(key, query string) (int, gqlReply) {
 
 func TestDocumentationExamples(t *testing.T) {
 	f := &fakePods{}
-	e := newEnv(t, func(c *httpapi.Config) { c.Pods = f })
+	e := newEnv(t, withPods(f))
 
 	if code, r := e.docs("wrong", `query { myself { id } }`); code != http.StatusUnauthorized || len(r.Errors) != 1 {
 		t.Errorf("?api_key=wrong: %d %+v", code, r.Errors)

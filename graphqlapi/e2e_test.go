@@ -3,143 +3,35 @@ package graphqlapi_test
 import (
 	"context"
 	"encoding/json"
-	"fmt"
-	"net"
-	"net/http"
-	"path/filepath"
-	"sync/atomic"
 	"testing"
 	"time"
 
-	"berth/httpapi"
+	"berth/app"
 	"berth/internal/dockertest"
 	"berth/queue"
 	"berth/runtime"
-	"berth/runtime/docker"
 	"berth/store"
-	"berth/worker"
 )
 
-// dockerEnv is Berth wired as `berth serve` wires it — store, queue, HTTP
-// API and the container runtime — on its own Docker instance id, so the
-// endpoints made through GraphQL run real worker containers.
+// dockerEnv is Berth as berth serve composes it (package app) with the
+// container runtime, so the endpoints made through GraphQL run real worker
+// containers; its containers are removed when the test ends.
 type dockerEnv struct {
 	*env
-	d    *docker.Docker
-	inst string
-	sup  *runtime.Supervisor
+	sup *runtime.Supervisor
 }
 
 func newDockerEnv(t *testing.T) *dockerEnv {
 	t.Helper()
 	dockertest.Require(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	d, err := docker.Connect(ctx, quiet)
-	if err != nil {
-		t.Fatalf("docker.Connect: %v", err)
-	}
-	t.Cleanup(func() { d.Close() })
-	de := &dockerEnv{env: &env{t: t, dir: t.TempDir()}, d: d, inst: dockertest.Unique("gql-")}
-	db, err := store.Open(filepath.Join(de.dir, "berth.db"), store.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	var sup atomic.Pointer[runtime.Supervisor]
-	notify := func(id string) {
-		if s := sup.Load(); s != nil {
-			s.Notify(id)
-		}
-	}
-	q := queue.New(db, queue.Config{Logger: quiet, OnQueueChange: notify,
-		OnStopPod: func(ep, w string) {
-			if s := sup.Load(); s != nil {
-				s.Recycle(ep, w)
-			}
-		}})
-	if err := q.Start(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	de.db, de.q = db, q
-	api := httpapi.New(httpapi.Config{Store: db, Queue: q, Logger: quiet, APIKeyHash: httpapi.HashKey(testKey), DataDir: de.dir,
-		EndpointChanged: notify, EndpointDeleted: notify,
-		Workers: func(id string) queue.WorkerCounts {
-			if s := sup.Load(); s != nil {
-				return s.WorkerCounts(id)
-			}
-			return queue.WorkerCounts{}
-		}})
-	// Containers reach the API through the bridge gateway.
-	ln, err := net.Listen("tcp", "0.0.0.0:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := &http.Server{Handler: api.Handler()}
-	go srv.Serve(ln)
-	port := ln.Addr().(*net.TCPAddr).Port
-	de.base = fmt.Sprintf("http://127.0.0.1:%d", port)
-
-	backend, err := docker.NewBackend(d, docker.Config{Instance: de.inst, DataDir: de.dir})
-	if err != nil {
-		t.Fatal(err)
-	}
-	s, err := runtime.New(runtime.Config{
-		Backend: backend, Queue: q, Logger: quiet,
-		Endpoints: func() ([]store.Endpoint, error) {
-			var out []store.Endpoint
-			err := db.Scan(store.Endpoints, func(_ string, raw []byte) error {
-				var e store.Endpoint
-				if err := json.Unmarshal(raw, &e); err != nil {
-					return err
-				}
-				out = append(out, e)
-				return nil
-			})
-			return out, err
-		},
-		Template: func(id string) (store.Template, error) {
-			var tpl store.Template
-			err := db.View(func(tx *store.Tx) error { return tx.Get(store.Templates, id, &tpl) })
-			return tpl, err
-		},
-		WorkerBaseURL: fmt.Sprintf("http://host.docker.internal:%d", port),
-		WorkerEnv: func(base, ep, w, key string) map[string]string {
-			return worker.PlatformEnv(base, ep, w, key, 2000)
-		},
-		TickInterval: 100 * time.Millisecond, ResyncInterval: 2 * time.Second,
-		BackoffBase: 200 * time.Millisecond, BackoffMax: 3 * time.Second,
+	e := newEnv(t, func(c *app.Config) {
+		c.Docker, c.RemoveContainersOnStop = app.DockerRequired, true
+		c.Queue.TakeHold = 0 // the default: workers long-poll as in production
+		c.HTTP.PingInterval = 2 * time.Second
+		c.Runtime.TickInterval, c.Runtime.ResyncInterval = 100*time.Millisecond, 2*time.Second
+		c.Runtime.BackoffBase, c.Runtime.BackoffMax = 200*time.Millisecond, 3*time.Second
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := s.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
-	sup.Store(s)
-	de.sup = s
-	// Cleanups run last-registered first: stop the runtime, remove this
-	// instance's containers, then the server, queue and database.
-	t.Cleanup(func() {
-		srv.Close()
-		q.Stop()
-		db.Close()
-	})
-	t.Cleanup(func() {
-		s.Stop()
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		infos, err := d.List(ctx, de.inst)
-		if err != nil {
-			t.Errorf("list containers: %v", err)
-			return
-		}
-		for _, in := range infos {
-			if err := d.Remove(ctx, in.ID, true); err != nil {
-				t.Errorf("remove %s: %v", in.ID, err)
-			}
-		}
-	})
-	return de
+	return &dockerEnv{env: e, sup: e.app.Supervisor()}
 }
 
 // job runs input on endpoint ep through the job API and waits for it.

@@ -6,17 +6,15 @@ import (
 	"encoding/json"
 	"io"
 	"log/slog"
-	"net"
 	"net/http"
-	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	"berth/app"
 	"berth/gpu"
-	"berth/httpapi"
 	"berth/mgmt"
 	"berth/queue"
 	"berth/store"
@@ -26,18 +24,20 @@ const testKey = "graphql-test-key"
 
 var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
 
-// env is a real Berth HTTP server on a real bbolt file.
+// env is a Berth as berth serve composes it (package app), on a real bbolt
+// file, without Docker: pods are refused (503) unless a test gives a fake
+// pod runtime (withPods), since these tests are of GraphQL's translation.
 type env struct {
 	t    *testing.T
 	dir  string
 	opts []envOpt
+	app  *app.App
 	db   *store.DB
 	q    *queue.Service
-	srv  *httptest.Server
 	base string // http://host:port of the server
 }
 
-type envOpt func(*httpapi.Config)
+type envOpt func(*app.Config)
 
 func newEnv(t *testing.T, opts ...envOpt) *env {
 	t.Helper()
@@ -49,58 +49,70 @@ func newEnv(t *testing.T, opts ...envOpt) *env {
 
 func (e *env) open() {
 	e.t.Helper()
-	db, err := store.Open(filepath.Join(e.dir, "berth.db"), store.Options{})
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	q := queue.New(db, queue.Config{TakeHold: 100 * time.Millisecond, Logger: quiet})
-	if err := q.Start(context.Background()); err != nil {
-		e.t.Fatal(err)
-	}
-	cfg := httpapi.Config{Store: db, Queue: q, Logger: quiet, APIKeyHash: httpapi.HashKey(testKey), Version: "test", DataDir: e.dir}
+	cfg := app.Config{DataDir: e.dir, Addr: "127.0.0.1:0", Logger: quiet, APIKey: testKey, Version: "test",
+		Docker: app.DockerOff, DiscoverGPUs: func() ([]gpu.Device, error) { return nil, nil }}
+	cfg.Queue.TakeHold = 100 * time.Millisecond
 	for _, o := range e.opts {
 		o(&cfg)
 	}
-	e.db, e.q = db, q
-	e.srv = httptest.NewServer(httpapi.New(cfg).Handler())
-	e.base = e.srv.URL
+	a, err := app.New(cfg)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	if err := a.Start(context.Background()); err != nil {
+		a.Stop(context.Background())
+		e.t.Fatal(err)
+	}
+	e.app, e.db, e.q, e.base = a, a.Store(), a.Queue(), a.URL()
 }
 
 func (e *env) close() {
-	if e.srv == nil {
+	if e.app == nil {
 		return
 	}
-	e.srv.Close()
-	e.q.Stop()
 	if err := e.db.Check(); err != nil {
 		e.t.Errorf("db check: %v", err)
 	}
-	if err := e.db.Close(); err != nil {
-		e.t.Errorf("db close: %v", err)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := e.app.Stop(ctx); err != nil {
+		e.t.Errorf("stop: %v", err)
 	}
-	e.srv = nil
+	e.app = nil
 }
 
-// restart closes server, queue and database and opens them again on the
-// same file.
+// restart stops the server, queue and database and opens them again on
+// the same data directory.
 func (e *env) restart() {
 	e.t.Helper()
 	e.close()
 	e.open()
 }
 
-func withGPUs(devs ...gpu.Status) envOpt {
-	return func(c *httpapi.Config) { c.GPUs = func() []gpu.Status { return devs } }
+// withGPUs gives the host these GPUs (as NVML would find them).
+func withGPUs(devs ...gpu.Device) envOpt {
+	return func(c *app.Config) { c.DiscoverGPUs = func() ([]gpu.Device, error) { return devs, nil } }
 }
 
+// hold gives GPUs to a holder, as the runtime does for a worker or pod.
+func (e *env) hold(holder string, uuids ...string) {
+	e.t.Helper()
+	if err := e.app.GPUs().Restore(holder, uuids); err != nil {
+		e.t.Fatal(err)
+	}
+}
+
+// withPods runs pods on a fake runtime.
+func withPods(p mgmt.PodRuntime) envOpt { return func(c *app.Config) { c.Pods = p } }
+
+// withPrices is the operator's price table (prices.json in the data
+// directory).
 func withPrices(t *testing.T, p mgmt.Prices) envOpt {
-	return func(c *httpapi.Config) {
+	return func(c *app.Config) {
 		b, _ := json.Marshal(p)
-		dir := t.TempDir()
-		if err := os.WriteFile(filepath.Join(dir, mgmt.PricesFile), b, 0o600); err != nil {
+		if err := os.WriteFile(filepath.Join(c.DataDir, mgmt.PricesFile), b, 0o600); err != nil {
 			t.Fatal(err)
 		}
-		c.DataDir = dir
 	}
 }
 
@@ -242,14 +254,4 @@ func (e *env) count(bucket string) int {
 	n := 0
 	e.db.Scan(bucket, func(string, []byte) error { n++; return nil })
 	return n
-}
-
-// listen opens a loopback listener for a benchmark's server.
-func listen(tb testing.TB) (net.Listener, string) {
-	tb.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		tb.Fatal(err)
-	}
-	return ln, "http://" + ln.Addr().String()
 }

@@ -9,7 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"berth/httpapi"
 	"berth/mgmt"
 	"berth/store"
 )
@@ -106,7 +105,7 @@ type pyPodFull struct {
 
 func TestPythonPods(t *testing.T) {
 	f := &fakePods{}
-	e := newEnv(t, func(c *httpapi.Config) { c.Pods = f }, withPrices(t, mgmt.Prices{GPUHourly: map[string]float64{"NVIDIA GeForce RTX 4090": 0.5}, VCPUHourly: 0.01}))
+	e := newEnv(t, withPods(f), withPrices(t, mgmt.Prices{GPUHourly: map[string]float64{"NVIDIA GeForce RTX 4090": 0.5}, VCPUHourly: 0.01}))
 
 	// runpod.create_pod(name, image, "NVIDIA GeForce RTX 4090", ports=..., env=...)
 	var p pyPod

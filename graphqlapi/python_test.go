@@ -276,12 +276,13 @@ func TestPythonRegistryAuthAndUser(t *testing.T) {
 }
 
 func TestPythonGPUs(t *testing.T) {
-	devs := []gpu.Status{
-		{Device: gpu.Device{Index: 0, UUID: "GPU-a", Name: "NVIDIA GeForce RTX 4090", TypeID: "NVIDIA GeForce RTX 4090", MemoryMiB: 24564}, Holder: "worker-1"},
-		{Device: gpu.Device{Index: 1, UUID: "GPU-b", Name: "NVIDIA GeForce RTX 4090", TypeID: "NVIDIA GeForce RTX 4090", MemoryMiB: 24564}},
-		{Device: gpu.Device{Index: 2, UUID: "GPU-c", Name: "Prototype Board X", MemoryMiB: 49152}},
+	devs := []gpu.Device{
+		{Index: 0, UUID: "GPU-a", Name: "NVIDIA GeForce RTX 4090", TypeID: "NVIDIA GeForce RTX 4090", MemoryMiB: 24564},
+		{Index: 1, UUID: "GPU-b", Name: "NVIDIA GeForce RTX 4090", TypeID: "NVIDIA GeForce RTX 4090", MemoryMiB: 24564},
+		{Index: 2, UUID: "GPU-c", Name: "Prototype Board X", MemoryMiB: 49152},
 	}
 	e := newEnv(t, withGPUs(devs...), withPrices(t, mgmt.Prices{GPUHourly: map[string]float64{"NVIDIA GeForce RTX 4090": 0.69}}))
+	e.hold("worker-1", "GPU-a")
 
 	// runpod.get_gpus(): the catalogue, this host's boards included.
 	var all []struct {

@@ -11,16 +11,17 @@ import (
 // mgmt's hooks: an endpoint created, changed or deleted through any
 // surface drops the job API's cached copy and tells the runtime.
 
-// endpointChanged is mgmt's hook for a created or changed endpoint.
-func (s *Server) endpointChanged(id string) {
+// EndpointChanged is mgmt's hook for a created or changed endpoint.
+func (s *Server) EndpointChanged(id string) {
 	s.forgetEndpoint(id)
 	if s.cfg.EndpointChanged != nil {
 		s.cfg.EndpointChanged(id)
 	}
 }
 
-// endpointDeleted is mgmt's hook for a deleted endpoint.
-func (s *Server) endpointDeleted(id string) {
+// EndpointDeleted is mgmt's hook for a deleted endpoint: its jobs are
+// cancelled, then the runtime is told.
+func (s *Server) EndpointDeleted(id string) {
 	s.forgetEndpoint(id)
 	if err := s.cancelEndpointJobs(id); err != nil {
 		s.cfg.Logger.Error("cancel jobs of deleted endpoint", "endpoint", id, "err", err)

@@ -12,7 +12,7 @@ import (
 
 // Metrics are the Prometheus series fed by the other packages' hooks (queue
 // OnJobFinished and OnWebhook, runtime OnScale and Docker.OnPull, store
-// OnCommit; wired in wire.go) and served on /metrics with the HTTP and
+// OnCommit; wired in app/wire.go) and served on /metrics with the HTTP and
 // queue series. One Metrics serves one Server.
 type Metrics struct {
 	reg      *prometheus.Registry

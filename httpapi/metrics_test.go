@@ -20,7 +20,7 @@ import (
 )
 
 // metricsEnv is a Berth whose store, queue and server feed one Metrics, as
-// wire.go wires them.
+// app/wire.go wires them.
 type metricsEnv struct {
 	t   *testing.T
 	srv *httptest.Server

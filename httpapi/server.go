@@ -39,8 +39,13 @@ import (
 
 // Config holds a Server's dependencies.
 type Config struct {
-	Store      *store.DB
-	Queue      *queue.Service
+	Store *store.DB
+	Queue *queue.Service
+	// Mgmt is the management rules every surface calls. Optional: New
+	// makes one over Store with the hooks below, DataDir and Pods; one
+	// made by the caller must send its endpoint hooks to EndpointChanged
+	// and EndpointDeleted.
+	Mgmt       *mgmt.Service
 	Logger     *slog.Logger
 	Clock      clockwork.Clock
 	APIKeyHash string // sha256 hex of the operator's API key
@@ -168,8 +173,11 @@ func New(cfg Config) *Server {
 	}
 	s := &Server{cfg: cfg, epCache: map[string]*store.Endpoint{}}
 	s.adminHash, _ = hex.DecodeString(cfg.APIKeyHash)
-	s.mg = mgmt.New(mgmt.Config{Store: cfg.Store, Clock: cfg.Clock, Logger: cfg.Logger, DataDir: cfg.DataDir,
-		Pods: cfg.Pods, EndpointChanged: s.endpointChanged, EndpointDeleted: s.endpointDeleted})
+	s.mg = cfg.Mgmt
+	if s.mg == nil {
+		s.mg = mgmt.New(mgmt.Config{Store: cfg.Store, Clock: cfg.Clock, Logger: cfg.Logger, DataDir: cfg.DataDir,
+			Pods: cfg.Pods, EndpointChanged: s.EndpointChanged, EndpointDeleted: s.EndpointDeleted})
+	}
 	s.v1 = s.newV1()
 	s.v2 = s.newV2()
 	s.limits = newLimiter(cfg.RateLimits, cfg.RequestsPerWorker, s.workerCount)

@@ -25,7 +25,7 @@ import (
 // container is stored and then applied with a reset.
 
 // PodRuntime runs pod containers; the runtime package implements it (see
-// wire.go). Calls get a context without cancellation: the runtime bounds
+// app/runtime.go). Calls get a context without cancellation: the runtime bounds
 // its own calls.
 type PodRuntime interface {
 	// StartPod starts the pod's container, creating it when missing or

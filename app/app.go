@@ -1,0 +1,261 @@
+// Package app is the composition of a running Berth: the store, the job
+// queue, the container runtime, the management rules, the HTTP API with its
+// surfaces, the worker-protocol-only listener containers reach, the
+// load-balancing proxy, metrics, the webhook guard and the operator's key.
+// `berth serve` runs one (main's wire.go translates its flags into a
+// Config), and so does every end-to-end test, with test settings passed
+// through the same Config: there is no other wiring of the product.
+//
+// New assembles (opens the database, binds the listeners, connects to
+// Docker); Start starts the services and serves; Stop stops them, leaving
+// worker and pod containers running for the next Start to adopt.
+package app
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/jonboulle/clockwork"
+
+	"berth/gpu"
+	"berth/httpapi"
+	"berth/lbproxy"
+	"berth/mgmt"
+	"berth/queue"
+	"berth/runtime"
+	"berth/runtime/docker"
+	"berth/store"
+)
+
+// DockerMode says whether Berth runs containers.
+type DockerMode int
+
+const (
+	// DockerAuto uses the daemon when one answers; without one Berth still
+	// serves (external workers run jobs) and says so (berth serve).
+	DockerAuto DockerMode = iota
+	// DockerRequired fails New when no daemon answers (tests that run
+	// containers).
+	DockerRequired
+	// DockerOff runs no containers: no workers, pods answer 503.
+	DockerOff
+)
+
+// Config is a Berth's settings. DataDir and Addr are required; every other
+// field has the default berth serve uses.
+type Config struct {
+	// DataDir holds berth.db, network volumes, pod volumes and prices.json.
+	DataDir string
+	// Addr is the API's listen address ("127.0.0.1:0" picks a port: see
+	// App.Addr). On a loopback or specific address, containers reach the
+	// worker protocol through a second listener on the Docker bridge's
+	// gateway, same port, serving nothing else.
+	Addr    string
+	Logger  *slog.Logger    // [slog.Default]
+	Clock   clockwork.Clock // every service's clock [real]
+	Version string
+
+	// APIKey is the operator's key. "" uses the key stored on first start,
+	// or generates one, stores its hash and prints it once to KeyNotice.
+	APIKey    string
+	KeyNotice io.Writer // [discarded]
+
+	// RateLimits turns on the specification's per-endpoint limits.
+	RateLimits bool
+	// WebhookAllow opens addresses the default webhook policy forbids
+	// (queue.ParseWebhookAllow's entries).
+	WebhookAllow []string
+
+	Docker DockerMode
+	// DiscoverGPUs finds the host's GPUs [the backend's: NVML on Docker;
+	// without a backend gpu.DiscoverSystem].
+	DiscoverGPUs func() ([]gpu.Device, error)
+	// RemoveContainersOnStop removes this Berth's containers at Stop
+	// (tests; berth serve leaves them for the next start to adopt).
+	RemoveContainersOnStop bool
+
+	// Settings of the services. Their dependencies (store, queue, runtime,
+	// clock, logger, callbacks into other services) are the composition's
+	// and are overwritten; the rest (timeouts, intervals, limits) is used
+	// as given, zero meaning each package's default. The queue's hooks
+	// given here (OnStopPod, OnQueueChange, OnJobFinished, OnWebhook) are
+	// called too, after the composition's.
+	Queue   queue.Config
+	Runtime runtime.Config
+	HTTP    httpapi.Config
+	LB      lbproxy.Config
+
+	// Pods replaces the runtime's pods: a surface's pod translation tested
+	// without Docker. berth serve leaves it nil.
+	Pods mgmt.PodRuntime
+}
+
+// App is one running Berth.
+type App struct {
+	cfg Config
+	log *slog.Logger
+
+	db      *store.DB
+	metrics *httpapi.Metrics
+	hooks   *queue.WebhookGuard
+	q       *queue.Service
+	mg      *mgmt.Service
+	api     *httpapi.Server
+	lb      *lbproxy.Balancer
+	gpus    *gpu.Allocator
+	dock    *docker.Docker      // nil without Docker
+	sup     *runtime.Supervisor // nil without Docker
+	inst    string
+
+	ln, workerLn     net.Listener // workerLn: nil when Addr listens on every interface, or without Docker
+	srv, workerSrv   *http.Server
+	failed           chan error
+	startMu          sync.Mutex
+	started, stopped bool
+	qRunning, lbRun  bool
+	closers          []func() // undo New, last first
+}
+
+// Addr is the API's address (the port chosen when Addr ends in ":0").
+func (a *App) Addr() string { return a.ln.Addr().String() }
+
+// URL is the API's base URL, http://ADDR (a wildcard address as 127.0.0.1).
+func (a *App) URL() string {
+	addr := a.ln.Addr().(*net.TCPAddr)
+	host := addr.IP.String()
+	if addr.IP.IsUnspecified() {
+		host = "127.0.0.1"
+	}
+	return "http://" + net.JoinHostPort(host, fmt.Sprint(addr.Port))
+}
+
+// WorkerAddr is the worker-protocol-only listener's address, "" without one.
+func (a *App) WorkerAddr() string {
+	if a.workerLn == nil {
+		return ""
+	}
+	return a.workerLn.Addr().String()
+}
+
+// Store, Queue, Mgmt, API, Balancer and Supervisor are the parts, for
+// tests that watch them; Supervisor and Docker are nil without Docker.
+func (a *App) Store() *store.DB                { return a.db }
+func (a *App) Queue() *queue.Service           { return a.q }
+func (a *App) Mgmt() *mgmt.Service             { return a.mg }
+func (a *App) API() *httpapi.Server            { return a.api }
+func (a *App) Balancer() *lbproxy.Balancer     { return a.lb }
+func (a *App) Supervisor() *runtime.Supervisor { return a.sup }
+func (a *App) Docker() *docker.Docker          { return a.dock }
+func (a *App) GPUs() *gpu.Allocator            { return a.gpus }
+
+// Instance labels this Berth's containers (runtime.LabelDataDir).
+func (a *App) Instance() string { return a.inst }
+
+// Failed delivers a listener's failure while the App runs.
+func (a *App) Failed() <-chan error { return a.failed }
+
+// Start starts the queue, the balancer and the runtime (which adopts the
+// containers a previous run left), then serves. ctx bounds the start-up
+// only.
+func (a *App) Start(ctx context.Context) error {
+	a.startMu.Lock()
+	defer a.startMu.Unlock()
+	if a.started || a.stopped {
+		return errors.New("app: already started")
+	}
+	a.started = true
+	if err := a.q.Start(ctx); err != nil {
+		return err
+	}
+	a.qRunning = true
+	a.lb.Start()
+	a.lbRun = true
+	if a.sup != nil {
+		if err := a.sup.Start(ctx); err != nil {
+			return fmt.Errorf("start the container runtime: %w", err)
+		}
+	}
+	if a.workerLn != nil {
+		a.log.Info("worker protocol for containers", "addr", a.workerLn.Addr().String())
+		go a.serve(a.workerSrv, a.workerLn)
+	}
+	go a.serve(a.srv, a.ln)
+	a.log.Info("berth serving", "addr", a.ln.Addr().String(), "data", a.cfg.DataDir, "version", a.cfg.Version, "rateLimits", a.cfg.RateLimits)
+	return nil
+}
+
+func (a *App) serve(srv *http.Server, ln net.Listener) {
+	if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		select {
+		case a.failed <- fmt.Errorf("serve %s: %w", ln.Addr(), err):
+		default:
+		}
+	}
+}
+
+// Stop stops the runtime (its containers keep running), the queue (which
+// wakes every long poll), then the servers, waiting for their requests
+// until ctx ends, and closes the database. It undoes New too, so it is
+// the one call after New whether or not Start ran.
+func (a *App) Stop(ctx context.Context) error {
+	a.startMu.Lock()
+	defer a.startMu.Unlock()
+	if a.stopped {
+		return nil
+	}
+	a.stopped = true
+	var errs []error
+	if a.sup != nil {
+		a.sup.Stop()
+		if a.cfg.RemoveContainersOnStop {
+			errs = append(errs, a.removeContainers(ctx))
+		}
+	}
+	if a.qRunning {
+		a.q.Stop()
+	}
+	if a.started {
+		errs = append(errs, a.srv.Shutdown(ctx))
+		if a.workerSrv != nil {
+			errs = append(errs, a.workerSrv.Shutdown(ctx))
+		}
+	}
+	if a.lbRun {
+		a.lb.Stop()
+	}
+	for i := len(a.closers) - 1; i >= 0; i-- {
+		a.closers[i]()
+	}
+	errs = append(errs, a.db.Close())
+	return errors.Join(errs...)
+}
+
+// removeContainers removes every container labelled with this instance.
+func (a *App) removeContainers(ctx context.Context) error {
+	infos, err := a.dock.List(ctx, a.inst)
+	if err != nil {
+		return fmt.Errorf("list containers: %w", err)
+	}
+	var errs []error
+	for _, in := range infos {
+		if err := a.dock.Remove(ctx, in.ID, true); err != nil {
+			errs = append(errs, fmt.Errorf("remove %s: %w", in.ID, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// newHTTPServer bounds what net/http bounds: headers must arrive within
+// 10 s and an idle keep-alive connection is closed after 2 min. Bodies and
+// responses get per-request deadlines in httpapi (limits.go), since one
+// ReadTimeout/WriteTimeout would cut long polls and large uploads.
+func newHTTPServer(h http.Handler) *http.Server {
+	return &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 120 * time.Second, MaxHeaderBytes: 64 << 10}
+}

@@ -1,0 +1,227 @@
+package app
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"time"
+
+	"berth/gpu"
+	"berth/httpapi"
+	"berth/mgmt"
+	"berth/runtime"
+	"berth/runtime/docker"
+	"berth/store"
+	"berth/worker"
+)
+
+// startRuntime finds the GPUs and, when Docker is reachable (and wanted),
+// makes the worker supervisor on them. Without a daemon Berth still serves
+// (external workers run jobs) and says so; the allocator (never nil) still
+// lists the GPUs found. When the API listens on one address (loopback, say)
+// containers cannot reach it: a second listener on the Docker bridge's
+// gateway, same port, serves them the worker protocol only.
+func (a *App) startRuntime(log *slog.Logger) error {
+	cfg := a.cfg
+	a.inst = instance(cfg.DataDir)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var backend *docker.Backend
+	if cfg.Docker != DockerOff {
+		dock, err := docker.Connect(ctx, log)
+		if err == nil {
+			a.dock = dock
+			a.closers = append(a.closers, func() { dock.Close() })
+			dock.OnPull = a.metrics.Pull
+			backend, err = docker.NewBackend(dock, docker.Config{
+				Instance: a.inst, DataDir: cfg.DataDir, Devices: cfg.DiscoverGPUs,
+				VolumePath: func(id string) (string, error) { return mgmt.VolumePath(cfg.DataDir, id), nil },
+			})
+		}
+		if err != nil {
+			if cfg.Docker == DockerRequired {
+				return err
+			}
+			log.Warn("no Docker daemon: endpoints get no worker containers; attach workers with `berth worker-env`", "err", err)
+		}
+	}
+	// The GPUs are the backend's (NVML's on Docker); without a backend
+	// they are still listed for the catalogue.
+	var devs []gpu.Device
+	var err error
+	if backend != nil {
+		devs, err = backend.Devices(ctx)
+	} else {
+		devs, err = cfg.DiscoverGPUs()
+	}
+	if err != nil {
+		log.Warn("no GPU discovery: workers and pods run without GPUs", "err", err)
+	} else {
+		log.Info("GPUs found", "count", len(devs))
+	}
+	a.gpus = gpu.NewAllocator(devs)
+	if backend == nil {
+		return nil
+	}
+
+	addr := a.ln.Addr().(*net.TCPAddr)
+	port := fmt.Sprint(addr.Port)
+	if !addr.IP.IsUnspecified() {
+		gw, err := a.dock.BridgeGateway(ctx)
+		if err != nil {
+			return err
+		}
+		if a.workerLn, err = net.Listen("tcp", net.JoinHostPort(gw, port)); err != nil {
+			return err
+		}
+		a.closers = append(a.closers, func() { a.workerLn.Close() })
+	}
+
+	rc := cfg.Runtime
+	rc.Backend, rc.Queue, rc.GPUs, rc.Logger, rc.Clock = backend, a.lb.Queue(a.q), a.gpus, log, cfg.Clock
+	rc.OnScale = a.metrics.Scale
+	rc.WorkerBaseURL = "http://host.docker.internal:" + port
+	ping := cfg.HTTP.PingInterval
+	if ping <= 0 {
+		ping = PingInterval
+	}
+	rc.WorkerEnv = func(base, ep, w, key string) map[string]string {
+		return worker.PlatformEnv(base, ep, w, key, ping.Milliseconds())
+	}
+	db := a.db
+	rc.Endpoints = func() ([]store.Endpoint, error) {
+		var out []store.Endpoint
+		err := db.Scan(store.Endpoints, func(_ string, raw []byte) error {
+			var e store.Endpoint
+			if err := json.Unmarshal(raw, &e); err != nil {
+				return err
+			}
+			out = append(out, e)
+			return nil
+		})
+		return out, err
+	}
+	rc.Template = func(id string) (store.Template, error) {
+		var t store.Template
+		return t, db.View(func(tx *store.Tx) error { return tx.Get(store.Templates, id, &t) })
+	}
+	rc.Credentials = func(id string) (*runtime.RegistryAuth, error) {
+		u, p, err := store.RegistryCredentials(db, id)
+		if err != nil {
+			return nil, err
+		}
+		return &runtime.RegistryAuth{Username: u, Password: p}, nil
+	}
+	rc.PodExists = func(id string) (bool, error) {
+		err := db.View(func(tx *store.Tx) error { var p store.Pod; return tx.Get(store.Pods, id, &p) })
+		if errors.Is(err, store.ErrNotFound) {
+			return false, nil
+		}
+		return err == nil, err
+	}
+	rc.OnRun = func(kind, id, ep, gt string, n int, start, end time.Time) {
+		var err error
+		if end.IsZero() {
+			err = mgmt.RecordRunStart(db, store.UsageInterval{Kind: kind, ID: id, EndpointID: ep, GPUTypeID: gt, GPUCount: n, Start: start})
+		} else {
+			err = store.RecordUsageEnd(db, kind, id, end)
+		}
+		if err != nil {
+			log.Error("usage record", "err", err)
+		}
+	}
+	a.sup, err = runtime.New(rc)
+	return err
+}
+
+// wireRuntime gives the API the supervisor's views and hooks: worker
+// counts for /health, the endpoint hooks, every surface's worker list,
+// container logs (runtime's "no such container" errors become mgmt's,
+// answered 404) and each endpoint's status (workers by state, why jobs
+// wait).
+func wireRuntime(cfg *httpapi.Config, s *runtime.Supervisor) {
+	cfg.Workers, cfg.EndpointChanged, cfg.EndpointDeleted = s.WorkerCounts, s.Notify, s.Notify
+	cfg.WorkerInfo = workerInfo(s)
+	cfg.WorkerLogs = func(ctx context.Context, ep, w string, follow bool, tail int, job string) (io.ReadCloser, error) {
+		rc, err := s.WorkerLogs(ctx, ep, w, follow, tail, job)
+		return rc, translate(err, runtime.ErrUnknownWorker, mgmt.ErrNoSuchWorker)
+	}
+	cfg.PodLogs = func(ctx context.Context, id string, follow bool, tail int) (io.ReadCloser, error) {
+		rc, err := s.PodLogs(ctx, id, follow, tail)
+		return rc, translate(err, runtime.ErrUnknownPod, mgmt.ErrNoSuchPod)
+	}
+	cfg.EndpointStatus = func(ep string) any { return s.Status(ep) }
+}
+
+// translate wraps err with to as well when it is from.
+func translate(err, from, to error) error {
+	if err != nil && errors.Is(err, from) {
+		return fmt.Errorf("%w: %w", to, err)
+	}
+	return err
+}
+
+// workerInfo maps the supervisor's containers to mgmt's worker view.
+func workerInfo(s *runtime.Supervisor) func(string) []mgmt.WorkerInfo {
+	return func(ep string) []mgmt.WorkerInfo {
+		var out []mgmt.WorkerInfo
+		for _, w := range s.Workers(ep) {
+			state := w.State
+			if state == runtime.StateDraining {
+				state = "running"
+			}
+			out = append(out, mgmt.WorkerInfo{ID: w.WorkerID, State: state, Version: w.Version,
+				GPUTypeID: w.GPUTypeID, GPUCount: len(w.GPUs), GPUUUIDs: w.GPUs})
+		}
+		return out
+	}
+}
+
+// podRuntime adapts the supervisor to mgmt's pod interface.
+type podRuntime struct{ s *runtime.Supervisor }
+
+func podErr(err error) error {
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, gpu.ErrNoCapacity), errors.Is(err, gpu.ErrAlreadyHeld), errors.Is(err, gpu.ErrUnknownType):
+		return errors.Join(mgmt.ErrPodCapacity, err)
+	case errors.Is(err, runtime.ErrImage):
+		return errors.Join(mgmt.ErrPodInvalid, err)
+	}
+	return err
+}
+
+func podState(st runtime.PodState) mgmt.PodState {
+	out := mgmt.PodState{PortMappings: st.PortMappings, PublicIP: st.PublicIP, StartedAt: st.StartedAt}
+	if st.GPUCount > 0 {
+		out.GPU = &store.PodGPU{ID: st.GPUTypeID, Count: st.GPUCount, DisplayName: st.GPUTypeID, UUIDs: st.GPUs}
+	}
+	return out
+}
+
+func (p podRuntime) StartPod(ctx context.Context, pod store.Pod) (mgmt.PodState, error) {
+	st, err := p.s.EnsurePod(ctx, runtime.PodSpecFromRecord(pod))
+	return podState(st), podErr(err)
+}
+
+func (p podRuntime) ResetPod(ctx context.Context, pod store.Pod) (mgmt.PodState, error) {
+	st, err := p.s.ResetPod(ctx, runtime.PodSpecFromRecord(pod))
+	return podState(st), podErr(err)
+}
+
+func (p podRuntime) StopPod(ctx context.Context, id string) error {
+	_, err := p.s.StopPod(ctx, id)
+	if errors.Is(err, runtime.ErrUnknownPod) {
+		return nil
+	}
+	return err
+}
+
+func (p podRuntime) RemovePod(ctx context.Context, id string) error { return p.s.RemovePod(ctx, id) }
+
+func (p podRuntime) PodProgress(id string) string { return p.s.PodPullProgress(id) }
