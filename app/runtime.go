@@ -165,17 +165,19 @@ func translate(err, from, to error) error {
 	return err
 }
 
-// workerInfo maps the supervisor's containers to mgmt's worker view.
+// workerInfo maps the supervisor's containers to mgmt's worker view: every
+// field a surface shows of a worker container comes from here.
 func workerInfo(s *runtime.Supervisor) func(string) []mgmt.WorkerInfo {
 	return func(ep string) []mgmt.WorkerInfo {
 		var out []mgmt.WorkerInfo
 		for _, w := range s.Workers(ep) {
 			state := w.State
 			if state == runtime.StateDraining {
-				state = "running"
+				state = "running" // finishing its jobs: still a worker
 			}
-			out = append(out, mgmt.WorkerInfo{ID: w.WorkerID, State: state, Version: w.Version,
-				GPUTypeID: w.GPUTypeID, GPUCount: len(w.GPUs), GPUUUIDs: w.GPUs})
+			out = append(out, mgmt.WorkerInfo{ID: w.WorkerID, State: state, ImageName: w.Image, Version: w.Version,
+				GPUTypeID: w.GPUTypeID, GPUCount: len(w.GPUs), GPUUUIDs: w.GPUs, VCPUCount: w.VCPUs,
+				LastStartedAt: w.StartedAt, Message: w.DrainReason})
 		}
 		return out
 	}

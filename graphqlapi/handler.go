@@ -21,7 +21,6 @@ import (
 	"runtime/debug"
 	"slices"
 	"strings"
-	"time"
 
 	"github.com/graph-gophers/graphql-go"
 	gqlerrors "github.com/graph-gophers/graphql-go/errors"
@@ -49,15 +48,7 @@ type Config struct {
 	// host without GPUs.
 	GPUs func() []gpu.Status
 	// Workers lists an endpoint's workers. Optional: nil lists none.
-	Workers func(endpointID string) []Worker
-}
-
-// Worker is one worker of an endpoint as the HTTP API sees it (the
-// runtime's containers and the workers talking to the queue).
-type Worker struct {
-	ID, Name, DesiredStatus, State, ImageName string
-	GPUCount, VCPUCount, Version              int
-	LastStartedAt                             time.Time
+	Workers func(endpointID string) []mgmt.Worker
 }
 
 // Handler answers GraphQL requests.
@@ -76,7 +67,7 @@ func New(cfg Config) (*Handler, error) {
 		cfg.Clock = clockwork.NewRealClock()
 	}
 	if cfg.Workers == nil {
-		cfg.Workers = func(string) []Worker { return nil }
+		cfg.Workers = func(string) []mgmt.Worker { return nil }
 	}
 	if cfg.GPUs == nil {
 		cfg.GPUs = func() []gpu.Status { return nil }

@@ -166,10 +166,10 @@ func templateViews(ts []store.Template) []templateView {
 type endpointView struct {
 	e       store.Endpoint
 	refs    *mgmt.Snapshot
-	workers func(endpointID string) []Worker
+	workers func(endpointID string) []mgmt.Worker
 }
 
-type workerPod struct{ w Worker }
+type workerPod struct{ w mgmt.Worker }
 
 func (p workerPod) ID() string            { return p.w.ID }
 func (p workerPod) Name() string          { return p.w.Name }

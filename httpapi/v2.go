@@ -17,10 +17,24 @@ func (s *Server) newV1() *v1api.API {
 		Mgmt: s.mg, Queue: s.cfg.Queue, Store: s.cfg.Store, Logger: s.cfg.Logger,
 		Authorized: func(r *http.Request) bool { return s.isAdmin(apiKey(r)) },
 		Instrument: s.instrument,
-		Workers:    s.cfg.WorkerInfo, EndpointStatus: s.cfg.EndpointStatus, GPUs: s.cfg.GPUs,
+		Workers:    s.workers, EndpointStatus: s.cfg.EndpointStatus, GPUs: s.cfg.GPUs,
 		WorkerLogs: s.cfg.WorkerLogs, PodLogs: s.cfg.PodLogs,
 		WriteTimeout: s.cfg.WriteTimeout, PingInterval: s.cfg.PingInterval,
 	})
+}
+
+// workers is an endpoint's workers as every surface shows them: the
+// runtime's containers merged with the queue's view (mgmt.MergeWorkers).
+func (s *Server) workers(endpointID string) []mgmt.Worker {
+	e, err := s.endpoint(endpointID)
+	if err != nil {
+		return nil
+	}
+	var containers []mgmt.WorkerInfo
+	if s.cfg.WorkerInfo != nil {
+		containers = s.cfg.WorkerInfo(endpointID)
+	}
+	return mgmt.MergeWorkers(*e, containers, s.cfg.Queue.Workers(endpointID))
 }
 
 // newV2 builds the REST v2 management API (package v2api) over the same
@@ -38,16 +52,7 @@ func (s *Server) newV2() *v2api.API {
 			return errors.Is(err, mgmt.ErrNoSuchWorker) || errors.Is(err, mgmt.ErrNoSuchPod) || errors.Is(err, store.ErrNotFound)
 		},
 	}
-	if s.cfg.WorkerInfo != nil {
-		cfg.Workers = func(endpointID string) []v2api.Worker {
-			var out []v2api.Worker
-			for _, w := range s.cfg.WorkerInfo(endpointID) {
-				out = append(out, v2api.Worker{ID: w.ID, State: w.State, ImageName: w.ImageName, Version: w.Version,
-					GPUTypeID: w.GPUTypeID, GPUCount: w.GPUCount, LastStartedAt: w.LastStartedAt})
-			}
-			return out
-		}
-	}
+	cfg.Workers = s.workers
 	return v2api.New(cfg)
 }
 

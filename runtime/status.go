@@ -66,8 +66,10 @@ type WorkerInfo struct {
 	Version        int       `json:"version"`
 	GPUs           []string  `json:"gpus,omitempty"`
 	GPUTypeID      string    `json:"gpuTypeId,omitempty"`
+	Image          string    `json:"image,omitempty"` // what the container runs
+	VCPUs          int       `json:"vcpus,omitempty"` // its CPU request
 	JobsInProgress int       `json:"jobsInProgress"`
-	StartedAt      time.Time `json:"startedAt,omitzero"`
+	StartedAt      time.Time `json:"startedAt,omitzero"` // zero while it is created
 	DrainReason    string    `json:"drainReason,omitempty"`
 }
 
@@ -189,7 +191,7 @@ func (s *Supervisor) Workers(endpointID string) []WorkerInfo {
 		}
 		out = append(out, WorkerInfo{
 			WorkerID: ws.id, EndpointID: ws.endpointID, ContainerID: ws.instanceID, State: ws.publicState(),
-			Version: ws.version, GPUs: slices.Clone(ws.gpus), GPUTypeID: ws.gpuType,
+			Version: ws.version, GPUs: slices.Clone(ws.gpus), GPUTypeID: ws.gpuType, Image: ws.image, VCPUs: ws.vcpus,
 			JobsInProgress: ws.running, StartedAt: ws.startedAt, DrainReason: reason,
 		})
 	}

@@ -38,6 +38,8 @@ type workerState struct {
 	gpus           []string     // device ids
 	devices        []gpu.Device // the devices, when Berth allocated them (not adopted)
 	gpuType        string
+	image          string // what the container runs (the template's image at its start)
+	vcpus          int    // its CPU request (the endpoint's vcpuCount at its start)
 
 	state wstate
 	drain drain // why and how it is stopped, once state.stopping()
@@ -373,7 +375,8 @@ func (s *Supervisor) startOne(ep store.Endpoint, tmpl store.Template, key string
 	if err != nil {
 		return fmt.Errorf("register worker: %w", err)
 	}
-	ws := &workerState{id: reg.WorkerID, endpointID: ep.ID, version: ep.Version, specKey: key, state: wsStarting}
+	ws := &workerState{id: reg.WorkerID, endpointID: ep.ID, version: ep.Version, specKey: key, state: wsStarting,
+		image: tmpl.ImageName, vcpus: ep.VCPUCount}
 	s.mu.Lock()
 	if needGPU {
 		devs, err := s.cfg.GPUs.Allocate(reg.WorkerID, ep.GPUTypeIDs, count)

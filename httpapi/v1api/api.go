@@ -31,7 +31,6 @@ import (
 // Queue is what v1 reads of the job queue.
 type Queue interface {
 	Health(endpointID string) queue.Health
-	Workers(endpointID string) []queue.WorkerLoad
 	Jobs(endpointID string, f queue.JobFilter) []queue.JobView
 	Job(endpointID, id string) (queue.JobView, error)
 	Queue(endpointID string) queue.QueueView
@@ -51,9 +50,8 @@ type Config struct {
 	// Optional.
 	Instrument func(route string, h http.Handler) http.Handler
 
-	// Workers lists an endpoint's worker containers, as the runtime sees
-	// them (includeWorkers). Optional.
-	Workers func(endpointID string) []mgmt.WorkerInfo
+	// Workers lists an endpoint's workers (includeWorkers). Optional.
+	Workers func(endpointID string) []mgmt.Worker
 	// EndpointStatus is the runtime's status of an endpoint, shown as the
 	// endpoint's "status" (JSON as is). Optional.
 	EndpointStatus func(endpointID string) any

@@ -2,8 +2,6 @@ package v1api
 
 import (
 	"net/http"
-	"slices"
-	"strings"
 	"time"
 
 	"github.com/gorilla/mux"
@@ -37,49 +35,22 @@ type WorkerView struct {
 	PortMappings   map[string]int `json:"portMappings"`
 }
 
-// EndpointWorkers merges the runtime's containers with the queue's view of
-// the workers that talk to it (external workers only appear there).
-func (a *API) EndpointWorkers(e *store.Endpoint) []WorkerView {
-	byID := map[string]*WorkerView{}
-	add := func(id string) *WorkerView {
-		if v := byID[id]; v != nil {
-			return v
+// workers is an endpoint's workers (mgmt.MergeWorkers) in v1's shape.
+func (a *API) workers(e *store.Endpoint) []WorkerView {
+	out := []WorkerView{}
+	if a.cfg.Workers == nil {
+		return out
+	}
+	for _, w := range a.cfg.Workers(e.ID) {
+		v := WorkerView{ID: w.ID, Name: w.Name, DesiredStatus: w.DesiredStatus, EndpointID: e.ID, AIApiID: e.ID,
+			SlsVersion: w.Version, Image: w.ImageName, ImageName: w.ImageName, GPUCount: w.GPUCount, VCPUCount: w.VCPUCount,
+			LastStartedAt: w.LastStartedAt, State: w.State, StatusMessage: w.Message, JobsInProgress: w.JobsInProgress,
+			LastSeenAt: w.LastSeenAt, External: w.External}
+		if w.GPUTypeID != "" {
+			v.GPU = &store.PodGPU{ID: w.GPUTypeID, Count: w.GPUCount, DisplayName: w.GPUTypeID, UUIDs: w.GPUUUIDs}
 		}
-		v := &WorkerView{ID: id, Name: e.Name + "-" + id, DesiredStatus: store.PodRunning, EndpointID: e.ID, AIApiID: e.ID, SlsVersion: e.Version, State: "idle"}
-		byID[id] = v
-		return v
+		out = append(out, v)
 	}
-	if a.cfg.Workers != nil {
-		for _, wi := range a.cfg.Workers(e.ID) {
-			v := add(wi.ID)
-			v.State, v.StatusMessage, v.SlsVersion = wi.State, wi.Message, wi.Version
-			v.Image, v.ImageName = wi.ImageName, wi.ImageName
-			v.GPUCount, v.VCPUCount, v.LastStartedAt = wi.GPUCount, wi.VCPUCount, wi.LastStartedAt
-			if wi.GPUTypeID != "" {
-				v.GPU = &store.PodGPU{ID: wi.GPUTypeID, Count: wi.GPUCount, DisplayName: wi.GPUTypeID, UUIDs: wi.GPUUUIDs}
-			}
-			if wi.State == "exited" {
-				v.DesiredStatus = store.PodExited
-			}
-		}
-	}
-	for _, wl := range a.cfg.Queue.Workers(e.ID) {
-		v := add(wl.WorkerID)
-		v.JobsInProgress, v.LastSeenAt, v.External = wl.Running, wl.LastSeen, wl.External
-		switch {
-		case wl.Lost:
-			v.State = "lost"
-		case wl.Running > 0:
-			v.State = "running"
-		case v.State == "" || v.State == "idle":
-			v.State = "idle"
-		}
-	}
-	out := make([]WorkerView, 0, len(byID))
-	for _, v := range byID {
-		out = append(out, *v)
-	}
-	slices.SortFunc(out, func(a, b WorkerView) int { return strings.Compare(a.ID, b.ID) })
 	return out
 }
 
@@ -101,7 +72,7 @@ func (a *API) viewEndpoint(e store.Endpoint, templates map[string]store.Template
 		}
 	}
 	if withWorkers {
-		ws := a.EndpointWorkers(&e)
+		ws := a.workers(&e)
 		v.Workers = &ws
 	}
 	return v

@@ -149,7 +149,7 @@ func (a *API) listPods(w http.ResponseWriter, r *http.Request) {
 	if flags["includeWorkers"] {
 		for _, e := range sn.Endpoints {
 			image := refs.templates[e.TemplateID].ImageName
-			for _, wv := range a.EndpointWorkers(&e) {
+			for _, wv := range a.workers(&e) {
 				facts := mgmt.EndpointFacts(e)
 				if wv.GPU != nil {
 					facts.GPUTypeIDs = []string{wv.GPU.ID}

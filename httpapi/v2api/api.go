@@ -16,7 +16,6 @@ import (
 	"sort"
 	"strconv"
 	"strings"
-	"time"
 
 	"github.com/gorilla/mux"
 	"github.com/jonboulle/clockwork"
@@ -27,17 +26,6 @@ import (
 	"berth/queue"
 	"berth/store"
 )
-
-// Worker is a worker container of an endpoint, as the runtime reports it.
-type Worker struct {
-	ID            string
-	State         string // initializing, idle, running, throttled, unhealthy or exited
-	ImageName     string
-	Version       int // endpoint version the container runs
-	GPUTypeID     string
-	GPUCount      int
-	LastStartedAt time.Time
-}
 
 // Config holds the API's dependencies; the optional ones may be nil.
 type Config struct {
@@ -54,8 +42,8 @@ type Config struct {
 
 	// Health is an endpoint's job and worker counts.
 	Health func(endpointID string) queue.Health
-	// Workers lists an endpoint's worker containers. Optional.
-	Workers func(endpointID string) []Worker
+	// Workers lists an endpoint's workers (mgmt.MergeWorkers). Optional.
+	Workers func(endpointID string) []mgmt.Worker
 	// GPUs lists this host's GPUs. Optional.
 	GPUs func() []gpu.Status
 	// WorkerLogs and PodLogs return a container's log (see httpapi.Config);

@@ -555,7 +555,7 @@ type WorkerList struct {
 }
 
 func (a *API) workerViews(e store.Endpoint) ([]WorkerView, WorkerSummary) {
-	var ws []Worker
+	var ws []mgmt.Worker
 	if a.cfg.Workers != nil {
 		ws = a.cfg.Workers(e.ID)
 	}
@@ -660,7 +660,7 @@ func (a *API) listReleases(w http.ResponseWriter, r *http.Request) {
 		a.fail(w, r, err)
 		return
 	}
-	var ws []Worker
+	var ws []mgmt.Worker
 	if a.cfg.Workers != nil {
 		ws = a.cfg.Workers(e.ID)
 	}
