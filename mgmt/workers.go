@@ -44,8 +44,11 @@ const WorkerLost = "lost"
 
 // MergeWorkers is an endpoint's workers, by id: each container the runtime
 // runs and each worker the queue knows. The queue decides what it knows
-// best — a lost worker is lost, one with jobs in progress is running, one
-// it has heard from is no longer initializing — and the container the rest.
+// best and knows first — a lost worker is lost; a worker that talks to it
+// is running while it holds jobs and idle otherwise (the runtime learns
+// both on its next pass) — and the container the rest: initializing,
+// frozen, and the states of workers that never talk to the queue
+// (load-balancing workers).
 func MergeWorkers(e store.Endpoint, containers []WorkerInfo, loads []queue.WorkerLoad) []Worker {
 	byID := map[string]*Worker{}
 	add := func(id string) *Worker {
@@ -71,9 +74,7 @@ func MergeWorkers(e store.Endpoint, containers []WorkerInfo, loads []queue.Worke
 			w.State = WorkerLost
 		case l.Running > 0:
 			w.State = "running"
-		case w.State == "initializing" && !l.LastSeen.IsZero():
-			// In contact with Berth: ready, whatever the runtime's last
-			// pass saw.
+		case !l.LastSeen.IsZero() && (w.State == "initializing" || w.State == "running"):
 			w.State = "idle"
 		case w.State == "":
 			w.State = "idle"
