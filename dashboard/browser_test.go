@@ -8,9 +8,9 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
-	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -26,12 +26,9 @@ import (
 	"github.com/chromedp/chromedp"
 	"github.com/moby/moby/client"
 
+	"berth/app"
 	"berth/gpu"
-	"berth/httpapi"
 	"berth/internal/dockertest"
-	"berth/mgmt"
-	"berth/queue"
-	"berth/store"
 )
 
 // EnvShots names a folder the browser test also writes its screenshots to
@@ -407,42 +404,40 @@ func TestDashboardInBrowser(t *testing.T) {
 
 // TestDashboardGPUs shows GPUs with their holders, on the GPU page and on
 // the endpoint whose worker holds one. This machine's GPUs (usually none
-// in CI) cannot show that, so the server is Berth's API in process with a
-// fixed GPU list and worker containers.
+// in CI) cannot show that, so the server is Berth in process (package app)
+// with a fixed GPU list, one held by a worker of the endpoint.
 func TestDashboardGPUs(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs chromium")
 	}
 	exe := chromium(t)
-	db, err := store.Open(filepath.Join(t.TempDir(), "berth.db"), store.Options{})
+	const key = "gpu-test-key"
+	devs := []gpu.Device{
+		{Index: 0, UUID: "GPU-0a1b2c3d", Name: "NVIDIA GeForce RTX 4090", TypeID: "NVIDIA GeForce RTX 4090", MemoryMiB: 24564, PCIBusID: "00000000:01:00.0"},
+		{Index: 1, UUID: "GPU-4e5f6a7b", Name: "NVIDIA GeForce RTX 4090", TypeID: "NVIDIA GeForce RTX 4090", MemoryMiB: 24564, PCIBusID: "00000000:02:00.0"},
+	}
+	a, err := app.New(app.Config{DataDir: t.TempDir(), Addr: "127.0.0.1:0", APIKey: key, Docker: app.DockerOff,
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), DiscoverGPUs: func() ([]gpu.Device, error) { return devs, nil }})
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { db.Close() })
-	q := queue.New(db, queue.Config{})
-	if err := q.Start(context.Background()); err != nil {
+	if err := a.Start(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(q.Stop)
-	const key = "gpu-test-key"
-	const worker = "w4090worker01"
-	gpus := []gpu.Status{
-		{Device: gpu.Device{Index: 0, UUID: "GPU-0a1b2c3d", Name: "NVIDIA GeForce RTX 4090", TypeID: "NVIDIA GeForce RTX 4090", MemoryMiB: 24564, PCIBusID: "00000000:01:00.0"}, Holder: worker},
-		{Device: gpu.Device{Index: 1, UUID: "GPU-4e5f6a7b", Name: "NVIDIA GeForce RTX 4090", TypeID: "NVIDIA GeForce RTX 4090", MemoryMiB: 24564, PCIBusID: "00000000:02:00.0"}},
-	}
-	api := httpapi.New(httpapi.Config{Store: db, Queue: q, APIKeyHash: httpapi.HashKey(key),
-		GPUs: func() []gpu.Status { return gpus },
-		WorkerInfo: func(string) []mgmt.WorkerInfo {
-			return []mgmt.WorkerInfo{{ID: worker, State: "running", ImageName: "sdxl:latest", Version: 1,
-				GPUTypeID: "NVIDIA GeForce RTX 4090", GPUCount: 1, GPUUUIDs: []string{"GPU-0a1b2c3d"}}}
-		},
-	})
-	srv := httptest.NewServer(api.Handler())
-	t.Cleanup(srv.Close)
-	b := &berth{t: t, base: srv.URL, key: key}
+	t.Cleanup(func() { a.Stop(context.Background()) })
+	b := &berth{t: t, base: a.URL(), key: key}
 	var tpl, ep struct{ ID string }
 	b.call("POST", "/v1/templates", map[string]any{"name": "sdxl", "imageName": "sdxl:latest", "isServerless": true}, &tpl)
 	b.call("POST", "/v1/endpoints", map[string]any{"name": "sdxl", "templateId": tpl.ID, "gpuTypeIds": []string{"NVIDIA GeForce RTX 4090"}}, &ep)
+	// A worker of the endpoint (attached with worker-env) holding GPU 0, as
+	// the runtime's allocator records a worker container's GPUs.
+	var wenv map[string]string
+	b.call("GET", "/v1/endpoints/"+ep.ID+"/worker-env", nil, &wenv)
+	worker := wenv["RUNPOD_POD_ID"]
+	if err := a.GPUs().Restore(worker, []string{"GPU-0a1b2c3d"}); err != nil {
+		t.Fatal(err)
+	}
+	srv := struct{ URL string }{a.URL()}
 
 	bctx := browser(t, exe)
 	if err := chromedp.Do(bctx); err != nil {
