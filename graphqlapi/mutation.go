@@ -12,9 +12,8 @@ import (
 )
 
 // Mutations: each decodes RunPod's input shape into a mgmt input and calls
-// the one rule there. A refusal stores nothing (mgmt's transactions; the
-// one two-record mutation, saveEndpoint with an inline template, removes
-// the template again when the endpoint is refused).
+// the one rule there. A refusal stores nothing (mgmt's transactions;
+// saveEndpoint with an inline template is one mgmt operation).
 
 type envInput struct {
 	Key   string
@@ -343,31 +342,16 @@ func (r *resolver) saveEndpoint(ctx context.Context, a *endpointInput) (*endpoin
 	if in.TemplateID != nil {
 		return nil, invalid("template", "give templateId or template, not both")
 	}
-	// Check the endpoint's own fields before the template is stored.
-	probe := in
-	probe.TemplateID = ptr("probe")
-	if err := mgmt.ApplyEndpoint(ptr(mgmt.NewEndpointDefaults()), probe, true); err != nil {
-		return nil, wrap(err)
-	}
 	t := a.Template
 	tin, err := templateInput(t.DockerArgs, t.ContainerDiskInGb, t.VolumeInGb, t.VolumeMountPath, t.Ports, t.Env, t.ContainerRegistryAuthId)
 	if err != nil {
 		return nil, err
 	}
-	tin.Name, tin.ImageName, tin.IsServerless = &t.Name, t.ImageName, ptr(true)
-	if tin.Ports == nil {
-		tin.Ports = []string{}
-	}
-	tpl, err := r.mg().CreateTemplate(ctx, tin)
+	tin.Name, tin.ImageName = &t.Name, t.ImageName
+	// The endpoint and its template in one mgmt operation (one
+	// transaction): a refusal of either stores neither.
+	e, err := r.mg().CreateEndpointWith(ctx, in, mgmt.EndpointOptions{Template: &tin})
 	if err != nil {
-		return nil, wrap(err)
-	}
-	in.TemplateID = &tpl.ID
-	e, err := r.mg().CreateEndpoint(ctx, in)
-	if err != nil {
-		if derr := r.mg().DeleteTemplate(context.WithoutCancel(ctx), tpl.ID); derr != nil {
-			r.cfg.Logger.Error("remove the template of a refused endpoint", "template", tpl.ID, "err", derr)
-		}
 		return nil, wrap(err)
 	}
 	return r.endpoint(ctx, e)

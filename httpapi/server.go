@@ -175,8 +175,12 @@ func New(cfg Config) *Server {
 	s.adminHash, _ = hex.DecodeString(cfg.APIKeyHash)
 	s.mg = cfg.Mgmt
 	if s.mg == nil {
+		var jobs mgmt.EndpointJobs
+		if cfg.Queue != nil {
+			jobs = cfg.Queue
+		}
 		s.mg = mgmt.New(mgmt.Config{Store: cfg.Store, Clock: cfg.Clock, Logger: cfg.Logger, DataDir: cfg.DataDir,
-			Pods: cfg.Pods, EndpointChanged: s.EndpointChanged, EndpointDeleted: s.EndpointDeleted})
+			Pods: cfg.Pods, Jobs: jobs, EndpointChanged: s.EndpointChanged, EndpointDeleted: s.EndpointDeleted})
 	}
 	s.v1 = s.newV1()
 	s.v2 = s.newV2()

@@ -57,10 +57,10 @@ type v2Template struct {
 }
 
 type v2Endpoint struct {
-	ID, Name, Type, Image, TemplateID, Flashboot string
-	Version                                      int
-	RequestURLs                                  map[string]string
-	GPU                                          *struct {
+	ID, Name, Type, Image, Args, TemplateID, Flashboot string
+	Version                                            int
+	RequestURLs                                        map[string]string
+	GPU                                                *struct {
 		Pools, ExcludedTypes []string
 		Count                int
 	}
@@ -385,9 +385,9 @@ func TestRunPodV2Conformance(t *testing.T) {
 	e.mustProblem(501, "DELETE", "/v2/registries/delegations/d1", nil, "ECR")
 
 	// Deletes, in dependency order; terminate is a delete.
+	e.mustProblem(409, "DELETE", "/v2/templates/"+tpl.ID, nil, "in use") // by the pod
 	e.must(204, "POST", "/v2/pods/"+pod.ID+"/action", J{"action": "terminate"}, nil)
 	e.must(204, "DELETE", "/v2/pods/"+cpuPod.ID, nil, nil)
-	e.mustProblem(409, "DELETE", "/v2/templates/"+tpl.ID, nil, "in use")
 	e.must(204, "DELETE", "/v2/serverless/"+ep.ID, nil, nil)
 	e.must(204, "DELETE", "/v2/serverless/"+inline.ID, nil, nil)
 	e.must(204, "DELETE", "/v2/templates/"+tpl.ID, nil, nil)
@@ -548,5 +548,53 @@ func TestV2PodMountPatch(t *testing.T) {
 	e.must(200, "PATCH", "/v2/pods/"+pod.ID, J{"mounts": J{"network": []J{{"volumeId": vol.ID, "path": "/moved"}}}}, &pod)
 	if len(pod.Mounts.Network) != 1 || pod.Mounts.Network[0].VolumeID != vol.ID || pod.Mounts.Network[0].Path != "/moved" {
 		t.Errorf("after moving the network mount: %+v", pod.Mounts)
+	}
+}
+
+// TestV2EndpointOwnTemplate: a v2 endpoint has a template of its own, made
+// from templateId's and the body's container fields (RunPod: a template
+// is a snapshot applied at creation); PATCH may give templateId and
+// container fields together; DELETE removes the endpoint's own template
+// (v2.json: "and its bound template") and leaves the user's.
+func TestV2EndpointOwnTemplate(t *testing.T) {
+	e := newValidatingServer(t)
+	e.conformant(true)
+	var user, other v2Template
+	e.must(201, "POST", "/v2/templates", J{"name": "user", "image": "alpine:3", "serverless": true, "env": J{"A": "1"}}, &user)
+	e.must(201, "POST", "/v2/templates", J{"name": "other", "image": "busybox:1", "serverless": true}, &other)
+	listed := func() map[string]bool {
+		var l struct{ Templates []v2Template }
+		e.must(200, "GET", "/v2/templates", nil, &l)
+		m := map[string]bool{}
+		for _, t := range l.Templates {
+			m[t.ID] = true
+		}
+		return m
+	}
+	var ep v2Endpoint
+	e.must(201, "POST", "/v2/serverless", J{"name": "ep", "type": "QUEUE", "templateId": user.ID, "disk": 20,
+		"gpu": J{"pools": []string{"ADA_24"}}, "scaling": J{"type": "QUEUE_DELAY", "queueDelay": 4}}, &ep)
+	if ep.TemplateID == user.ID || ep.Image != "alpine:3" || ep.Env["A"] != "1" || !listed()[ep.TemplateID] {
+		t.Fatalf("endpoint %+v", ep)
+	}
+	// An edit of the user's template does not reach the endpoint.
+	e.must(200, "PATCH", "/v2/templates/"+user.ID, J{"image": "alpine:9"}, nil)
+	e.must(200, "GET", "/v2/serverless/"+ep.ID, nil, &ep)
+	if ep.Image != "alpine:3" {
+		t.Errorf("the user's template edit reached the endpoint: %+v", ep)
+	}
+	// templateId with container fields: the other template, overridden.
+	own := ep.TemplateID
+	e.must(200, "PATCH", "/v2/serverless/"+ep.ID, J{"templateId": other.ID, "args": "sleep 1"}, &ep)
+	if ep.Image != "busybox:1" || ep.Args != "sleep 1" || ep.TemplateID == other.ID || ep.Version != 2 {
+		t.Errorf("after PATCH templateId + args: %+v", ep)
+	}
+	if listed()[own] {
+		t.Errorf("the endpoint's former own template %s is still listed", own)
+	}
+	own = ep.TemplateID
+	e.must(204, "DELETE", "/v2/serverless/"+ep.ID, nil, nil)
+	if l := listed(); l[own] || !l[user.ID] || !l[other.ID] {
+		t.Errorf("after DELETE: templates %v; own %s must be gone, %s and %s kept", l, own, user.ID, other.ID)
 	}
 }

@@ -48,6 +48,14 @@ type EndpointOptions struct {
 	// one, and idleTimeout is refused on a queue endpoint that scales on
 	// REQUEST_COUNT.
 	V2Rules bool
+	// Template, when not nil, gives the endpoint a template of its own,
+	// bound to it (deleted with it), made in the same transaction: a copy
+	// of the template TemplateID names (on an update without TemplateID,
+	// of the endpoint's current one) with these fields applied. REST v2's
+	// container fields and GraphQL's inline template. On an update of an
+	// endpoint that already has its own template and no TemplateID, that
+	// template is changed in place.
+	Template *TemplateInput
 }
 
 // NewEndpointDefaults is an endpoint before its input is applied (RunPod's
@@ -69,7 +77,7 @@ func ApplyEndpoint(e *store.Endpoint, in EndpointInput, create bool) error {
 
 func applyEndpoint(e *store.Endpoint, in EndpointInput, opt EndpointOptions, create bool) error {
 	if create {
-		if in.TemplateID == nil || *in.TemplateID == "" {
+		if opt.Template == nil && (in.TemplateID == nil || *in.TemplateID == "") {
 			return invalid("templateId", "templateId is required")
 		}
 		switch {
@@ -350,13 +358,14 @@ func (s *Service) CreateEndpoint(ctx context.Context, in EndpointInput) (store.E
 	return s.CreateEndpointWith(ctx, in, EndpointOptions{})
 }
 
-// CreateEndpointWith is CreateEndpoint with options.
+// CreateEndpointWith is CreateEndpoint with options: with a Template, the
+// endpoint and its own template are stored in one transaction.
 func (s *Service) CreateEndpointWith(_ context.Context, in EndpointInput, opt EndpointOptions) (store.Endpoint, error) {
 	e := NewEndpointDefaults()
+	e.ID = queue.NewID(14)
 	if err := applyEndpoint(&e, in, opt, true); err != nil {
 		return store.Endpoint{}, err
 	}
-	e.ID = queue.NewID(14)
 	e.UserID = "berth"
 	e.Version = 1
 	e.CreatedAt = s.now()
@@ -364,6 +373,25 @@ func (s *Service) CreateEndpointWith(_ context.Context, in EndpointInput, opt En
 		e.Name = e.ID
 	}
 	err := s.cfg.Store.Update(func(tx *store.Tx) error {
+		base, err := baseTemplate(tx, in.TemplateID)
+		if err != nil {
+			return err
+		}
+		if base != nil && len(base.AllowedCudaVersions) > 0 && in.AllowedCudaVersions == nil && in.MinCudaVersion == nil && computeType(&e) == "GPU" {
+			// A GPU endpoint made from a template takes its CUDA constraint
+			// unless it gives one (v2.json, gpu.allowedCudaVersions).
+			e.AllowedCudaVersions = slices.Clone(base.AllowedCudaVersions)
+		}
+		if opt.Template != nil {
+			t, err := s.newBoundTemplate(tx, base, *opt.Template, &e)
+			if err != nil {
+				return err
+			}
+			if err := tx.Apply(store.Put(store.Templates, t.ID, t)); err != nil {
+				return err
+			}
+			e.TemplateID = t.ID
+		}
 		if err := checkEndpointRefs(tx, &e); err != nil {
 			return err
 		}
@@ -374,6 +402,55 @@ func (s *Service) CreateEndpointWith(_ context.Context, in EndpointInput, opt En
 	}
 	s.changed(e.ID)
 	return e, nil
+}
+
+// baseTemplate reads the template an endpoint is made from; nil when id is
+// not given.
+func baseTemplate(tx *store.Tx, id *string) (*store.Template, error) {
+	if id == nil || *id == "" {
+		return nil, nil
+	}
+	var t store.Template
+	if tx.GetRaw(store.Templates, *id) == nil {
+		return nil, invalid("templateId", "templateId %s does not exist", quote(ShortID(*id)))
+	}
+	if err := tx.Get(store.Templates, *id, &t); err != nil {
+		return nil, err
+	}
+	return &t, nil
+}
+
+// newBoundTemplate makes endpoint e's own template: a copy of base (or a
+// serverless template's defaults: no pod volume, no ports) with in
+// applied. It is checked against the store but not stored.
+func (s *Service) newBoundTemplate(tx *store.Tx, base *store.Template, in TemplateInput, e *store.Endpoint) (store.Template, error) {
+	t := NewTemplateDefaults()
+	t.VolumeInGb, t.Ports = 0, []string{}
+	if base != nil {
+		t = *base
+		t.DockerEntrypoint, t.DockerStartCmd = slices.Clone(base.DockerEntrypoint), slices.Clone(base.DockerStartCmd)
+		t.Env, t.Ports, t.PortLabels = maps.Clone(base.Env), slices.Clone(base.Ports), maps.Clone(base.PortLabels)
+		t.AllowedCudaVersions = slices.Clone(base.AllowedCudaVersions)
+		t.IsPublic, t.Readme, t.Earned, t.RuntimeInMin = false, "", 0, 0
+	}
+	if err := ApplyTemplate(&t, in, false); err != nil {
+		return store.Template{}, err
+	}
+	if in.Name == nil {
+		name := e.Name
+		if r := []rune(name); len(r) > int(LimitName.Max)-8 {
+			name = string(r[:LimitName.Max-8])
+		}
+		t.Name = name + "__" + queue.NewID(6)
+	}
+	if t.ImageName == "" {
+		return store.Template{}, invalid("imageName", "imageName is required when no templateId gives one")
+	}
+	t.ID, t.CreatedAt, t.IsServerless, t.EndpointID = queue.NewID(10), s.now(), true, e.ID
+	if err := checkTemplate(tx, t); err != nil {
+		return store.Template{}, err
+	}
+	return t, nil
 }
 
 // EndpointRolls reports whether an endpoint change needs new worker
@@ -392,15 +469,67 @@ func (s *Service) UpdateEndpoint(ctx context.Context, id string, in EndpointInpu
 	return s.UpdateEndpointWith(ctx, id, in, EndpointOptions{})
 }
 
-// UpdateEndpointWith is UpdateEndpoint with options.
+// UpdateEndpointWith is UpdateEndpoint with options: with a Template, the
+// endpoint's own template is made or changed in the same transaction (a
+// template left unused that was bound to the endpoint goes).
 func (s *Service) UpdateEndpointWith(_ context.Context, id string, in EndpointInput, opt EndpointOptions) (store.Endpoint, error) {
 	var e store.Endpoint
+	var rolled []string
 	err := s.cfg.Store.Update(func(tx *store.Tx) error {
 		if err := getOr404(tx, store.Endpoints, id, "endpoint", &e); err != nil {
 			return err
 		}
 		e.Type = endpointType(&e)
 		before := e
+		var diff []store.ReleaseDiff
+		if opt.Template != nil {
+			var cur store.Template
+			if tx.GetRaw(store.Templates, e.TemplateID) != nil {
+				if err := tx.Get(store.Templates, e.TemplateID, &cur); err != nil {
+					return err
+				}
+			}
+			if in.TemplateID == nil && cur.ID != "" && cur.EndpointID == e.ID {
+				// Its own template: changed in place; any other endpoint
+				// pointed at it rolls too.
+				after := cur
+				if err := ApplyTemplate(&after, *opt.Template, false); err != nil {
+					return err
+				}
+				if err := checkTemplate(tx, after); err != nil {
+					return err
+				}
+				if templateRolls(cur, after) {
+					diff = templateDiff(cur, after)
+					others, err := s.rollUsers(tx, after.ID, id, diff)
+					if err != nil {
+						return err
+					}
+					rolled = others
+				}
+				if err := tx.Apply(store.Put(store.Templates, after.ID, after)); err != nil {
+					return err
+				}
+			} else {
+				base := &cur
+				if in.TemplateID != nil {
+					var err error
+					if base, err = baseTemplate(tx, in.TemplateID); err != nil {
+						return err
+					}
+				} else if cur.ID == "" {
+					base = nil
+				}
+				t, err := s.newBoundTemplate(tx, base, *opt.Template, &e)
+				if err != nil {
+					return err
+				}
+				if err := tx.Apply(store.Put(store.Templates, t.ID, t)); err != nil {
+					return err
+				}
+				in.TemplateID = &t.ID
+			}
+		}
 		if err := applyEndpoint(&e, in, opt, false); err != nil {
 			return err
 		}
@@ -410,10 +539,15 @@ func (s *Service) UpdateEndpointWith(_ context.Context, id string, in EndpointIn
 		if err := checkEndpointRefs(tx, &e); err != nil {
 			return err
 		}
+		if before.TemplateID != e.TemplateID {
+			if err := dropBound(tx, before.TemplateID, id); err != nil {
+				return err
+			}
+		}
 		ops := []store.Op{store.Put(store.Endpoints, id, e)}
-		if EndpointRolls(before, e) {
+		if EndpointRolls(before, e) || diff != nil {
 			e.Version++
-			ops = []store.Op{store.Put(store.Endpoints, id, e), releaseOp(e, store.Release{CreatedAt: s.now(), Diff: endpointDiff(before, e)})}
+			ops = []store.Op{store.Put(store.Endpoints, id, e), releaseOp(e, store.Release{CreatedAt: s.now(), Diff: append(endpointDiff(before, e), diff...)})}
 		}
 		return tx.Apply(ops...)
 	})
@@ -421,24 +555,85 @@ func (s *Service) UpdateEndpointWith(_ context.Context, id string, in EndpointIn
 		return store.Endpoint{}, err
 	}
 	s.changed(id)
+	for _, o := range rolled {
+		s.changed(o)
+	}
 	return e, nil
 }
 
-// DeleteEndpoint removes the record; Config.EndpointDeleted then cancels
-// its jobs and stops its workers.
+// rollUsers bumps the version of every endpoint but skip using template
+// id (a change to what their workers run) and records the release.
+func (s *Service) rollUsers(tx *store.Tx, templateID, skip string, diff []store.ReleaseDiff) ([]string, error) {
+	eps, err := all[store.Endpoint](tx, store.Endpoints)
+	if err != nil {
+		return nil, err
+	}
+	var ops []store.Op
+	var rolled []string
+	for _, e := range eps {
+		if e.TemplateID == templateID && e.ID != skip {
+			e.Version++
+			ops = append(ops, store.Put(store.Endpoints, e.ID, e), releaseOp(e, store.Release{CreatedAt: s.now(), Diff: diff}))
+			rolled = append(rolled, e.ID)
+		}
+	}
+	return rolled, tx.Apply(ops...)
+}
+
+// dropBound deletes template id when it was bound to endpoint ep and
+// nothing else uses it; a bound template something else still uses is
+// kept, unbound.
+func dropBound(tx *store.Tx, id, ep string) error {
+	var t store.Template
+	if id == "" || tx.GetRaw(store.Templates, id) == nil {
+		return nil
+	}
+	if err := tx.Get(store.Templates, id, &t); err != nil {
+		return err
+	}
+	if t.EndpointID != ep {
+		return nil
+	}
+	u, err := users(tx,
+		func(e store.Endpoint) bool { return e.TemplateID == id && e.ID != ep },
+		func(p store.Pod) bool { return p.TemplateID == id })
+	if err != nil {
+		return err
+	}
+	if u != "" {
+		t.EndpointID = ""
+		return tx.Apply(store.Put(store.Templates, id, t))
+	}
+	return tx.Apply(store.Delete(store.Templates, id))
+}
+
+// DeleteEndpoint removes the endpoint, its releases and its own template
+// (v2.json: "deletes a serverless endpoint and its bound template") in one
+// transaction; then its unfinished jobs are cancelled through the queue
+// (Config.Jobs) and Config.EndpointDeleted stops its workers.
 func (s *Service) DeleteEndpoint(_ context.Context, id string) error {
 	err := s.cfg.Store.Update(func(tx *store.Tx) error {
-		if tx.GetRaw(store.Endpoints, id) == nil {
-			return notFoundID("endpoint", id)
+		var e store.Endpoint
+		if err := getOr404(tx, store.Endpoints, id, "endpoint", &e); err != nil {
+			return err
 		}
 		ops, err := deleteReleases(tx, id)
 		if err != nil {
 			return err
 		}
-		return tx.Apply(append(ops, store.Delete(store.Endpoints, id))...)
+		if err := tx.Apply(append(ops, store.Delete(store.Endpoints, id))...); err != nil {
+			return err
+		}
+		return dropBound(tx, e.TemplateID, id)
 	})
 	if err != nil {
 		return err
+	}
+	s.changed(id) // the job API stops taking jobs for it before they are cancelled
+	if s.cfg.Jobs != nil {
+		if n, err := s.cfg.Jobs.CancelEndpoint(id); err != nil {
+			s.cfg.Logger.Error("cancel the jobs of a deleted endpoint", "endpoint", id, "cancelled", n, "err", err)
+		}
 	}
 	if s.cfg.EndpointDeleted != nil {
 		s.cfg.EndpointDeleted(id)

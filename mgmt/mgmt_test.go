@@ -479,3 +479,79 @@ func TestEndpointComputeRules(t *testing.T) {
 		t.Errorf("repeating CPU with 8 vCPUs: %v", err)
 	}
 }
+
+// TestEndpointWithItsOwnTemplate: an endpoint and the template made for it
+// are one operation: stored together or not at all, the template deleted
+// with the endpoint, replaced when the endpoint is given another, changed
+// in place (a release) when it is the endpoint's own.
+func TestEndpointWithItsOwnTemplate(t *testing.T) {
+	s, _ := newService(t)
+	ctx := context.Background()
+	count := func() (eps, tpls int) {
+		es, _, _ := s.Endpoints(ctx, "", false)
+		ts, _ := s.ListTemplates(ctx, mgmt.TemplateFilter{IncludeEndpointBound: true})
+		return len(es), len(ts)
+	}
+	// Refused endpoint: no template either; refused template: no endpoint.
+	_, err := s.CreateEndpointWith(ctx, mgmt.EndpointInput{WorkersMin: ptr(3), WorkersMax: ptr(1)}, mgmt.EndpointOptions{Template: &mgmt.TemplateInput{ImageName: ptr("alpine:3")}})
+	wantErr(t, err, mgmt.Invalid, "workersMin")
+	_, err = s.CreateEndpointWith(ctx, mgmt.EndpointInput{}, mgmt.EndpointOptions{Template: &mgmt.TemplateInput{ImageName: ptr("alpine:3"), ContainerRegistryAuthID: ptr("cnosuchauth")}})
+	wantErr(t, err, mgmt.Invalid, "containerRegistryAuthId")
+	_, err = s.CreateEndpointWith(ctx, mgmt.EndpointInput{}, mgmt.EndpointOptions{Template: &mgmt.TemplateInput{}})
+	wantErr(t, err, mgmt.Invalid, "imageName", "required")
+	if e, tp := count(); e != 0 || tp != 0 {
+		t.Fatalf("after refusals: %d endpoints, %d templates", e, tp)
+	}
+
+	// From a user's template: a copy of it, bound, with the CUDA set.
+	user, err := s.CreateTemplate(ctx, mgmt.TemplateInput{Name: ptr("user"), ImageName: ptr("alpine:3"), Env: map[string]string{"A": "1"}, AllowedCudaVersions: []string{"12.4"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ep, err := s.CreateEndpointWith(ctx, mgmt.EndpointInput{Name: ptr("ep"), TemplateID: &user.ID}, mgmt.EndpointOptions{Template: &mgmt.TemplateInput{ImageName: ptr("alpine:4")}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	own, err := s.GetTemplate(ctx, ep.TemplateID)
+	if err != nil || own.ID == user.ID || own.EndpointID != ep.ID || own.ImageName != "alpine:4" || own.Env["A"] != "1" || !own.IsServerless ||
+		!strings.HasPrefix(own.Name, "ep__") || !slices.Equal(ep.AllowedCudaVersions, []string{"12.4"}) {
+		t.Fatalf("own template %+v (%v), endpoint %+v", own, err, ep)
+	}
+	// Changed in place: a release; the user's template is untouched.
+	up, err := s.UpdateEndpointWith(ctx, ep.ID, mgmt.EndpointInput{}, mgmt.EndpointOptions{Template: &mgmt.TemplateInput{ImageName: ptr("alpine:5")}})
+	if err != nil || up.TemplateID != own.ID || up.Version != 2 {
+		t.Fatalf("in-place change: %+v %v", up, err)
+	}
+	if u, _ := s.GetTemplate(ctx, user.ID); u.ImageName != "alpine:3" {
+		t.Errorf("the user's template changed: %+v", u)
+	}
+	// A refused update changes neither record.
+	_, err = s.UpdateEndpointWith(ctx, ep.ID, mgmt.EndpointInput{WorkersMax: ptr(-1)}, mgmt.EndpointOptions{Template: &mgmt.TemplateInput{ImageName: ptr("alpine:6")}})
+	wantErr(t, err, mgmt.Invalid, "workersMax")
+	if o, _ := s.GetTemplate(ctx, own.ID); o.ImageName != "alpine:5" {
+		t.Errorf("a refused update changed the template: %+v", o)
+	}
+	// Pointed at the user's template: its own template goes.
+	if _, err := s.UpdateEndpoint(ctx, ep.ID, mgmt.EndpointInput{TemplateID: &user.ID}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.GetTemplate(ctx, own.ID); mgmt.KindOf(err) != mgmt.NotFound {
+		t.Errorf("the replaced own template: %v", err)
+	}
+	// Deleting an endpoint deletes its own template, not a shared one.
+	ep2, err := s.CreateEndpointWith(ctx, mgmt.EndpointInput{}, mgmt.EndpointOptions{Template: &mgmt.TemplateInput{ImageName: ptr("busybox:1")}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range []string{ep.ID, ep2.ID} {
+		if err := s.DeleteEndpoint(ctx, id); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := s.GetTemplate(ctx, ep2.TemplateID); mgmt.KindOf(err) != mgmt.NotFound {
+		t.Errorf("the deleted endpoint's own template: %v", err)
+	}
+	if _, err := s.GetTemplate(ctx, user.ID); err != nil {
+		t.Errorf("the user's template went with an endpoint: %v", err)
+	}
+}

@@ -35,9 +35,18 @@ type Config struct {
 	// EndpointChanged is told of an endpoint created or changed (its
 	// version may have been bumped). Optional.
 	EndpointChanged func(endpointID string)
-	// EndpointDeleted is told after an endpoint's record is deleted: its
-	// jobs must be cancelled and its workers stopped. Optional.
+	// EndpointDeleted is told after an endpoint's record is deleted and
+	// its jobs cancelled: its workers must be stopped. Optional.
 	EndpointDeleted func(endpointID string)
+	// Jobs cancels a deleted endpoint's unfinished jobs (the queue).
+	// Optional: without it an endpoint's jobs are left as they are.
+	Jobs EndpointJobs
+}
+
+// EndpointJobs is what mgmt needs of the queue: queue.Service implements it.
+type EndpointJobs interface {
+	// CancelEndpoint cancels every unfinished job of the endpoint.
+	CancelEndpoint(endpointID string) (int, error)
 }
 
 // Service applies the management rules to the store. Safe for concurrent

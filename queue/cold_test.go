@@ -129,3 +129,45 @@ func TestStatusTTLOnColdJobIsKept(t *testing.T) {
 		t.Fatal(string(in))
 	}
 }
+
+// TestCancelEndpoint: every unfinished job of one endpoint — running,
+// queued and loaded, queued and cold — is cancelled with its webhook
+// state; the other endpoint's jobs are untouched.
+func TestCancelEndpoint(t *testing.T) {
+	h := newHarness(t, queue.Config{})
+	h.opts.NoSync = true
+	h.restart()
+	const n = 1200 // more than two batches
+	ids := make([]string, n)
+	for i := range ids {
+		ids[i] = h.submit(`{}`)
+	}
+	other, err := h.q.Submit(queue.SubmitRequest{EndpointID: "ep2", Input: json.RawMessage(`{}`)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.restart() // the queued jobs are cold entries now
+	running := h.take("w1")
+	h.mustStatus(ids[5], store.InQueue) // one looked at: loaded
+	got, err := h.q.CancelEndpoint(ep)
+	if err != nil || got != n {
+		t.Fatalf("cancelled %d (%v), want %d", got, err, n)
+	}
+	for _, id := range []string{running.ID, ids[5], ids[n-1]} {
+		h.mustStatus(id, store.Cancelled)
+	}
+	if stops := h.q.StopPoll(context.Background(), ep, "w1"); len(stops) != 1 || stops[0] != running.ID {
+		t.Errorf("the running job's worker was told to stop %v", stops)
+	}
+	if hl := h.q.Health(ep); hl.Jobs.InQueue != 0 || hl.Jobs.InProgress != 0 {
+		t.Errorf("after CancelEndpoint: %+v", hl.Jobs)
+	}
+	if r, err := h.q.Status("ep2", other.ID, 0); err != nil || r.Status != store.InQueue {
+		t.Errorf("the other endpoint's job: %+v %v", r, err)
+	}
+	h.restart()
+	h.mustStatus(ids[n-1], store.Cancelled)
+	if got, err := h.q.CancelEndpoint(ep); err != nil || got != 0 {
+		t.Errorf("a second CancelEndpoint cancelled %d (%v)", got, err)
+	}
+}

@@ -755,6 +755,66 @@ func (s *Service) Retry(endpointID, id string) (StatusResponse, error) {
 	return StatusResponse{ID: id, Status: store.InQueue}, nil
 }
 
+// CancelEndpoint cancels every job of the endpoint that is not finished,
+// as Cancel does one: running jobs first (their workers are told to stop),
+// then the queue, cold entries included, in batches of removeBatch per
+// lock hold, as Purge works. Webhooks fire with CANCELLED. It returns the
+// number cancelled once every write is on disk; used when an endpoint is
+// deleted.
+func (s *Service) CancelEndpoint(endpointID string) (int, error) {
+	n := 0
+	var firstErr error
+	wait := func(dones []<-chan error) {
+		for _, d := range dones {
+			if err := <-d; err != nil && firstErr == nil {
+				firstErr = fmt.Errorf("store cancel: %w", err)
+			}
+		}
+	}
+	s.mu.Lock()
+	var dones []<-chan error
+	for _, w := range s.workers {
+		if w.rec.EndpointID != endpointID {
+			continue
+		}
+		for _, j := range w.inflight { // finishLocked removes j from inflight
+			dones = append(dones, s.finishLocked(j, store.Cancelled, nil, "", true))
+			n++
+		}
+	}
+	s.mu.Unlock()
+	wait(dones)
+	for {
+		s.mu.Lock()
+		ep := s.endpoints[endpointID]
+		dones = nil
+		for k := 0; ep != nil && k < removeBatch; k++ {
+			q := ep.fifo.front()
+			if q == nil {
+				break
+			}
+			j := q.j
+			if j == nil {
+				var err error
+				if j, err = s.warmLocked(q); errors.Is(err, ErrNotFound) {
+					continue // its record is gone; warmLocked dropped the entry
+				} else if err != nil {
+					s.mu.Unlock()
+					wait(dones)
+					return n, err
+				}
+			}
+			dones = append(dones, s.finishLocked(j, store.Cancelled, nil, "", true))
+			n++
+		}
+		s.mu.Unlock()
+		if len(dones) == 0 {
+			return n, firstErr
+		}
+		wait(dones)
+	}
+}
+
 // Purge removes every queued job of the endpoint; running jobs continue.
 // It works in batches, each removed and written in its own lock hold and
 // transaction, so a purge of a million jobs does not stall other requests;

@@ -32,10 +32,14 @@ type Template struct {
 	StartJupyter bool `json:"startJupyter,omitempty"`
 	// AllowedCudaVersions (REST v2) is copied into pods and endpoints
 	// created from the template that do not give their own.
-	AllowedCudaVersions []string  `json:"allowedCudaVersions,omitempty"`
-	Earned              float64   `json:"earned"`
-	RuntimeInMin        int       `json:"runtimeInMin"`
-	CreatedAt           time.Time `json:"createdAt"`
+	AllowedCudaVersions []string `json:"allowedCudaVersions,omitempty"`
+	// EndpointID is the endpoint the template was made for (REST v2's and
+	// GraphQL's inline container): it is that endpoint's bound template,
+	// deleted with it.
+	EndpointID   string    `json:"endpointId,omitempty"`
+	Earned       float64   `json:"earned"`
+	RuntimeInMin int       `json:"runtimeInMin"`
+	CreatedAt    time.Time `json:"createdAt"`
 }
 
 // Endpoint is a serverless endpoint (RunPod REST v1 shape).

@@ -10,7 +10,6 @@ import (
 
 	"berth/gpu"
 	"berth/mgmt"
-	"berth/queue"
 	"berth/store"
 )
 
@@ -362,9 +361,10 @@ func (a *API) getEndpoint(w http.ResponseWriter, r *http.Request) {
 	a.answer(w, r, http.StatusOK, viewEndpoint(e, t, baseURL(r)), err)
 }
 
-// createEndpoint: v2 takes the container inline or a templateId. Inline
-// container fields make an endpoint-bound template (serverless, named
-// after the endpoint) from templateId's or from scratch, as RunPod does.
+// createEndpoint: the endpoint gets a template of its own (bound to it,
+// deleted with it), made from templateId's and the inline container
+// fields, in one mgmt operation — RunPod's v2 model: a template is a
+// snapshot applied when the endpoint is created.
 func (a *API) createEndpoint(w http.ResponseWriter, r *http.Request) {
 	var b endpointBody
 	if err := decode(r, &b); err != nil {
@@ -390,92 +390,38 @@ func (a *API) createEndpoint(w http.ResponseWriter, r *http.Request) {
 		a.fail(w, r, err)
 		return
 	}
-	ctx := r.Context()
-	tplID := ""
-	var base *store.Template
-	if b.TemplateID != nil {
-		t, err := a.cfg.Mgmt.GetTemplate(ctx, *b.TemplateID)
-		if err != nil {
-			a.fail(w, r, err)
-			return
-		}
-		base, tplID = &t, t.ID
-	}
-	// Env belongs to the endpoint (v1's endpoint env); the rest of the
-	// container to its template.
-	cc := b.ContainerConfig
-	cc.Env = nil
-	var made string
-	if cc.given() {
-		tin, err := cc.templateInput()
-		if err != nil {
-			a.fail(w, r, err)
-			return
-		}
-		tin.Name = ptr(*b.Name + "__" + queue.NewID(6))
-		tin.IsServerless = ptr(true)
-		tin.VolumeInGb = ptr(0)
-		if base != nil {
-			fillFrom(&tin, *base)
-		} else if tin.Ports == nil {
-			tin.Ports = []string{}
-		}
-		t, err := a.cfg.Mgmt.CreateTemplate(ctx, tin)
-		if err != nil {
-			a.fail(w, r, err)
-			return
-		}
-		tplID, made = t.ID, t.ID
-	}
-	if base != nil && in.AllowedCudaVersions == nil && len(base.AllowedCudaVersions) > 0 {
-		in.AllowedCudaVersions = base.AllowedCudaVersions
-	}
-	in.TemplateID = &tplID
-	e, err := a.cfg.Mgmt.CreateEndpointWith(ctx, in, mgmt.EndpointOptions{V2Rules: true})
-	err = b.rename(err)
+	tin, err := b.container()
 	if err != nil {
-		if made != "" {
-			a.cfg.Mgmt.DeleteTemplate(ctx, made)
-		}
 		a.fail(w, r, err)
+		return
+	}
+	in.TemplateID = b.TemplateID
+	e, err := a.cfg.Mgmt.CreateEndpointWith(r.Context(), in, mgmt.EndpointOptions{V2Rules: true, Template: &tin})
+	if err != nil {
+		a.fail(w, r, b.rename(err))
 		return
 	}
 	e2, t, err := a.endpoint(r, e.ID)
 	a.answer(w, r, http.StatusCreated, viewEndpoint(e2, t, baseURL(r)), err)
 }
 
-// fillFrom takes what in does not give from template t.
-func fillFrom(in *mgmt.TemplateInput, t store.Template) {
-	if in.ImageName == nil {
-		in.ImageName = ptr(t.ImageName)
-	}
-	if in.DockerStartCmd == nil {
-		in.DockerStartCmd = t.DockerStartCmd
-	}
-	if in.DockerEntrypoint == nil {
-		in.DockerEntrypoint = t.DockerEntrypoint
-	}
-	if in.ContainerDiskInGb == nil {
-		in.ContainerDiskInGb = ptr(t.ContainerDiskInGb)
-	}
-	if in.Ports == nil {
-		in.Ports = nonNil(t.Ports)
-	}
-	if in.ContainerRegistryAuthID == nil {
-		in.ContainerRegistryAuthID = ptr(t.ContainerRegistryAuthID)
-	}
-	in.Env = t.Env
+// container is the template part of an endpoint body: the container
+// fields but env, which is the endpoint's (v1's endpoint env).
+func (b endpointBody) container() (mgmt.TemplateInput, error) {
+	cc := b.ContainerConfig
+	cc.Env = nil
+	return cc.templateInput()
 }
 
-// updateEndpoint: container fields change the endpoint's template (which
-// rolls its workers, and those of any other endpoint sharing it).
+// updateEndpoint: container fields or a templateId change the endpoint's
+// own template (made when it has none), which rolls its workers; one mgmt
+// operation.
 func (a *API) updateEndpoint(w http.ResponseWriter, r *http.Request) {
 	var b endpointBody
 	if err := decode(r, &b); err != nil {
 		a.fail(w, r, err)
 		return
 	}
-	ctx := r.Context()
 	cur, _, err := a.endpoint(r, pathID(r))
 	if err != nil {
 		a.fail(w, r, err)
@@ -486,30 +432,21 @@ func (a *API) updateEndpoint(w http.ResponseWriter, r *http.Request) {
 		a.fail(w, r, err)
 		return
 	}
-	if b.Type != nil {
-		in.Type = b.Type
-	}
-	if b.TemplateID != nil {
-		in.TemplateID = b.TemplateID
-	}
+	opt := mgmt.EndpointOptions{V2Rules: true}
 	cc := b.ContainerConfig
 	cc.Env = nil
-	if cc.given() {
-		if b.TemplateID != nil {
-			a.fail(w, r, mgmt.InvalidInput("templateId", "give templateId or container fields (image, args, disk, ports, registry), not both"))
-			return
-		}
-		tin, err := cc.templateInput()
+	if cc.given() || (b.TemplateID != nil && *b.TemplateID != "") {
+		tin, err := b.container()
 		if err != nil {
 			a.fail(w, r, err)
 			return
 		}
-		if _, err := a.cfg.Mgmt.UpdateTemplate(ctx, cur.TemplateID, tin); err != nil {
-			a.fail(w, r, err)
-			return
+		opt.Template = &tin
+		if b.TemplateID != nil && *b.TemplateID != "" {
+			in.TemplateID = b.TemplateID
 		}
 	}
-	if _, err := a.cfg.Mgmt.UpdateEndpointWith(ctx, cur.ID, in, mgmt.EndpointOptions{V2Rules: true}); err != nil {
+	if _, err := a.cfg.Mgmt.UpdateEndpointWith(r.Context(), cur.ID, in, opt); err != nil {
 		a.fail(w, r, b.rename(err))
 		return
 	}
