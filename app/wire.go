@@ -112,7 +112,7 @@ func New(cfg Config) (_ *App, err error) {
 		pods = podRuntime{a.sup}
 	}
 	a.mg = mgmt.New(mgmt.Config{Store: a.db, Clock: cfg.Clock, Logger: log.With("component", "mgmt"), DataDir: cfg.DataDir, Pods: pods,
-		Jobs: a.q, // a deleted endpoint's jobs are cancelled through the queue
+		Jobs:            a.q, // a deleted endpoint's jobs are cancelled through the queue
 		EndpointChanged: func(id string) { api.Load().EndpointChanged(id) },
 		EndpointDeleted: func(id string) { api.Load().EndpointDeleted(id) },
 	})
