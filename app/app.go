@@ -95,6 +95,9 @@ type Config struct {
 	// Pods replaces the runtime's pods: a surface's pod translation tested
 	// without Docker. berth serve leaves it nil.
 	Pods mgmt.PodRuntime
+	// WrapHandler wraps the API's handler (inside the load balancer):
+	// tests hold every exchange to the OpenAPI documents. nil: none.
+	WrapHandler func(http.Handler) http.Handler
 }
 
 // App is one running Berth.

@@ -133,7 +133,11 @@ func New(cfg Config) (_ *App, err error) {
 	a.api = httpapi.New(hc)
 	api.Store(a.api)
 
-	a.srv = newHTTPServer(a.lb.Handler(a.api.Handler()))
+	h := a.api.Handler()
+	if cfg.WrapHandler != nil {
+		h = cfg.WrapHandler(h)
+	}
+	a.srv = newHTTPServer(a.lb.Handler(h))
 	if a.workerLn != nil {
 		a.hooks.DenyListener(a.workerLn.Addr())
 		a.workerSrv = newHTTPServer(a.api.WorkerHandler())

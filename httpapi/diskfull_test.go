@@ -10,7 +10,7 @@ import (
 )
 
 func withDataDir(dir string) envOpt {
-	return func(e *env) { e.path = filepath.Join(dir, "berth.db") }
+	return func(e *env) { e.cfg.DataDir = dir }
 }
 
 // On a full disk a write is refused with a retryable 503 (Retry-After), not

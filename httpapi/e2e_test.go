@@ -20,6 +20,8 @@ import (
 
 	"github.com/jonboulle/clockwork"
 
+	"berth/app"
+	"berth/gpu"
 	"berth/httpapi"
 	"berth/queue"
 	"berth/store"
@@ -47,43 +49,46 @@ func TestMain(m *testing.M) {
 
 const adminKey = testKey // the key loadDoc reads the document with
 
+// env is a Berth as berth serve composes it (package app), without Docker
+// (workers are echoworker processes attached with worker-env), on a fake
+// clock; every exchange is held to the OpenAPI document it serves unless
+// the env is raw.
 type env struct {
 	t       *testing.T
 	clock   *clockwork.FakeClock
+	app     *app.App
 	db      *store.DB
 	q       *queue.Service
-	srv     *httptest.Server
+	base    string // http://127.0.0.1:PORT
 	stopPod chan string
-	qcfg    queue.Config
-	hcfg    httpapi.Config
-	path    string
+	cfg     app.Config // the settings of every start
+	raw     bool       // no validating wrapper: tests of the connection itself
 }
 
 type envOpt func(*env)
 
 func withRateLimits(perWorker int) envOpt {
-	return func(e *env) { e.hcfg.RateLimits, e.hcfg.RequestsPerWorker = true, perWorker }
+	return func(e *env) { e.cfg.RateLimits, e.cfg.HTTP.RequestsPerWorker = true, perWorker }
 }
 
 // withLoopbackWebhooks lets webhooks reach httptest receivers on 127.0.0.1,
 // which the default webhook policy forbids.
-func withLoopbackWebhooks(e *env) {
-	g, err := queue.NewWebhookGuard(queue.WebhookPolicy{Allow: []string{"127.0.0.0/8"}})
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	e.qcfg.WebhookClient = g.Client(10 * time.Second)
+func withLoopbackWebhooks(e *env) { e.cfg.WebhookAllow = []string{"127.0.0.0/8"} }
+
+// rawHTTP changes the HTTP settings and serves without the validating
+// wrapper, so the tests reach the real connection and its deadlines.
+func rawHTTP(mod func(*httpapi.Config)) envOpt {
+	return func(e *env) { mod(&e.cfg.HTTP); e.raw = true }
 }
 
 func newEnv(t *testing.T, opts ...envOpt) *env {
-	e := &env{t: t, clock: clockwork.NewFakeClock(), stopPod: make(chan string, 10), path: filepath.Join(t.TempDir(), "berth.db")}
+	e := &env{t: t, clock: clockwork.NewFakeClock(), stopPod: make(chan string, 10)}
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
-	e.qcfg = queue.Config{
-		Logger:        quiet,
-		WorkerTimeout: time.Minute,
-		OnStopPod:     func(ep, w string) { e.stopPod <- w },
-	}
-	e.hcfg = httpapi.Config{APIKeyHash: httpapi.HashKey(adminKey), PingInterval: time.Second, Logger: quiet}
+	e.cfg = app.Config{DataDir: t.TempDir(), Addr: "127.0.0.1:0", Logger: quiet, Clock: e.clock, APIKey: adminKey,
+		Docker: app.DockerOff, DiscoverGPUs: func() ([]gpu.Device, error) { return nil, nil }}
+	e.cfg.Queue.WorkerTimeout = time.Minute
+	e.cfg.Queue.OnStopPod = func(ep, w string) { e.stopPod <- w }
+	e.cfg.HTTP.PingInterval = time.Second
 	for _, o := range opts {
 		o(e)
 	}
@@ -93,37 +98,38 @@ func newEnv(t *testing.T, opts ...envOpt) *env {
 }
 
 func (e *env) start() {
-	db, err := store.Open(e.path, store.Options{})
+	cfg := e.cfg
+	if !e.raw {
+		// Every request and response of these tests is checked against the
+		// OpenAPI document Berth serves.
+		cfg.WrapHandler = func(h http.Handler) http.Handler {
+			return validating(e.t, loadDoc(e.t, h, "/v1/openapi.json"), h)
+		}
+	}
+	a, err := app.New(cfg)
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	e.db = db
-	qc := e.qcfg
-	qc.Clock = e.clock
-	e.q = queue.New(db, qc)
-	if err := e.q.Start(context.Background()); err != nil {
+	if err := a.Start(context.Background()); err != nil {
+		a.Stop(context.Background())
 		e.t.Fatal(err)
 	}
-	hc := e.hcfg
-	hc.Store, hc.Queue, hc.Clock = db, e.q, e.clock
-	h := httpapi.New(hc).Handler()
-	// Every request and response of these tests is checked against the
-	// OpenAPI document Berth serves.
-	e.srv = httptest.NewServer(validating(e.t, loadDoc(e.t, h, "/v1/openapi.json"), h))
+	e.app, e.db, e.q, e.base = a, a.Store(), a.Queue(), a.URL()
 }
 
 func (e *env) stop() {
-	if e.srv == nil {
+	if e.app == nil {
 		return
 	}
-	e.q.Stop()
-	e.srv.CloseClientConnections()
-	e.srv.Close()
 	if err := e.db.Check(); err != nil {
 		e.t.Errorf("db check: %v", err)
 	}
-	e.db.Close()
-	e.srv = nil
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := e.app.Stop(ctx); err != nil {
+		e.t.Errorf("stop: %v", err)
+	}
+	e.app = nil
 }
 
 type resp struct {
@@ -143,7 +149,7 @@ func (r resp) json(t *testing.T) map[string]any {
 
 func (e *env) call(method, path, auth string, body any) resp {
 	e.t.Helper()
-	req, _ := http.NewRequest(method, e.srv.URL+path, bodyReader(e.t, body))
+	req, _ := http.NewRequest(method, e.base+path, bodyReader(e.t, body))
 	if auth != "" {
 		req.Header.Set("Authorization", auth)
 	}
@@ -801,7 +807,7 @@ func TestE2EConcurrencyCap(t *testing.T) {
 		held.Add(1)
 		go func() {
 			defer held.Done()
-			req, _ := http.NewRequestWithContext(ctx, "GET", e.srv.URL+"/v2/"+ep+"/stream/"+id+"?wait=300000", nil)
+			req, _ := http.NewRequestWithContext(ctx, "GET", e.base+"/v2/"+ep+"/stream/"+id+"?wait=300000", nil)
 			req.Header.Set("Authorization", adminKey)
 			started <- struct{}{}
 			if res, err := client.Do(req); err == nil {

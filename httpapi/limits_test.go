@@ -9,7 +9,6 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"net/http/httptest"
 	"strings"
 	"sync"
 	"syscall"
@@ -20,26 +19,13 @@ import (
 	"berth/queue"
 )
 
-// rawServer serves e's store and queue with cfg changed by mod, on a plain
-// httptest server (no validating wrapper), so the tests reach the real
-// connection and its deadlines.
-func rawServer(t *testing.T, e *env, mod func(*httpapi.Config)) *httptest.Server {
-	hc := e.hcfg
-	hc.Store, hc.Queue, hc.Clock = e.db, e.q, e.clock
-	mod(&hc)
-	srv := httptest.NewServer(httpapi.New(hc).Handler())
-	t.Cleanup(func() { srv.CloseClientConnections(); srv.Close() })
-	return srv
-}
-
 // TestSlowBodyIsCutOff: a client that sends its body a byte at a time is
 // answered 408 once it falls behind the minimum rate, its connection is
 // closed, and nothing is queued.
 func TestSlowBodyIsCutOff(t *testing.T) {
-	e := newEnv(t)
+	e := newEnv(t, rawHTTP(func(c *httpapi.Config) { c.BodyGrace, c.MinBodyRate = time.Second, 1000 }))
 	ep := e.endpoint(nil)
-	srv := rawServer(t, e, func(c *httpapi.Config) { c.BodyGrace, c.MinBodyRate = time.Second, 1000 })
-	conn, err := net.Dial("tcp", srv.Listener.Addr().String())
+	conn, err := net.Dial("tcp", e.app.Addr())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -92,9 +78,8 @@ func TestSlowBodyIsCutOff(t *testing.T) {
 // grace but keeps above the minimum rate is accepted, and a long poll whose
 // body was read is not cut off by the body deadline afterwards.
 func TestSteadyUploadOutlastsTheGrace(t *testing.T) {
-	e := newEnv(t)
+	e := newEnv(t, rawHTTP(func(c *httpapi.Config) { c.BodyGrace, c.MinBodyRate = 500*time.Millisecond, 2000 }))
 	ep := e.endpoint(nil)
-	srv := rawServer(t, e, func(c *httpapi.Config) { c.BodyGrace, c.MinBodyRate = 500*time.Millisecond, 2000 })
 	pad := strings.Repeat("p", 8000)
 	body := `{"input":{"pad":"` + pad + `"}}`
 	pr, pw := io.Pipe()
@@ -107,7 +92,7 @@ func TestSteadyUploadOutlastsTheGrace(t *testing.T) {
 		}
 		pw.Close()
 	}()
-	req, _ := http.NewRequest("POST", srv.URL+"/v2/"+ep+"/runsync?wait=30000", pr)
+	req, _ := http.NewRequest("POST", e.base+"/v2/"+ep+"/runsync?wait=30000", pr)
 	req.ContentLength = int64(len(body))
 	req.Header.Set("Authorization", "Bearer "+adminKey)
 	type result struct {
@@ -161,10 +146,10 @@ func TestSteadyUploadOutlastsTheGrace(t *testing.T) {
 // key MaxLongPollsPerKey; past that the answer is 429 with Retry-After at
 // once, and a released poll frees its place.
 func TestLongPollCaps(t *testing.T) {
-	e := newEnv(t)
+	e := newEnv(t, rawHTTP(func(c *httpapi.Config) { c.MaxLongPollsPerWorker, c.MaxLongPollsPerKey = 2, 3 }))
 	ep := e.endpoint(nil)
-	srv := rawServer(t, e, func(c *httpapi.Config) { c.MaxLongPollsPerWorker, c.MaxLongPollsPerKey = 2, 3 })
 	id := e.run(ep, `{}`) // a job nobody runs: status-sync on it waits (on the test's fake clock)
+	idle := e.endpoint(nil) // no jobs: job-take on it waits (a job-take on ep would take the job and end)
 
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -173,7 +158,7 @@ func TestLongPollCaps(t *testing.T) {
 	hold := func(ctx context.Context, path string) {
 		go func() {
 			for ctx.Err() == nil {
-				req, _ := http.NewRequestWithContext(ctx, "GET", srv.URL+path, nil)
+				req, _ := http.NewRequestWithContext(ctx, "GET", e.base+path, nil)
 				req.Header.Set("Authorization", "Bearer "+adminKey)
 				res, err := http.DefaultClient.Do(req)
 				if err != nil {
@@ -188,7 +173,7 @@ func TestLongPollCaps(t *testing.T) {
 		}()
 	}
 	get := func(path string) (int, string, string) {
-		req, _ := http.NewRequest("GET", srv.URL+path, nil)
+		req, _ := http.NewRequest("GET", e.base+path, nil)
 		req.Header.Set("Authorization", "Bearer "+adminKey)
 		c := &http.Client{Timeout: 200 * time.Millisecond}
 		res, err := c.Do(req)
@@ -214,20 +199,20 @@ func TestLongPollCaps(t *testing.T) {
 	// is not affected.
 	wctx, wcancel := context.WithCancel(ctx)
 	for i := 0; i < 2; i++ {
-		hold(wctx, "/v2/"+ep+"/job-take/w1")
+		hold(wctx, "/v2/"+idle+"/job-take/w1")
 	}
 	until("the third job-take of w1 was never refused", func() bool {
-		code, body, ra := get("/v2/" + ep + "/job-take/w1")
+		code, body, ra := get("/v2/" + idle + "/job-take/w1")
 		if code == 429 && (!strings.Contains(body, "worker w1 (limit 2)") || ra == "") {
 			t.Fatalf("429 without the limit or Retry-After: %s %q", body, ra)
 		}
 		return code == 429
 	})
-	if code, body, _ := get("/v2/" + ep + "/job-stop/w2"); code == 429 {
+	if code, body, _ := get("/v2/" + idle + "/job-stop/w2"); code == 429 {
 		t.Fatalf("another worker refused: %s", body)
 	}
 	wcancel()
-	until("w1's places were never freed", func() bool { code, _, _ := get("/v2/" + ep + "/job-take/w1"); return code != 429 })
+	until("w1's places were never freed", func() bool { code, _, _ := get("/v2/" + idle + "/job-take/w1"); return code != 429 })
 
 	// Per key: three status-syncs held, the fourth refused.
 	for i := 0; i < 3; i++ {
