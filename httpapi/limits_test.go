@@ -148,7 +148,7 @@ func TestSteadyUploadOutlastsTheGrace(t *testing.T) {
 func TestLongPollCaps(t *testing.T) {
 	e := newEnv(t, rawHTTP(func(c *httpapi.Config) { c.MaxLongPollsPerWorker, c.MaxLongPollsPerKey = 2, 3 }))
 	ep := e.endpoint(nil)
-	id := e.run(ep, `{}`) // a job nobody runs: status-sync on it waits (on the test's fake clock)
+	id := e.run(ep, `{}`)   // a job nobody runs: status-sync on it waits (on the test's fake clock)
 	idle := e.endpoint(nil) // no jobs: job-take on it waits (a job-take on ep would take the job and end)
 
 	ctx, cancel := context.WithCancel(context.Background())
