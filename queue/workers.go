@@ -401,9 +401,7 @@ func (s *Service) StreamChunk(endpointID, workerID, jobID string, body []byte) (
 	if j == nil || j.rec.EndpointID != endpointID || j.rec.Status != store.InProgress || j.rec.WorkerID != workerID {
 		return false, nil
 	}
-	for _, c := range splitChunk(m.Output) {
-		j.chunks = append(j.chunks, c)
-	}
+	j.chunks = append(j.chunks, splitChunk(m.Output)...)
 	j.changedLocked()
 	return true, nil
 }

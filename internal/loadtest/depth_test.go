@@ -138,7 +138,6 @@ type berth struct {
 	cmd                *exec.Cmd
 	log                bytes.Buffer
 	client             *http.Client
-	submitted          int
 	idMu               sync.Mutex
 	ids                []string // a sample of submitted ids, for /status
 	inQueueBeforePurge int
