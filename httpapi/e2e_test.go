@@ -261,7 +261,7 @@ func (e *env) startWorker(ep string, extraEnv ...string) *workerProc {
 // change the queue signals.
 func (e *env) waitStatus(ep, id, want string) map[string]any {
 	e.t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
+	deadline := time.Now().Add(60 * time.Second)
 	for time.Now().Before(deadline) {
 		ch, _ := e.q.Watch(ep, id)
 		m := e.admin("GET", "/v2/"+ep+"/status/"+id, nil, 200)
@@ -341,6 +341,7 @@ func TestE2EEveryJobOperation(t *testing.T) {
 		id := e.run(ep, `{"stream":["a","b","c"]}`)
 		var got []string
 		for i := 0; i < 50; i++ {
+			changed := e.watch(ep, id)
 			m := e.admin("GET", "/v2/"+ep+"/stream/"+id+"?wait=0", nil, 200)
 			s, ok := m["stream"].([]any)
 			if !ok {
@@ -352,7 +353,7 @@ func TestE2EEveryJobOperation(t *testing.T) {
 			if m["status"] == "COMPLETED" && len(s) == 0 {
 				break
 			}
-			e.waitChange(ep, id)
+			changed()
 		}
 		if strings.Join(got, "") != "abc" {
 			t.Fatalf("chunks %v", got)
@@ -364,8 +365,9 @@ func TestE2EEveryJobOperation(t *testing.T) {
 	})
 	t.Run("progress updates show while running", func(t *testing.T) {
 		id := e.run(ep, `{"progress":["1/2"],"sleep_ms":60000}`)
-		deadline := time.Now().Add(10 * time.Second)
+		deadline := time.Now().Add(30 * time.Second)
 		for {
+			changed := e.watch(ep, id)
 			m := e.admin("GET", "/v2/"+ep+"/status/"+id, nil, 200)
 			if m["status"] == "IN_PROGRESS" && m["output"] == "1/2" {
 				if fmt.Sprint(m["input"]) != "map[progress:[1/2] sleep_ms:60000]" {
@@ -376,7 +378,7 @@ func TestE2EEveryJobOperation(t *testing.T) {
 			if time.Now().After(deadline) {
 				t.Fatalf("no progress: %v", m)
 			}
-			e.waitChange(ep, id)
+			changed()
 		}
 		c := e.admin("POST", "/v2/"+ep+"/cancel/"+id, nil, 200)
 		if c["status"] != "CANCELLED" {
@@ -396,15 +398,19 @@ func TestE2EEveryJobOperation(t *testing.T) {
 	})
 }
 
-// waitChange blocks until the job changes (or a short real timeout).
-func (e *env) waitChange(ep, id string) {
+// watch returns a function that blocks until the job has changed since
+// watch was called (or 30 s pass): call watch before looking at the job, so
+// a change in between is not missed.
+func (e *env) watch(ep, id string) func() {
 	ch, err := e.q.Watch(ep, id)
-	if err != nil {
-		return
-	}
-	select {
-	case <-ch:
-	case <-time.After(5 * time.Second):
+	return func() {
+		if err != nil {
+			return
+		}
+		select {
+		case <-ch:
+		case <-time.After(30 * time.Second):
+		}
 	}
 }
 
@@ -523,7 +529,7 @@ func TestE2EStopPodAndBatchWorker(t *testing.T) {
 		if got != w.id {
 			t.Fatalf("stopPod for %s, want %s", got, w.id)
 		}
-	case <-time.After(5 * time.Second):
+	case <-time.After(30 * time.Second):
 		t.Fatal("stopPod not reported")
 	}
 }

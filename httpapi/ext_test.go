@@ -290,7 +290,7 @@ func openFollow(t *testing.T, ctx context.Context, e *testEnv, path string) (*ht
 	req, _ := http.NewRequestWithContext(ctx, "GET", e.srv.URL+path, nil)
 	req.Header.Set("Authorization", "Bearer "+testKey)
 	// The headers must come before the first line does.
-	c := &http.Client{Transport: &http.Transport{ResponseHeaderTimeout: 5 * time.Second}}
+	c := &http.Client{Transport: &http.Transport{ResponseHeaderTimeout: 30 * time.Second}}
 	t.Cleanup(c.CloseIdleConnections)
 	res, err := c.Do(req)
 	if err != nil {
@@ -302,8 +302,9 @@ func openFollow(t *testing.T, ctx context.Context, e *testEnv, path string) (*ht
 	return res, bufio.NewReader(res.Body)
 }
 
-// readLine reads one line within a few seconds: a streamed line must
-// arrive while the container still runs.
+// readLine reads one line within 30 s: a streamed line must arrive while
+// the container still runs (a line left in a buffer would arrive only when
+// the log ends, which these tests do after reading).
 func readLine(t *testing.T, br *bufio.Reader) string {
 	t.Helper()
 	type result struct {
@@ -318,7 +319,7 @@ func readLine(t *testing.T, br *bufio.Reader) string {
 			t.Fatalf("read a streamed line: %q %v", r.s, r.err)
 		}
 		return r.s
-	case <-time.After(5 * time.Second):
+	case <-time.After(30 * time.Second):
 		t.Fatal("a streamed line did not arrive: not flushed?")
 		return ""
 	}
@@ -377,7 +378,7 @@ func TestContainerLogsFollow(t *testing.T) {
 		}
 		cancel()
 		// The server closes the container's log: the writer sees it.
-		deadline := time.Now().Add(5 * time.Second)
+		deadline := time.Now().Add(30 * time.Second)
 		for {
 			if _, err := io.WriteString(pw, "more\n"); errors.Is(err, io.ErrClosedPipe) {
 				break

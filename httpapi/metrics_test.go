@@ -33,7 +33,7 @@ func newMetricsEnv(t *testing.T, mods ...func(*httpapi.Config)) *metricsEnv {
 		t.Fatal(err)
 	}
 	q := queue.New(db, queue.Config{Logger: quietLog, TakeHold: 100 * time.Millisecond,
-		WebhookClient: &http.Client{Timeout: 5 * time.Second}, // the receiver is on loopback
+		WebhookClient: &http.Client{Timeout: 30 * time.Second}, // the receiver is on loopback
 		OnJobFinished: m.JobFinished, OnWebhook: m.Webhook})
 	if err := q.Start(context.Background()); err != nil {
 		t.Fatal(err)

@@ -86,12 +86,14 @@ func TestColdJobsExpireAtTheirTTL(t *testing.T) {
 	long := h.submit(`{}`, func(r *queue.SubmitRequest) { r.TTL = time.Hour })
 	h.restart() // the ttls come back from the index
 	h.clock.Advance(10 * time.Second)
-	deadline := time.Now().Add(20 * time.Second)
-	for h.q.Health(ep).Jobs.InQueue != 1 {
-		if time.Now().After(deadline) {
-			t.Fatalf("inQueue %d after the short ttl", h.q.Health(ep).Jobs.InQueue)
-		}
-		time.Sleep(time.Millisecond) // the expiry runs on the timer's goroutine
+	// The expiry runs on the timer's goroutine and logs each job it drops.
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if err := h.logs.Wait(ctx, "job expired (ttl)", len(short)); err != nil {
+		t.Fatal(err)
+	}
+	if n := h.q.Health(ep).Jobs.InQueue; n != 1 {
+		t.Fatalf("inQueue %d after the short ttl", n)
 	}
 	for _, id := range short {
 		if _, err := h.status(id); !errors.Is(err, queue.ErrNotFound) {

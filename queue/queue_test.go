@@ -88,7 +88,7 @@ func (h *harness) submit(input string, mod ...func(*queue.SubmitRequest)) string
 
 func (h *harness) take(worker string) queue.TakenJob {
 	h.t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	js, err := h.q.Take(ctx, ep, worker, 1)
 	if err != nil || len(js) != 1 {
@@ -123,7 +123,7 @@ func (h *harness) advance(id string, d time.Duration) {
 	h.clock.Advance(d)
 	select {
 	case <-ch:
-	case <-time.After(5 * time.Second):
+	case <-time.After(30 * time.Second):
 		h.t.Fatalf("job %s did not change after advancing %s", id, d)
 	}
 }
@@ -266,7 +266,7 @@ func TestTakeLongPollWakesOnSubmit(t *testing.T) {
 		if len(js) != 1 || js[0].ID != id {
 			t.Fatalf("took %v", js)
 		}
-	case <-time.After(5 * time.Second):
+	case <-time.After(30 * time.Second):
 		t.Fatal("long poll not woken by submit")
 	}
 }
@@ -702,7 +702,7 @@ func (r *hookRecv) next(t *testing.T) string {
 	select {
 	case c := <-r.calls:
 		return c
-	case <-time.After(10 * time.Second):
+	case <-time.After(30 * time.Second):
 		t.Fatal("no webhook call")
 		return ""
 	}
@@ -726,7 +726,9 @@ func TestWebhookDeliveredWithStatusBody(t *testing.T) {
 
 func TestWebhookRetriesTwiceThenGivesUp(t *testing.T) {
 	recv := newHookRecv(t, 500, 502, 503, 500)
-	h := newHarness(t, queue.Config{WebhookRetryDelay: 10 * time.Second, WebhookClient: loopbackHooks(t)})
+	results := make(chan string, 10)
+	h := newHarness(t, queue.Config{WebhookRetryDelay: 10 * time.Second, WebhookClient: loopbackHooks(t),
+		OnWebhook: func(_, result string) { results <- result }})
 	id := h.submit(`{}`, func(r *queue.SubmitRequest) { r.Webhook = recv.srv.URL })
 	h.take("w1")
 	h.q.Done(ep, "w1", id, done(`{"error":"x"}`)) // failures notify too
@@ -738,11 +740,23 @@ func TestWebhookRetriesTwiceThenGivesUp(t *testing.T) {
 		h.clock.Advance(10 * time.Second)
 		recv.next(t)
 	}
+	// The third failure is the last: the outbox says it gave up (nothing
+	// is scheduled), and no later moment brings a fourth call.
+	for _, want := range []string{"retry", "retry", "failed"} {
+		select {
+		case got := <-results:
+			if got != want {
+				t.Fatalf("delivery result %q, want %q", got, want)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("no delivery result %q", want)
+		}
+	}
 	h.clock.Advance(time.Minute)
 	select {
 	case c := <-recv.calls:
 		t.Fatalf("a fourth call: %s", c)
-	case <-time.After(200 * time.Millisecond):
+	default:
 	}
 }
 
@@ -797,10 +811,10 @@ func TestFrozenWorkerIsNeverLost(t *testing.T) {
 }
 
 // waitFor polls cond (a timer callback runs on its own goroutine) for up
-// to 10 s.
+// to 30 s.
 func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	for deadline := time.Now().Add(10 * time.Second); !cond(); time.Sleep(5 * time.Millisecond) {
+	for deadline := time.Now().Add(30 * time.Second); !cond(); time.Sleep(5 * time.Millisecond) {
 		if time.Now().After(deadline) {
 			t.Fatalf("timed out waiting for: %s", what)
 		}
@@ -815,7 +829,7 @@ func TestFrozenWorkersTakeLast(t *testing.T) {
 	h.q.Ping(ep, "frozen", nil)
 	h.q.Ping(ep, "active", nil)
 	h.q.SetFrozen("frozen", true)
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	got := map[string]chan string{"frozen": make(chan string, 1), "active": make(chan string, 1)}
 	take := func(w string) {

@@ -113,12 +113,21 @@ func TestDaemonRestart(t *testing.T) {
 	first := e.readyWorkers(ep.ID)[0]
 
 	proxy.cut()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), waitLong)
 	defer cancel()
+	// The die event is emitted while Berth cannot see it: the test's own
+	// subscription (active once Events returns) sees it before the proxy
+	// comes back up.
+	died := direct.Events(ctx, client.EventsListOptions{Filters: client.Filters{}.
+		Add("type", "container").Add("event", "die").Add("container", first.ContainerID)})
 	if _, err := direct.ContainerKill(ctx, first.ContainerID, client.ContainerKillOptions{Signal: "KILL"}); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(300 * time.Millisecond) // the die event is emitted while Berth cannot see it
+	select {
+	case <-died.Messages:
+	case err := <-died.Err:
+		t.Fatalf("no die event of the killed worker: %v", err)
+	}
 	proxy.up()
 
 	e.eventually("a replacement", func() bool {
@@ -172,7 +181,7 @@ func TestFlashBootDaemonReconnect(t *testing.T) {
 	e.eventually("paused", func() bool { return e.paused(w.ContainerID) })
 
 	proxy.cut()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	if _, err := direct.ContainerUnpause(ctx, w.ContainerID, client.ContainerUnpauseOptions{}); err != nil {
 		t.Fatal(err)

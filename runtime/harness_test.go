@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -91,6 +92,62 @@ type env struct {
 	// metrics are fed by the Supervisor (OnScale) and Docker (OnPull)
 	// and served on /metrics, as in wire.go.
 	prom *httpapi.Metrics
+	seen seen
+}
+
+// seen records what the Supervisor did when, for tests that assert what
+// did not happen: each worker start decision (OnScale "start") per
+// endpoint, and each listing of the endpoints, which begins every
+// autoscaler pass and every reconcile (a pass always follows a reconcile).
+type seen struct {
+	mu       sync.Mutex
+	starts   map[string][]time.Time
+	listings []time.Time
+}
+
+func (s *seen) start(endpointID string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.starts == nil {
+		s.starts = map[string][]time.Time{}
+	}
+	s.starts[endpointID] = append(s.starts[endpointID], time.Now())
+}
+
+func (s *seen) listing() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.listings = append(s.listings, time.Now())
+}
+
+// startTimes returns when the Supervisor decided each start of a worker
+// of the endpoint.
+func (e *env) startTimes(epID string) []time.Time {
+	e.seen.mu.Lock()
+	defer e.seen.mu.Unlock()
+	return slices.Clone(e.seen.starts[epID])
+}
+
+// passAfter waits until an autoscaler pass that began after t has ended:
+// the event proving that the Supervisor has looked at its endpoints (on its
+// own clock, the real one in these tests) later than t. Three listings
+// after t do: one of the first two begins a pass (a reconcile's listing is
+// followed by its pass's), which ends before the next listing begins. (A
+// pass a notification asked for covers the notified endpoints only: with
+// more than one endpoint, mind which the test notifies.)
+func (e *env) passAfter(t time.Time) {
+	e.t.Helper()
+	e.eventually("an autoscaler pass after "+t.Format("15:04:05.000"), func() bool {
+		e.seen.mu.Lock()
+		defer e.seen.mu.Unlock()
+		n := 0
+		for _, at := range e.seen.listings {
+			if at.After(t) {
+				n++
+			}
+		}
+		return n >= 3
+	})
 }
 
 type envOpt func(*runtime.Config)
@@ -120,7 +177,7 @@ func newEnvAt(t testing.TB, host string, opts ...envOpt) *env {
 			t.Errorf("the worker lifecycle refused a state change: %v", l)
 		}
 	})
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	d, err := docker.Connect(ctx, e.log)
 	if err != nil {
@@ -183,14 +240,22 @@ func newEnvAt(t testing.TB, host string, opts ...envOpt) *env {
 
 	e.cfg = runtime.Config{
 		Queue: e.q, Logger: e.log,
-		Endpoints:     e.endpoints,
+		Endpoints: func() ([]store.Endpoint, error) {
+			e.seen.listing()
+			return e.endpoints()
+		},
 		Template:      e.template,
 		WorkerBaseURL: fmt.Sprintf("http://host.docker.internal:%d", port),
 		WorkerEnv: func(base, ep, w, key string) map[string]string {
 			return worker.PlatformEnv(base, ep, w, key, 2000)
 		},
-		OnRun:          e.use.record,
-		OnScale:        e.prom.Scale,
+		OnRun: e.use.record,
+		OnScale: func(endpointID, action string) {
+			if action == "start" {
+				e.seen.start(endpointID)
+			}
+			e.prom.Scale(endpointID, action)
+		},
 		TickInterval:   100 * time.Millisecond,
 		ResyncInterval: 2 * time.Second,
 		BackoffBase:    200 * time.Millisecond,

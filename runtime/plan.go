@@ -134,6 +134,10 @@ type healthInput struct {
 	specKey   string    // spec of the last pass ("" before the first)
 	nextStart time.Time // back-off: no start before
 	unhealthy bool      // failed starts in a row: one probe at a time
+	// exiting: a worker's container has stopped and its exit is being
+	// handled; whether it was a failed start or a crash, and so the
+	// back-off, is not known yet (the handler notifies when it is).
+	exiting bool
 }
 
 // passInput is everything one autoscaler pass over an endpoint depends on.
@@ -196,7 +200,8 @@ const throttledEvicting = "waiting for free GPUs: evicting frozen (flashboot) wo
 //     are killed;
 //   - planScale decides starts, drains, freezes and thaws;
 //   - starts are held back by a configuration error (nothing starts until
-//     it changes), by the back-off after failures, and on an unhealthy
+//     it changes), by the back-off after failures (and while an exit is
+//     being handled, which may set one), and on an unhealthy
 //     endpoint to one worker at a time, none while one is still starting;
 //   - FlashBoot where the backend cannot pause is off, and the status
 //     says so;
@@ -275,6 +280,8 @@ func planPass(in passInput) passPlan {
 	case p.configErr != "":
 		start = 0
 	case in.now.Before(nextStart):
+		start = 0
+	case in.health.exiting:
 		start = 0
 	case unhealthy && busyStarting:
 		start = 0 // one probe at a time

@@ -162,6 +162,11 @@ func TestPlanPass(t *testing.T) {
 		}(), warning: "network volume vol1 is not mounted: Berth has no volume directory configured; containerDiskInGb (5) is not enforced"},
 		{name: "back-off holds starts", in: func() passInput { in := pass(nil); in.health.nextStart = t0.Add(time.Second); return in }(),
 			mods: []func(passInput) passInput{queued}},
+		{name: "an exit being handled holds starts (its back-off is not known yet)", in: func() passInput {
+			in := pass(nil)
+			in.health.exiting = true
+			return in
+		}(), mods: []func(passInput) passInput{queued}},
 		{name: "back-off over", in: func() passInput { in := pass(nil); in.health.nextStart = t0; return in }(),
 			mods: []func(passInput) passInput{queued}, start: 1},
 		{name: "a new spec clears the back-off", in: func() passInput {

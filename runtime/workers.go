@@ -158,8 +158,13 @@ type passExec struct {
 // and applies the plan to the records.
 func (s *Supervisor) planLocked(in *passInput, qv queueFacts) passExec {
 	ep := in.ep
+	exiting := false
 	for _, ws := range s.workers {
-		if ws.endpointID == ep.ID && ws.state != wsExited {
+		switch {
+		case ws.endpointID != ep.ID:
+		case ws.state == wsExited:
+			exiting = true // containerExited has not forgotten it yet
+		default:
 			l, known := qv.loads[ws.id]
 			in.workers = append(in.workers, ws.snap(ep, in.specKey, l, known, qv.stops[ws.id]))
 		}
@@ -167,7 +172,7 @@ func (s *Supervisor) planLocked(in *passInput, qv queueFacts) passExec {
 	es := s.endpointLocked(ep.ID)
 	es.ep = ep
 	in.diskWarn = es.diskWarn
-	in.health = healthInput{specKey: es.specKey, nextStart: es.nextStart, unhealthy: es.unhealthy}
+	in.health = healthInput{specKey: es.specKey, nextStart: es.nextStart, unhealthy: es.unhealthy, exiting: exiting}
 	var victims, pending []*workerState
 	in.gpu, victims, pending = s.gpuInputLocked(ep)
 

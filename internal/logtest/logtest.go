@@ -39,6 +39,35 @@ type Lines struct {
 	mu         sync.Mutex
 	all        []map[string]string
 	violations []string
+	more       chan struct{} // closed (and replaced) at each new line
+}
+
+// Wait waits until n lines with message msg have been logged, or ctx ends:
+// the event a test waits for when what it checks happens on another
+// goroutine (a timer's callback) that logs it.
+func (l *Lines) Wait(ctx context.Context, msg string, n int) error {
+	for {
+		l.mu.Lock()
+		seen := 0
+		for _, a := range l.all {
+			if a["msg"] == msg {
+				seen++
+			}
+		}
+		if l.more == nil {
+			l.more = make(chan struct{})
+		}
+		more := l.more
+		l.mu.Unlock()
+		if seen >= n {
+			return nil
+		}
+		select {
+		case <-more:
+		case <-ctx.Done():
+			return fmt.Errorf("%d of %d lines %q logged: %w", seen, n, msg, ctx.Err())
+		}
+	}
 }
 
 // Find returns the attributes of the first line with message msg.
@@ -79,6 +108,10 @@ func (h *handler) Handle(ctx context.Context, r slog.Record) error {
 	}
 	h.lines.mu.Lock()
 	h.lines.all = append(h.lines.all, a)
+	if h.lines.more != nil {
+		close(h.lines.more)
+		h.lines.more = nil
+	}
 	if len(broken) > 0 {
 		h.lines.violations = append(h.lines.violations, fmt.Sprintf("%s: %q %v", strings.Join(broken, ", "), r.Message, a))
 	}

@@ -29,7 +29,7 @@ func (w tWriter) Write(p []byte) (int, error) {
 func newDocker(t *testing.T) *Docker {
 	t.Helper()
 	dockertest.Require(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	d, err := Connect(ctx, slog.New(slog.NewTextHandler(tWriter{t}, nil)))
 	if err != nil {
