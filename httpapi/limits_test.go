@@ -233,7 +233,7 @@ func TestLongPollCaps(t *testing.T) {
 		return code == 429
 	})
 	// Short requests are never counted.
-	req, _ := http.NewRequest("GET", srv.URL+"/v2/"+ep+"/health", nil)
+	req, _ := http.NewRequest("GET", e.base+"/v2/"+ep+"/health", nil)
 	req.Header.Set("Authorization", "Bearer "+adminKey)
 	res, err := http.DefaultClient.Do(req)
 	if err != nil {

@@ -233,6 +233,9 @@ func loadDoc(t *testing.T, h http.Handler, path string) *openapi3.T {
 	if rec.Code != http.StatusOK {
 		t.Fatalf("GET %s: %d %s", path, rec.Code, rec.Body)
 	}
+	if doc, ok := loadedDocs.Load(rec.Body.String()); ok {
+		return doc.(*openapi3.T)
+	}
 	loader := openapi3.NewLoader()
 	doc, err := loader.LoadFromData(rec.Body.Bytes())
 	if err != nil {
@@ -241,8 +244,14 @@ func loadDoc(t *testing.T, h http.Handler, path string) *openapi3.T {
 	if err := doc.Validate(loader.Context); err != nil {
 		t.Fatalf("OpenAPI document does not validate: %v", err)
 	}
+	loadedDocs.Store(rec.Body.String(), doc)
 	return doc
 }
+
+// loadedDocs keeps each served document loaded and validated, by its text:
+// that takes seconds under -race on a busy machine, and most tests of the
+// package are served the same document.
+var loadedDocs sync.Map
 
 // call sends a request with the operator's key. body may be nil, a string
 // or []byte (sent as is) or any value (sent as JSON).
