@@ -116,6 +116,31 @@ func TestCLIWithWorkerContainers(t *testing.T) {
 	if code != 0 || !strings.Contains(out, job.ID) {
 		t.Fatalf("logs --job: exit %d: %q", code, out)
 	}
+	// A second worker: `logs ENDPOINT` shows every worker's log, each line
+	// prefixed with its worker id.
+	ok(nil, "endpoint", "update", ep.ID, "--workers-min", "2", "--workers-max", "2", "--json")
+	var ws struct{ Workers []struct{ ID, State string } }
+	for deadline := time.Now().Add(3 * time.Minute); ; time.Sleep(100 * time.Millisecond) {
+		ok(&ws, "endpoint", "get", ep.ID, "--workers", "--json")
+		ready := 0
+		for _, w := range ws.Workers {
+			if w.State == "idle" || w.State == "running" {
+				ready++
+			}
+		}
+		if ready == 2 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("two ready workers: %+v", ws)
+		}
+	}
+	out, _, code = berth("logs", ep.ID)
+	for _, w := range ws.Workers {
+		if code != 0 || !strings.Contains(out, w.ID+" | ") || !strings.Contains(out, "Starting Serverless Worker") {
+			t.Fatalf("logs of every worker: exit %d, no lines of %s: %q", code, w.ID, out)
+		}
+	}
 
 	// A CPU pod from the same image, its logs, then delete everything.
 	var pod struct{ ID, DesiredStatus string }

@@ -7,7 +7,7 @@ import (
 	"errors"
 	"io"
 	"log/slog"
-	"net/http/httptest"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -15,18 +15,20 @@ import (
 	"testing"
 	"time"
 
+	berthapp "berth/app"
 	"berth/gpu"
-	"berth/httpapi"
 	"berth/mgmt"
-	"berth/queue"
 	"berth/store"
 	"berth/worker"
 )
 
 const testKey = "cli-test-key"
 
-// berth is a running Berth (the real HTTP API on a temp bbolt file) with
-// a stand-in container runtime for pods and logs.
+// berth is a running Berth as berth serve composes it (package app), on a
+// temp data directory, without Docker: pods run on a stand-in runtime that
+// records its calls, and one GPU is listed, held by worker "w1". Worker and
+// pod logs need containers (cli_e2e_test.go reads real ones): here the log
+// requests the CLI sends are recorded on their way to the API.
 type berth struct {
 	t    *testing.T
 	url  string
@@ -34,7 +36,7 @@ type berth struct {
 	pods *fakePods
 
 	mu       sync.Mutex
-	logQuery []string // the log requests' (worker, follow, jobId)
+	logQuery []string // the log requests' path and query
 }
 
 type fakePods struct {
@@ -59,53 +61,33 @@ func (f *fakePods) RemovePod(_ context.Context, id string) error {
 
 func startBerth(t *testing.T) *berth {
 	t.Helper()
-	db, err := store.Open(filepath.Join(t.TempDir(), "berth.db"), store.Options{})
+	b := &berth{t: t, pods: &fakePods{}}
+	dev := gpu.Device{Index: 0, UUID: "GPU-1", Name: "NVIDIA GeForce RTX 4090", TypeID: "NVIDIA GeForce RTX 4090", MemoryMiB: 24564}
+	a, err := berthapp.New(berthapp.Config{DataDir: t.TempDir(), Addr: "127.0.0.1:0", APIKey: testKey,
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Docker: berthapp.DockerOff, Pods: b.pods,
+		DiscoverGPUs: func() ([]gpu.Device, error) { return []gpu.Device{dev}, nil },
+		WrapHandler: func(h http.Handler) http.Handler {
+			return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				if strings.HasSuffix(r.URL.Path, "/logs") {
+					b.mu.Lock()
+					b.logQuery = append(b.logQuery, r.URL.Path+"?"+r.URL.RawQuery)
+					b.mu.Unlock()
+				}
+				h.ServeHTTP(w, r)
+			})
+		}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
-	q := queue.New(db, queue.Config{Logger: quiet})
-	if err := q.Start(context.Background()); err != nil {
+	if err := a.Start(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	b := &berth{t: t, db: db, pods: &fakePods{}}
-	logs := func(who string) func(ctx context.Context, follow bool, job string) (io.ReadCloser, error) {
-		return func(ctx context.Context, follow bool, job string) (io.ReadCloser, error) {
-			b.mu.Lock()
-			b.logQuery = append(b.logQuery, strings.Join([]string{who, boolStr(follow), job}, " "))
-			b.mu.Unlock()
-			return io.NopCloser(strings.NewReader("hello from " + who + "\nsecond line\n")), nil
-		}
+	t.Cleanup(func() { a.Stop(context.Background()) })
+	if err := a.GPUs().Restore("w1", []string{dev.UUID}); err != nil {
+		t.Fatal(err)
 	}
-	cfg := httpapi.Config{Store: db, Queue: q, Logger: quiet, APIKeyHash: httpapi.HashKey(testKey), RateLimits: false,
-		Pods: b.pods, DataDir: t.TempDir(),
-		GPUs: func() []gpu.Status {
-			return []gpu.Status{{Device: gpu.Device{Index: 0, UUID: "GPU-1", Name: "NVIDIA GeForce RTX 4090", TypeID: "NVIDIA GeForce RTX 4090", MemoryMiB: 24564}, Holder: "w1"}}
-		},
-		WorkerInfo: func(ep string) []mgmt.WorkerInfo {
-			return []mgmt.WorkerInfo{{ID: "container-a", State: "idle"}, {ID: "container-b", State: "running"}}
-		},
-		WorkerLogs: func(ctx context.Context, ep, w string, follow bool, tail int, job string) (io.ReadCloser, error) {
-			if w == "nosuch" {
-				return nil, mgmt.ErrNoSuchWorker
-			}
-			return logs(w)(ctx, follow, job)
-		},
-		PodLogs: func(ctx context.Context, id string, follow bool, tail int) (io.ReadCloser, error) {
-			return logs("pod-"+id)(ctx, follow, "")
-		},
-	}
-	srv := httptest.NewServer(httpapi.New(cfg).Handler())
-	t.Cleanup(func() { srv.Close(); q.Stop(); db.Close() })
-	b.url = srv.URL
+	b.url, b.db = a.URL(), a.Store()
 	return b
-}
-
-func boolStr(b bool) string {
-	if b {
-		return "follow"
-	}
-	return "once"
 }
 
 type result struct {
@@ -217,6 +199,9 @@ func TestManagementVerbs(t *testing.T) {
 	if ep["workersMin"] != 1.0 || ep["idleTimeout"] != 7.0 || ep["name"] != "cli-ep" {
 		t.Fatalf("endpoint update: %v", ep)
 	}
+	// Two workers attached with worker-env: --workers lists them.
+	b.ok(nil, "worker-env", eid)
+	b.ok(nil, "worker-env", eid)
 	b.ok(&ep, "endpoint", "get", eid, "--workers", "--json")
 	if ws, _ := ep["workers"].([]any); len(ws) != 2 {
 		t.Fatalf("endpoint get --workers: %v", ep)
@@ -281,8 +266,10 @@ func TestManagementVerbs(t *testing.T) {
 	if pod["name"] != "nb2" {
 		t.Fatalf("pod update: %v", pod)
 	}
-	if out := b.ok(nil, "pod", "logs", pid, "-f"); !strings.Contains(out, "hello from pod-"+pid) {
-		t.Fatalf("pod logs: %q", out)
+	// Pod logs need the pod's container: without Docker the API says so
+	// (503), and the CLI exits non-zero after sending the follow flag.
+	if r := b.run("pod", "logs", pid, "-f"); r.code != ExitError || !strings.Contains(r.stderr, "503") {
+		t.Fatalf("pod logs without a runtime: %+v", r)
 	}
 	b.ok(&list, "pod", "list", "--json")
 	if len(list) != 1 {
@@ -322,21 +309,24 @@ func TestManagementVerbs(t *testing.T) {
 		t.Fatalf("completion: %.200s", out)
 	}
 
-	// Logs: one worker, every worker, follow and job filters reach the server.
-	if out := b.ok(nil, "logs", eid, "container-a", "--job", "job-1", "-f"); !strings.Contains(out, "hello from container-a") {
-		t.Fatalf("logs: %q", out)
-	}
-	out = b.ok(nil, "logs", eid)
-	if !strings.Contains(out, "container-a | hello from container-a") || !strings.Contains(out, "container-b | second line") {
-		t.Fatalf("logs of every worker: %q", out)
+	// Logs: the follow and job filters reach the server (whose answer,
+	// without Docker, is 503: cli_e2e_test.go reads real logs); a worker
+	// of an endpoint that does not exist is 404.
+	if r := b.run("logs", eid, "wkr1", "--job", "job-1", "-f"); r.code != ExitError || !strings.Contains(r.stderr, "503") {
+		t.Fatalf("logs without a runtime: %+v", r)
 	}
 	b.mu.Lock()
 	q := strings.Join(b.logQuery, ",")
 	b.mu.Unlock()
-	if !strings.Contains(q, "container-a follow job-1") || !strings.Contains(q, "pod-"+pid+" follow") {
-		t.Fatalf("log requests: %s", q)
+	for _, want := range []string{"/v1/endpoints/" + eid + "/workers/wkr1/logs?", "follow=true", "jobId=job-1", "/v1/pods/" + pid + "/logs?follow=true"} {
+		if !strings.Contains(q, want) {
+			t.Errorf("log requests %s lack %q", q, want)
+		}
 	}
-	b.fails(ExitNotFound, []string{"404"}, "logs", eid, "nosuch")
+	if r := b.run("logs", eid); r.code != 0 || !strings.Contains(r.stderr, "no worker containers") {
+		t.Fatalf("logs of every worker, without any: %+v", r)
+	}
+	b.fails(ExitNotFound, []string{"404"}, "logs", "nosuchendpoint", "wkr1")
 }
 
 func TestExitCodes(t *testing.T) {
