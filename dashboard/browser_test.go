@@ -343,7 +343,7 @@ func TestDashboardInBrowser(t *testing.T) {
 		PortMappings map[string]int
 	}
 	b.call("POST", "/v1/pods", map[string]any{"name": "web", "imageName": prog, "dockerStartCmd": []string{"serve"},
-		"ports": []string{"8888/http"}, "computeType": "CPU", "volumeInGb": 1}, &pod)
+		"ports": []string{"8888/http"}, "computeType": "CPU"}, &pod)
 	b.call("GET", "/v1/pods/"+pod.ID, nil, &pod)
 	if pod.PortMappings["8888"] == 0 {
 		t.Fatalf("pod %s has no port mapping for 8888: %+v", pod.ID, pod)
