@@ -7,7 +7,12 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"net"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
 	"time"
 
 	"berth/gpu"
@@ -198,8 +203,11 @@ func podErr(err error) error {
 	return err
 }
 
+// podState is what mgmt records of a started pod container. A pod has no
+// memory limit on Berth: it can use the host's memory, which is what its
+// memoryInGb shows (RunPod's is the pod's RAM).
 func podState(st runtime.PodState) mgmt.PodState {
-	out := mgmt.PodState{PortMappings: st.PortMappings, PublicIP: st.PublicIP, StartedAt: st.StartedAt}
+	out := mgmt.PodState{PortMappings: st.PortMappings, PublicIP: st.PublicIP, StartedAt: st.StartedAt, MemoryInGb: hostMemoryGB()}
 	if st.GPUCount > 0 {
 		out.GPU = &store.PodGPU{ID: st.GPUTypeID, Count: st.GPUCount, DisplayName: st.GPUTypeID, UUIDs: st.GPUs}
 	}
@@ -227,3 +235,22 @@ func (p podRuntime) StopPod(ctx context.Context, id string) error {
 func (p podRuntime) RemovePod(ctx context.Context, id string) error { return p.s.RemovePod(ctx, id) }
 
 func (p podRuntime) PodProgress(id string) string { return p.s.PodPullProgress(id) }
+
+// hostMemoryGB is the host's memory (MemTotal of /proc/meminfo) in GB to a
+// tenth; 0 when it cannot be read.
+var hostMemoryGB = sync.OnceValue(func() float64 {
+	b, err := os.ReadFile("/proc/meminfo")
+	if err != nil {
+		return 0
+	}
+	for line := range strings.SplitSeq(string(b), "\n") {
+		if f := strings.Fields(line); len(f) >= 2 && f[0] == "MemTotal:" {
+			kb, err := strconv.ParseInt(f[1], 10, 64)
+			if err != nil {
+				return 0
+			}
+			return math.Round(float64(kb)/(1<<20)*10) / 10
+		}
+	}
+	return 0
+})

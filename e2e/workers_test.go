@@ -154,3 +154,77 @@ func deref[T any](p *T) any {
 	}
 	return *p
 }
+
+// TestPodFieldsOnEverySurface reads a real pod container through v1, v2
+// and GraphQL: its start time (the daemon's, within a second, the same
+// everywhere), the host port its HTTP port is published on, the address it
+// is reachable at, and its memory (no limit on Berth: the host's).
+func TestPodFieldsOnEverySurface(t *testing.T) {
+	s := newStack(t)
+	image := dockertest.BuildGoImage(t, "berth/runtime/testdata/testprog")
+	var pod struct {
+		ID, DesiredStatus, PublicIP string
+		PortMappings                map[string]int
+		MemoryInGb                  float64
+		LastStartedAt               time.Time
+	}
+	s.call("POST", "/v1/pods", map[string]any{"name": "web", "imageName": image, "dockerStartCmd": []string{"serve"},
+		"ports": []string{"8888/http"}, "computeType": "CPU"}, 201, &pod)
+	s.call("GET", "/v1/pods/"+pod.ID, nil, 200, &pod)
+
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	infos, err := s.app.Docker().List(ctx, s.app.Instance())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var started time.Time
+	for _, in := range infos {
+		if in.Labels[runtime.LabelPod] == pod.ID {
+			started = in.StartedAt
+		}
+	}
+	if d := pod.LastStartedAt.Sub(started); started.IsZero() || d < -time.Second || d > time.Second {
+		t.Errorf("v1 lastStartedAt %v, the daemon says %v", pod.LastStartedAt, started)
+	}
+	if pod.DesiredStatus != "RUNNING" || pod.PublicIP == "" || pod.PortMappings["8888"] == 0 || pod.MemoryInGb <= 0 {
+		t.Errorf("v1 pod: %+v", pod)
+	}
+
+	var v2 struct {
+		StartedAt *time.Time
+		Runtime   *struct {
+			Ports []struct {
+				Private int
+				Public  *int
+				IP      *string
+			}
+		}
+	}
+	s.call("GET", "/v2/pods/"+pod.ID, nil, 200, &v2)
+	if v2.StartedAt == nil || !v2.StartedAt.Equal(pod.LastStartedAt) || v2.Runtime == nil || len(v2.Runtime.Ports) != 1 ||
+		v2.Runtime.Ports[0].Private != 8888 || v2.Runtime.Ports[0].Public == nil || *v2.Runtime.Ports[0].Public != pod.PortMappings["8888"] ||
+		v2.Runtime.Ports[0].IP == nil || *v2.Runtime.Ports[0].IP != pod.PublicIP {
+		t.Errorf("v2 pod: %+v (runtime %+v), v1 started %v and published 8888 on %d", v2, v2.Runtime, pod.LastStartedAt, pod.PortMappings["8888"])
+	}
+
+	var gql struct {
+		Data struct {
+			Pod struct {
+				ID         string
+				MemoryInGb int
+				Runtime    struct {
+					Ports []struct{ PrivatePort, PublicPort int }
+				}
+			}
+		}
+		Errors []any
+	}
+	s.call("POST", "/graphql", map[string]any{"query": `query { pod(input: {podId: "` + pod.ID + `"}) { id memoryInGb runtime { ports { privatePort publicPort } } } }`}, 200, &gql)
+	p := gql.Data.Pod
+	if len(gql.Errors) > 0 || p.ID != pod.ID || p.MemoryInGb != int(pod.MemoryInGb+0.5) || len(p.Runtime.Ports) != 1 ||
+		p.Runtime.Ports[0].PublicPort != pod.PortMappings["8888"] {
+		t.Errorf("GraphQL pod: %+v %v; v1 %+v", p, gql.Errors, pod)
+	}
+	s.call("DELETE", "/v1/pods/"+pod.ID, nil, 204, nil)
+}

@@ -63,7 +63,7 @@ func (s *Service) withProgress(p *store.Pod) {
 // PodState is what the runtime observed when a pod's container started.
 type PodState struct {
 	GPU          *store.PodGPU  // nil for CPU pods
-	MemoryInGb   float64        // memory limit, 0 when unlimited
+	MemoryInGb   float64        // memory the pod can use: its limit, or the host's memory
 	PortMappings map[string]int // container port → host port
 	PublicIP     string         // address the mapped ports are reachable on
 	MachineID    string         // host name; "" keeps the record's
