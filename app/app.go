@@ -20,12 +20,12 @@ import (
 	"net"
 	"net/http"
 	"sync"
-	"time"
 
 	"github.com/jonboulle/clockwork"
 
 	"berth/gpu"
 	"berth/httpapi"
+	"berth/httplimit"
 	"berth/lbproxy"
 	"berth/mgmt"
 	"berth/queue"
@@ -91,6 +91,9 @@ type Config struct {
 	Runtime runtime.Config
 	HTTP    httpapi.Config
 	LB      lbproxy.Config
+	// Conn is the connection limits of both listeners (package
+	// httplimit); zero fields are the defaults.
+	Conn httplimit.Limits
 
 	// Pods replaces the runtime's pods: a surface's pod translation tested
 	// without Docker. berth serve leaves it nil.
@@ -118,7 +121,7 @@ type App struct {
 	inst    string
 
 	ln, workerLn     net.Listener // workerLn: nil when Addr listens on every interface, or without Docker
-	srv, workerSrv   *http.Server
+	srv, workerSrv   *httplimit.Server
 	failed           chan error
 	startMu          sync.Mutex
 	started, stopped bool
@@ -194,7 +197,7 @@ func (a *App) Start(ctx context.Context) error {
 	return nil
 }
 
-func (a *App) serve(srv *http.Server, ln net.Listener) {
+func (a *App) serve(srv *httplimit.Server, ln net.Listener) {
 	if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 		select {
 		case a.failed <- fmt.Errorf("serve %s: %w", ln.Addr(), err):
@@ -205,7 +208,9 @@ func (a *App) serve(srv *http.Server, ln net.Listener) {
 
 // Stop stops the runtime (its containers keep running), the queue (which
 // wakes every long poll), then the servers, waiting for their requests
-// until ctx ends, and closes the database. It undoes New too, so it is
+// until ctx ends — then cancelling the work of those still running and
+// closing their connections rather than waiting for it — and closes the
+// database. It undoes New too, so it is
 // the one call after New whether or not Start ran.
 func (a *App) Stop(ctx context.Context) error {
 	a.startMu.Lock()
@@ -225,9 +230,12 @@ func (a *App) Stop(ctx context.Context) error {
 		a.q.Stop()
 	}
 	if a.started {
-		errs = append(errs, a.srv.Shutdown(ctx))
+		n := a.srv.Stop(ctx)
 		if a.workerSrv != nil {
-			errs = append(errs, a.workerSrv.Shutdown(ctx))
+			n += a.workerSrv.Stop(ctx)
+		}
+		if n > 0 {
+			a.log.Warn("requests still running at shutdown were cancelled", "requests", n)
 		}
 	}
 	if a.lbRun {
@@ -255,10 +263,9 @@ func (a *App) removeContainers(ctx context.Context) error {
 	return errors.Join(errs...)
 }
 
-// newHTTPServer bounds what net/http bounds: headers must arrive within
-// 10 s and an idle keep-alive connection is closed after 2 min. Bodies and
-// responses get per-request deadlines in httpapi (limits.go), since one
-// ReadTimeout/WriteTimeout would cut long polls and large uploads.
-func newHTTPServer(h http.Handler) *http.Server {
-	return &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 120 * time.Second, MaxHeaderBytes: 64 << 10}
+// newHTTPServer serves h with the connection limits of every request
+// (package httplimit): header, body and write deadlines, unread bodies,
+// idle connections — whatever route, method or key a request has.
+func newHTTPServer(l httplimit.Limits, h http.Handler) *httplimit.Server {
+	return l.NewServer(h)
 }

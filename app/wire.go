@@ -137,10 +137,10 @@ func New(cfg Config) (_ *App, err error) {
 	if cfg.WrapHandler != nil {
 		h = cfg.WrapHandler(h)
 	}
-	a.srv = newHTTPServer(a.lb.Handler(h))
+	a.srv = newHTTPServer(cfg.Conn, a.lb.Handler(h))
 	if a.workerLn != nil {
 		a.hooks.DenyListener(a.workerLn.Addr())
-		a.workerSrv = newHTTPServer(a.api.WorkerHandler())
+		a.workerSrv = newHTTPServer(cfg.Conn, a.api.WorkerHandler())
 	}
 	return a, nil
 }

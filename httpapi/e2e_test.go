@@ -23,6 +23,7 @@ import (
 	"berth/app"
 	"berth/gpu"
 	"berth/httpapi"
+	"berth/httplimit"
 	"berth/queue"
 	"berth/store"
 )
@@ -79,6 +80,12 @@ func withLoopbackWebhooks(e *env) { e.cfg.WebhookAllow = []string{"127.0.0.0/8"}
 // wrapper, so the tests reach the real connection and its deadlines.
 func rawHTTP(mod func(*httpapi.Config)) envOpt {
 	return func(e *env) { mod(&e.cfg.HTTP); e.raw = true }
+}
+
+// rawConn sets the connection limits (package httplimit) and serves
+// without the validating wrapper.
+func rawConn(l httplimit.Limits) envOpt {
+	return func(e *env) { e.cfg.Conn = l; e.raw = true }
 }
 
 func newEnv(t *testing.T, opts ...envOpt) *env {

@@ -1,84 +1,12 @@
 package httpapi
 
 import (
-	"errors"
 	"fmt"
-	"io"
 	"net/http"
-	"os"
 	"sync"
-	"time"
 
 	"github.com/gorilla/mux"
-
-	"berth/httpapi/internal/httpx"
 )
-
-// Whole-request deadlines. net/http's ReadTimeout and WriteTimeout are one
-// number for every request, which either cuts long polls (runsync and
-// status-sync wait up to 300 s) and large uploads (job-done bodies up to
-// 64 MB) or lets a client that sends its body one byte a minute hold a
-// connection and a goroutine forever. Instead each request gets:
-//
-//   - a body deadline that moves with the data: the body must start within
-//     BodyGrace and then keep up MinBodyRate on average (the deadline is
-//     start + BodyGrace + bytes so far / MinBodyRate), so a 64 MB upload at
-//     a sane rate goes through and a trickle is cut off;
-//   - a write deadline of WriteTimeout from the start, longer than the
-//     longest long poll, so a client that stops reading its response cannot
-//     hold the handler forever (a followed log stream moves it per chunk).
-//
-// Headers are bounded by the http.Server's ReadHeaderTimeout (main.go).
-type deadlines struct {
-	grace   time.Duration
-	rate    float64 // bytes per second
-	writeTO time.Duration
-}
-
-func (d deadlines) wrap(next http.Handler) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		rc := http.NewResponseController(w)
-		start := time.Now()
-		// Every request sets its own write deadline: the connection keeps
-		// the previous request's otherwise.
-		_ = rc.SetWriteDeadline(start.Add(d.writeTO))
-		if r.Body != nil && r.Body != http.NoBody {
-			if rc.SetReadDeadline(start.Add(d.grace)) == nil {
-				r.Body = &pacedBody{ReadCloser: r.Body, rc: rc, d: d, start: start}
-			}
-		}
-		next.ServeHTTP(w, r)
-	})
-}
-
-// pacedBody moves the connection's read deadline as the body arrives.
-type pacedBody struct {
-	io.ReadCloser
-	rc    *http.ResponseController
-	d     deadlines
-	start time.Time
-	n     int64
-	done  bool
-}
-
-func (p *pacedBody) Read(b []byte) (int, error) {
-	n, err := p.ReadCloser.Read(b)
-	p.n += int64(n)
-	switch {
-	case err == io.EOF && !p.done:
-		// The whole body is in. Clear the deadline: net/http now reads
-		// the connection in the background to notice a client going away,
-		// and a deadline passing there would cancel a long poll.
-		p.done = true
-		_ = p.rc.SetReadDeadline(time.Time{})
-	case errors.Is(err, os.ErrDeadlineExceeded):
-		return n, fmt.Errorf("%w (%d bytes in %s; the minimum is %.0f bytes/s after %s)",
-			httpx.ErrSlowBody, p.n, time.Since(p.start).Round(time.Millisecond), p.d.rate, p.d.grace)
-	case err == nil && n > 0:
-		_ = p.rc.SetReadDeadline(p.start.Add(p.d.grace + time.Duration(float64(p.n)/p.d.rate*float64(time.Second))))
-	}
-	return n, err
-}
 
 // Long polls hold a connection and a goroutine each for up to minutes, so
 // their number is capped whatever --rate-limits says: per worker (job-take,

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"berth/httpapi"
+	"berth/httplimit"
 	"berth/queue"
 )
 
@@ -23,7 +24,7 @@ import (
 // answered 408 once it falls behind the minimum rate, its connection is
 // closed, and nothing is queued.
 func TestSlowBodyIsCutOff(t *testing.T) {
-	e := newEnv(t, rawHTTP(func(c *httpapi.Config) { c.BodyGrace, c.MinBodyRate = time.Second, 1000 }))
+	e := newEnv(t, rawConn(httplimit.Limits{BodyGrace: time.Second, MinBodyRate: 1000}))
 	ep := e.endpoint(nil)
 	conn, err := net.Dial("tcp", e.app.Addr())
 	if err != nil {
@@ -78,7 +79,7 @@ func TestSlowBodyIsCutOff(t *testing.T) {
 // grace but keeps above the minimum rate is accepted, and a long poll whose
 // body was read is not cut off by the body deadline afterwards.
 func TestSteadyUploadOutlastsTheGrace(t *testing.T) {
-	e := newEnv(t, rawHTTP(func(c *httpapi.Config) { c.BodyGrace, c.MinBodyRate = 500*time.Millisecond, 2000 }))
+	e := newEnv(t, rawConn(httplimit.Limits{BodyGrace: 500 * time.Millisecond, MinBodyRate: 2000}))
 	ep := e.endpoint(nil)
 	pad := strings.Repeat("p", 8000)
 	body := `{"input":{"pad":"` + pad + `"}}`

@@ -89,14 +89,12 @@ type Config struct {
 	// queue.WebhookGuard.CheckURL. Optional.
 	WebhookURL func(rawURL string) error
 
-	// Request deadlines and long-poll caps (limits.go). BodyGrace: a body
-	// must start arriving within it [10s]; MinBodyRate: then it must keep
-	// up this many bytes/s on average [64 KiB/s]; WriteTimeout: a response
-	// must be written within it of the request's start [6m, above the
-	// longest long poll]. MaxLongPollsPerWorker [8] and MaxLongPollsPerKey
-	// [10000]: concurrent long polls held for one worker id or one key.
-	BodyGrace             time.Duration
-	MinBodyRate           int
+	// Long-poll caps (limits.go) and the followed log stream's write
+	// deadline. Body and write deadlines of every request are the HTTP
+	// server's (package httplimit), applied outside the router.
+	// WriteTimeout: each chunk of a followed log is written within it
+	// [6m]. MaxLongPollsPerWorker [8] and MaxLongPollsPerKey [10000]:
+	// concurrent long polls held for one worker id or one key.
 	WriteTimeout          time.Duration
 	MaxLongPollsPerWorker int
 	MaxLongPollsPerKey    int
@@ -156,12 +154,6 @@ func New(cfg Config) *Server {
 	if cfg.PingInterval <= 0 {
 		cfg.PingInterval = 10 * time.Second
 	}
-	if cfg.BodyGrace <= 0 {
-		cfg.BodyGrace = 10 * time.Second
-	}
-	if cfg.MinBodyRate <= 0 {
-		cfg.MinBodyRate = 64 << 10
-	}
 	if cfg.WriteTimeout <= 0 {
 		cfg.WriteTimeout = 6 * time.Minute
 	}
@@ -204,8 +196,6 @@ func (s *Server) newRouter() *mux.Router {
 	r.MethodNotAllowedHandler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		writeErr(w, r, http.StatusMethodNotAllowed, "method "+r.Method+" not allowed on "+r.URL.Path)
 	})
-	// Request deadlines first: they need the connection's own writer.
-	r.Use(deadlines{grace: s.cfg.BodyGrace, rate: float64(s.cfg.MinBodyRate), writeTO: s.cfg.WriteTimeout}.wrap)
 	r.Use(s.recoverer)
 	return r
 }

@@ -1,6 +1,7 @@
 // Package httpx holds what the HTTP surfaces under httpapi share below the
 // router: JSON answers and request bodies read within their size and pace
-// limits (httpapi's deadlines fail a body that trickles with ErrSlowBody).
+// limits (the server's connection limits, package httplimit, fail a body
+// that trickles with httplimit.ErrSlowBody).
 package httpx
 
 import (
@@ -10,11 +11,9 @@ import (
 	"io"
 	"net/http"
 
+	"berth/httplimit"
 	"berth/store"
 )
-
-// ErrSlowBody is what a handler reading a body sent too slowly gets.
-var ErrSlowBody = errors.New("request body arrived too slowly")
 
 // WriteJSON answers v as JSON with code.
 func WriteJSON(w http.ResponseWriter, code int, v any) {
@@ -45,7 +44,7 @@ func ReadBody(w http.ResponseWriter, r *http.Request, limit int64) ([]byte, *Bod
 		return b, nil
 	case errors.As(err, &mbe):
 		return nil, &BodyError{http.StatusRequestEntityTooLarge, fmt.Sprintf("request body larger than the %d MB limit", limit>>20)}
-	case errors.Is(err, ErrSlowBody):
+	case errors.Is(err, httplimit.ErrSlowBody):
 		return nil, &BodyError{http.StatusRequestTimeout, err.Error()}
 	}
 	return nil, &BodyError{http.StatusBadRequest, "read request body: " + err.Error()}
