@@ -89,13 +89,10 @@ type Config struct {
 	// queue.WebhookGuard.CheckURL. Optional.
 	WebhookURL func(rawURL string) error
 
-	// Long-poll caps (limits.go) and the followed log stream's write
-	// deadline. Body and write deadlines of every request are the HTTP
-	// server's (package httplimit), applied outside the router.
-	// WriteTimeout: each chunk of a followed log is written within it
-	// [6m]. MaxLongPollsPerWorker [8] and MaxLongPollsPerKey [10000]:
-	// concurrent long polls held for one worker id or one key.
-	WriteTimeout          time.Duration
+	// Long-poll caps (limits.go): MaxLongPollsPerWorker [8] and
+	// MaxLongPollsPerKey [10000] concurrent long polls held for one worker
+	// id or one key. Body and write deadlines of every request are the
+	// HTTP server's (package httplimit), applied outside the router.
 	MaxLongPollsPerWorker int
 	MaxLongPollsPerKey    int
 
@@ -153,9 +150,6 @@ func New(cfg Config) *Server {
 	}
 	if cfg.PingInterval <= 0 {
 		cfg.PingInterval = 10 * time.Second
-	}
-	if cfg.WriteTimeout <= 0 {
-		cfg.WriteTimeout = 6 * time.Minute
 	}
 	if cfg.MaxLongPollsPerWorker <= 0 {
 		cfg.MaxLongPollsPerWorker = 8

@@ -65,8 +65,6 @@ type Config struct {
 	// Optional: nil answers 503.
 	WorkerLogs func(ctx context.Context, endpointID, workerID string, follow bool, tail int, jobID string) (io.ReadCloser, error)
 	PodLogs    func(ctx context.Context, podID string, follow bool, tail int) (io.ReadCloser, error)
-	// WriteTimeout is a followed log's write deadline per chunk [6m].
-	WriteTimeout time.Duration
 	// PingInterval is the RUNPOD_PING_INTERVAL worker-env gives [10s].
 	PingInterval time.Duration
 }
@@ -83,9 +81,6 @@ func New(cfg Config) *API {
 	}
 	if cfg.Instrument == nil {
 		cfg.Instrument = func(_ string, h http.Handler) http.Handler { return h }
-	}
-	if cfg.WriteTimeout <= 0 {
-		cfg.WriteTimeout = 6 * time.Minute
 	}
 	if cfg.PingInterval <= 0 {
 		cfg.PingInterval = 10 * time.Second

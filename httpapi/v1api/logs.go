@@ -7,7 +7,6 @@ import (
 	"net/http"
 	"strconv"
 	"sync"
-	"time"
 
 	"github.com/gorilla/mux"
 
@@ -145,11 +144,6 @@ func (a *API) sendLogs(w http.ResponseWriter, r *http.Request, rc io.ReadCloser,
 	for {
 		n, rerr := rc.Read(buf)
 		if n > 0 {
-			if follow {
-				// A followed log has no end: the whole-request write
-				// deadline becomes one per chunk.
-				_ = rcw.SetWriteDeadline(time.Now().Add(a.cfg.WriteTimeout))
-			}
 			if _, werr := w.Write(buf[:n]); werr != nil {
 				return
 			}
