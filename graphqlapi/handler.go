@@ -21,6 +21,7 @@ import (
 	"runtime/debug"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/graph-gophers/graphql-go"
 	gqlerrors "github.com/graph-gophers/graphql-go/errors"
@@ -28,6 +29,7 @@ import (
 	"github.com/jonboulle/clockwork"
 
 	"berth/gpu"
+	"berth/httplimit"
 	"berth/mgmt"
 )
 
@@ -49,12 +51,20 @@ type Config struct {
 	GPUs func() []gpu.Status
 	// Workers lists an endpoint's workers. Optional: nil lists none.
 	Workers func(endpointID string) []mgmt.Worker
+	// Limits bound what one request may cost (cost.go); zero fields are
+	// the defaults.
+	Limits Limits
+	// Timeout stops a request that runs longer [60s].
+	Timeout time.Duration
 }
 
 // Handler answers GraphQL requests.
 type Handler struct {
-	schema *graphql.Schema
-	log    *slog.Logger
+	schema  *graphql.Schema
+	log     *slog.Logger
+	limits  Limits
+	shape   *schemaShape
+	timeout time.Duration
 }
 
 // New parses the schema against the resolvers: an error means they
@@ -72,15 +82,25 @@ func New(cfg Config) (*Handler, error) {
 	if cfg.GPUs == nil {
 		cfg.GPUs = func() []gpu.Status { return nil }
 	}
+	cfg.Limits = cfg.Limits.withDefaults()
+	if cfg.Timeout <= 0 {
+		cfg.Timeout = 60 * time.Second
+	}
+	shape, err := newSchemaShape(Schema)
+	if err != nil {
+		return nil, fmt.Errorf("graphql schema: %w", err)
+	}
 	s, err := graphql.ParseSchema(Schema, &resolver{cfg: cfg}, graphql.UseFieldResolvers(),
-		graphql.MaxDepth(12), graphql.MaxQueryLength(maxBody), graphql.PanicHandler(panicHandler{}),
+		graphql.MaxDepth(cfg.Limits.Depth), graphql.MaxQueryLength(maxBody), graphql.PanicHandler(panicHandler{}),
+		graphql.MaxSelections(cfg.Limits.Fields), graphql.OverlapValidationLimit(cfg.Limits.OverlapPairs),
+		graphql.Tracer(costTracer{}),
 		graphql.Logger(gqllog.LoggerFunc(func(ctx context.Context, v any) {
 			cfg.Logger.ErrorContext(ctx, "graphql resolver panic", "panic", v, "stack", string(debug.Stack()))
 		})))
 	if err != nil {
 		return nil, fmt.Errorf("graphql schema: %w", err)
 	}
-	return &Handler{schema: s, log: cfg.Logger}, nil
+	return &Handler{schema: s, log: cfg.Logger, limits: cfg.Limits, shape: shape, timeout: cfg.Timeout}, nil
 }
 
 // request is a GraphQL-over-HTTP request body.
@@ -112,6 +132,10 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, "read request body: "+err.Error())
 		return
 	}
+	if err := httplimit.CheckJSONValues(body); err != nil {
+		writeError(w, http.StatusRequestEntityTooLarge, err.Error())
+		return
+	}
 	// Numbers decode as float64, which graphql-go coerces to Int when
 	// integral.
 	var req request
@@ -126,8 +150,28 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if req.Variables == nil {
 		req.Variables = map[string]any{}
 	}
-	res := h.schema.Exec(r.Context(), req.Query, req.OperationName, req.Variables)
+	if _, qerr := h.limits.measure(h.shape, req.Query); qerr != nil {
+		writeJSON(w, http.StatusOK, response{Data: json.RawMessage("null"), Errors: []*gqlerrors.QueryError{qerr}})
+		return
+	}
+	// The request's work stops when its client leaves, when it runs past
+	// the timeout, or when it resolves more fields than its budget.
+	ctx, cancel := context.WithCancelCause(r.Context())
+	defer cancel(nil)
+	ctx, stop := context.WithTimeoutCause(ctx, h.timeout, errTimeout)
+	defer stop()
+	budget := &resolveBudget{max: int64(h.limits.Resolved), cancel: cancel}
+	res := h.schema.Exec(context.WithValue(ctx, budgetKey{}, budget), req.Query, req.OperationName, req.Variables)
 	out := response{Data: res.Data, Errors: res.Errors}
+	switch cause := context.Cause(ctx); {
+	case r.Context().Err() != nil:
+		return // nobody to answer
+	case errors.Is(cause, errResolveBudget):
+		out = response{Errors: []*gqlerrors.QueryError{errTooCostly("resolved", h.limits.Resolved+1, h.limits.Resolved, "fields or more to resolve: it was stopped")}}
+	case errors.Is(cause, errTimeout):
+		out = response{Errors: []*gqlerrors.QueryError{{Message: fmt.Sprintf("the request ran longer than %s and was stopped", h.timeout),
+			Extensions: map[string]any{"code": "TIMEOUT"}}}}
+	}
 	if len(out.Data) == 0 {
 		out.Data = json.RawMessage("null")
 	}
@@ -139,6 +183,9 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	writeJSON(w, http.StatusOK, out)
 }
+
+// errTimeout is the cause of a request stopped by Config.Timeout.
+var errTimeout = errors.New("graphql request timeout")
 
 // refusedFields are RunPod operations the schema leaves out on purpose:
 // asked for, they answer why instead of graphql-go's "Cannot query field".

@@ -22,6 +22,7 @@ import (
 
 	"berth/gpu"
 	"berth/httpapi/internal/httpx"
+	"berth/httplimit"
 	"berth/mgmt"
 	"berth/queue"
 	"berth/store"
@@ -245,6 +246,10 @@ func decodeBody(w http.ResponseWriter, r *http.Request, v any) bool {
 	body, berr := httpx.ReadBody(w, r, maxBody)
 	if berr != nil {
 		writeErr(w, berr.Code, berr.Msg)
+		return false
+	}
+	if err := httplimit.CheckJSONValues(body); err != nil {
+		writeErr(w, http.StatusRequestEntityTooLarge, err.Error())
 		return false
 	}
 	if err := decodeStrict(body, v); err != nil {

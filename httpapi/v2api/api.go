@@ -22,6 +22,7 @@ import (
 
 	"berth/gpu"
 	"berth/httpapi/internal/httpx"
+	"berth/httplimit"
 	"berth/mgmt"
 	"berth/queue"
 	"berth/store"
@@ -364,6 +365,9 @@ func decode(r *http.Request, v any) error {
 	}
 	if len(body) > maxBody {
 		return bad("", "request body over 1 MB")
+	}
+	if err := httplimit.CheckJSONValues(body); err != nil {
+		return bad("", "%v", err)
 	}
 	dec := json.NewDecoder(strings.NewReader(string(body)))
 	dec.DisallowUnknownFields()
