@@ -89,6 +89,10 @@ type Config struct {
 	// queue.WebhookGuard.CheckURL. Optional.
 	WebhookURL func(rawURL string) error
 
+	// BackupReserve is the free space GET /v1/backup leaves in the data
+	// directory after its temporary copy [256 MiB].
+	BackupReserve int64
+
 	// Long-poll caps (limits.go): MaxLongPollsPerWorker [8] and
 	// MaxLongPollsPerKey [10000] concurrent long polls held for one worker
 	// id or one key. Body and write deadlines of every request are the

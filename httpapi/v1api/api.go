@@ -68,11 +68,16 @@ type Config struct {
 	PodLogs    func(ctx context.Context, podID string, follow bool, tail int) (io.ReadCloser, error)
 	// PingInterval is the RUNPOD_PING_INTERVAL worker-env gives [10s].
 	PingInterval time.Duration
+	// BackupReserve is the free space GET /v1/backup leaves in the data
+	// directory after its temporary copy [256 MiB]; below it the backup
+	// is refused (507).
+	BackupReserve int64
 }
 
 // API is the /v1 management API.
 type API struct {
-	cfg Config
+	cfg     Config
+	backups chan struct{} // backups being made (maxBackups)
 }
 
 // New returns the API.
@@ -86,7 +91,10 @@ func New(cfg Config) *API {
 	if cfg.PingInterval <= 0 {
 		cfg.PingInterval = 10 * time.Second
 	}
-	return &API{cfg: cfg}
+	if cfg.BackupReserve <= 0 {
+		cfg.BackupReserve = 256 << 20
+	}
+	return &API{cfg: cfg, backups: make(chan struct{}, maxBackups)}
 }
 
 // Mount adds the /v1 routes to r; extra routes (httpapi's /v1/openapi.json
