@@ -67,16 +67,16 @@ func openFDs() int {
 func TestNoRequestHoldsAConnection(t *testing.T) {
 	addr := startServe(t, "conn-test-key")
 	heads := map[string]string{
-		"no route":       "POST /nonexistent HTTP/1.1\r\nHost: x\r\nContent-Length: 1000\r\n\r\n",
-		"wrong method":   "DELETE /v1/templates HTTP/1.1\r\nHost: x\r\nContent-Length: 1000\r\n\r\n",
-		"no key, job":    "POST /v2/abc/run HTTP/1.1\r\nHost: x\r\nContent-Length: 1000\r\n\r\n",
-		"no key, v1":     "POST /v1/templates HTTP/1.1\r\nHost: x\r\nContent-Length: 1000\r\n\r\n",
-		"no key, v2":     "POST /v2/templates HTTP/1.1\r\nHost: x\r\nContent-Length: 1000\r\n\r\n",
-		"no key, gql":    "POST /graphql HTTP/1.1\r\nHost: x\r\nContent-Length: 1000\r\n\r\n",
-		"wrong key, lb":  "POST /lb/abc/generate HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer nope\r\nContent-Length: 1000\r\n\r\n",
-		"lb by Host":     "POST /generate HTTP/1.1\r\nHost: abc.lb.localhost\r\nContent-Length: 1000\r\n\r\n",
-		"dashboard 404":  "GET /ui/x HTTP/1.1\r\nHost: x\r\nContent-Length: 1000\r\n\r\n",
-		"dashboard 200":  "GET / HTTP/1.1\r\nHost: x\r\nContent-Length: 1000\r\n\r\n",
+		"no route":      "POST /nonexistent HTTP/1.1\r\nHost: x\r\nContent-Length: 1000\r\n\r\n",
+		"wrong method":  "DELETE /v1/templates HTTP/1.1\r\nHost: x\r\nContent-Length: 1000\r\n\r\n",
+		"no key, job":   "POST /v2/abc/run HTTP/1.1\r\nHost: x\r\nContent-Length: 1000\r\n\r\n",
+		"no key, v1":    "POST /v1/templates HTTP/1.1\r\nHost: x\r\nContent-Length: 1000\r\n\r\n",
+		"no key, v2":    "POST /v2/templates HTTP/1.1\r\nHost: x\r\nContent-Length: 1000\r\n\r\n",
+		"no key, gql":   "POST /graphql HTTP/1.1\r\nHost: x\r\nContent-Length: 1000\r\n\r\n",
+		"wrong key, lb": "POST /lb/abc/generate HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer nope\r\nContent-Length: 1000\r\n\r\n",
+		"lb by Host":    "POST /generate HTTP/1.1\r\nHost: abc.lb.localhost\r\nContent-Length: 1000\r\n\r\n",
+		"dashboard 404": "GET /ui/x HTTP/1.1\r\nHost: x\r\nContent-Length: 1000\r\n\r\n",
+		"dashboard 200": "GET / HTTP/1.1\r\nHost: x\r\nContent-Length: 1000\r\n\r\n",
 	}
 	for name, head := range heads {
 		for _, drip := range []bool{false, true} {
