@@ -305,7 +305,10 @@ func (q BillingQuery) group(iv store.UsageInterval) string {
 }
 
 // Billing prices the usage q selects, in buckets, oldest first.
-func (s *Service) Billing(_ context.Context, q BillingQuery) (Bills, error) {
+func (s *Service) Billing(ctx context.Context, q BillingQuery) (Bills, error) {
+	if err := live(ctx); err != nil {
+		return Bills{}, err
+	}
 	now := s.now()
 	if err := q.normalise(now); err != nil {
 		return Bills{}, err

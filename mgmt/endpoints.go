@@ -360,7 +360,10 @@ func (s *Service) CreateEndpoint(ctx context.Context, in EndpointInput) (store.E
 
 // CreateEndpointWith is CreateEndpoint with options: with a Template, the
 // endpoint and its own template are stored in one transaction.
-func (s *Service) CreateEndpointWith(_ context.Context, in EndpointInput, opt EndpointOptions) (store.Endpoint, error) {
+func (s *Service) CreateEndpointWith(ctx context.Context, in EndpointInput, opt EndpointOptions) (store.Endpoint, error) {
+	if err := live(ctx); err != nil {
+		return store.Endpoint{}, err
+	}
 	e := NewEndpointDefaults()
 	e.ID = queue.NewID(14)
 	if err := applyEndpoint(&e, in, opt, true); err != nil {
@@ -472,7 +475,10 @@ func (s *Service) UpdateEndpoint(ctx context.Context, id string, in EndpointInpu
 // UpdateEndpointWith is UpdateEndpoint with options: with a Template, the
 // endpoint's own template is made or changed in the same transaction (a
 // template left unused that was bound to the endpoint goes).
-func (s *Service) UpdateEndpointWith(_ context.Context, id string, in EndpointInput, opt EndpointOptions) (store.Endpoint, error) {
+func (s *Service) UpdateEndpointWith(ctx context.Context, id string, in EndpointInput, opt EndpointOptions) (store.Endpoint, error) {
+	if err := live(ctx); err != nil {
+		return store.Endpoint{}, err
+	}
 	var e store.Endpoint
 	var rolled []string
 	err := s.cfg.Store.Update(func(tx *store.Tx) error {
@@ -611,7 +617,10 @@ func dropBound(tx *store.Tx, id, ep string) error {
 // (v2.json: "deletes a serverless endpoint and its bound template") in one
 // transaction; then its unfinished jobs are cancelled through the queue
 // (Config.Jobs) and Config.EndpointDeleted stops its workers.
-func (s *Service) DeleteEndpoint(_ context.Context, id string) error {
+func (s *Service) DeleteEndpoint(ctx context.Context, id string) error {
+	if err := live(ctx); err != nil {
+		return err
+	}
 	err := s.cfg.Store.Update(func(tx *store.Tx) error {
 		var e store.Endpoint
 		if err := getOr404(tx, store.Endpoints, id, "endpoint", &e); err != nil {
@@ -643,7 +652,10 @@ func (s *Service) DeleteEndpoint(_ context.Context, id string) error {
 
 // Endpoints reads one endpoint (id != "") or all, oldest first, and when
 // withTemplates the templates by id.
-func (s *Service) Endpoints(_ context.Context, id string, withTemplates bool) ([]store.Endpoint, map[string]store.Template, error) {
+func (s *Service) Endpoints(ctx context.Context, id string, withTemplates bool) ([]store.Endpoint, map[string]store.Template, error) {
+	if err := live(ctx); err != nil {
+		return nil, nil, err
+	}
 	var eps []store.Endpoint
 	var tmpl map[string]store.Template
 	err := s.cfg.Store.View(func(tx *store.Tx) error {

@@ -1,6 +1,7 @@
 package mgmt
 
 import (
+	"context"
 	"errors"
 	"fmt"
 )
@@ -78,3 +79,13 @@ func conflict(format string, a ...any) error { return newErr(Conflict, "", forma
 // InvalidInput returns an Invalid error about field; adapters use it for
 // their own decoding failures so one error mapper serves both.
 func InvalidInput(field, format string, a ...any) error { return invalid(field, format, a...) }
+
+// live refuses the work of a request that has ended — its client left, its
+// deadline passed, or the server is stopping — before anything is read or
+// written for it.
+func live(ctx context.Context) error {
+	if ctx.Err() == nil {
+		return nil
+	}
+	return &Error{Kind: Unavailable, Msg: "the request ended before it was done: " + context.Cause(ctx).Error(), Err: context.Cause(ctx)}
+}

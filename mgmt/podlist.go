@@ -106,7 +106,10 @@ type Snapshot struct {
 
 // Snapshot reads every management record at once (for lists with
 // includes and filters).
-func (s *Service) Snapshot(_ context.Context) (Snapshot, error) {
+func (s *Service) Snapshot(ctx context.Context) (Snapshot, error) {
+	if err := live(ctx); err != nil {
+		return Snapshot{}, err
+	}
 	var sn Snapshot
 	err := s.cfg.Store.View(func(tx *store.Tx) error {
 		var err error
@@ -146,6 +149,9 @@ func (s *Service) Snapshot(_ context.Context) (Snapshot, error) {
 
 // ListPods lists the pods f selects, oldest first.
 func (s *Service) ListPods(ctx context.Context, f PodFilter) ([]store.Pod, error) {
+	if err := live(ctx); err != nil {
+		return nil, err
+	}
 	if err := f.Check(); err != nil {
 		return nil, err
 	}

@@ -402,6 +402,9 @@ func (s *Service) applyState(p *store.Pod, st PodState) {
 // CreatePod validates in, stores the pod and starts its container. When it
 // cannot start, nothing is left behind and the error says why.
 func (s *Service) CreatePod(ctx context.Context, in PodInput) (store.Pod, error) {
+	if err := live(ctx); err != nil {
+		return store.Pod{}, err
+	}
 	p := NewPodDefaults()
 	p.ID = queue.NewID(14)
 	p.CreatedAt = s.now()
@@ -506,7 +509,10 @@ func (s *Service) podFailed(id, action string, err error) error {
 }
 
 // GetPod returns one pod record.
-func (s *Service) GetPod(_ context.Context, id string) (store.Pod, error) {
+func (s *Service) GetPod(ctx context.Context, id string) (store.Pod, error) {
+	if err := live(ctx); err != nil {
+		return store.Pod{}, err
+	}
 	var p store.Pod
 	err := s.cfg.Store.View(func(tx *store.Tx) error { return getOr404(tx, store.Pods, id, "pod", &p) })
 	if err == nil {
@@ -517,6 +523,9 @@ func (s *Service) GetPod(_ context.Context, id string) (store.Pod, error) {
 
 // DoPodAction starts, stops, resets or restarts a pod (PodActions).
 func (s *Service) DoPodAction(ctx context.Context, id, action string) (store.Pod, error) {
+	if err := live(ctx); err != nil {
+		return store.Pod{}, err
+	}
 	if !slices.Contains(PodActions, action) {
 		return store.Pod{}, invalid("action", "action must be one of %s, got %q", strings.Join(PodActions, ", "), action)
 	}
@@ -574,6 +583,9 @@ func (s *Service) DoPodAction(ctx context.Context, id, action string) (store.Pod
 // version and, on a running pod, resets it; when the reset fails the change
 // stays stored and the error says so.
 func (s *Service) UpdatePod(ctx context.Context, id string, f PodFields) (store.Pod, error) {
+	if err := live(ctx); err != nil {
+		return store.Pod{}, err
+	}
 	unlock := s.podLocks.lock(id)
 	defer unlock()
 	var p store.Pod
@@ -620,6 +632,9 @@ func (s *Service) UpdatePod(ctx context.Context, id string, f PodFields) (store.
 // the record with them. Without a runtime the record is removed and the
 // runtime's reconcile removes the container as an orphan.
 func (s *Service) DeletePod(ctx context.Context, id string) error {
+	if err := live(ctx); err != nil {
+		return err
+	}
 	unlock := s.podLocks.lock(id)
 	defer unlock()
 	p, err := s.GetPod(ctx, id)

@@ -31,7 +31,10 @@ func viewRegistryAuth(a store.RegistryAuth) RegistryAuth {
 }
 
 // CreateRegistryAuth stores a credential; names are unique.
-func (s *Service) CreateRegistryAuth(_ context.Context, in RegistryAuthInput) (RegistryAuth, error) {
+func (s *Service) CreateRegistryAuth(ctx context.Context, in RegistryAuthInput) (RegistryAuth, error) {
+	if err := live(ctx); err != nil {
+		return RegistryAuth{}, err
+	}
 	if in.Name == nil {
 		return RegistryAuth{}, invalid("name", "name is required")
 	}
@@ -81,7 +84,10 @@ func checkCredential(in RegistryAuthInput) error {
 }
 
 // ListRegistryAuths lists them oldest first.
-func (s *Service) ListRegistryAuths(_ context.Context) ([]RegistryAuth, error) {
+func (s *Service) ListRegistryAuths(ctx context.Context) ([]RegistryAuth, error) {
+	if err := live(ctx); err != nil {
+		return nil, err
+	}
 	var as []store.RegistryAuth
 	err := s.cfg.Store.View(func(tx *store.Tx) error {
 		var err error
@@ -100,7 +106,10 @@ func (s *Service) ListRegistryAuths(_ context.Context) ([]RegistryAuth, error) {
 }
 
 // GetRegistryAuth returns one.
-func (s *Service) GetRegistryAuth(_ context.Context, id string) (RegistryAuth, error) {
+func (s *Service) GetRegistryAuth(ctx context.Context, id string) (RegistryAuth, error) {
+	if err := live(ctx); err != nil {
+		return RegistryAuth{}, err
+	}
 	var a store.RegistryAuth
 	err := s.cfg.Store.View(func(tx *store.Tx) error {
 		return getOr404(tx, store.RegistryAuths, id, "container registry auth", &a)
@@ -110,7 +119,10 @@ func (s *Service) GetRegistryAuth(_ context.Context, id string) (RegistryAuth, e
 
 // DeleteRegistryAuth refuses (Conflict) while a template or pod pulls with
 // it.
-func (s *Service) DeleteRegistryAuth(_ context.Context, id string) error {
+func (s *Service) DeleteRegistryAuth(ctx context.Context, id string) error {
+	if err := live(ctx); err != nil {
+		return err
+	}
 	return s.cfg.Store.Update(func(tx *store.Tx) error {
 		if tx.GetRaw(store.RegistryAuths, id) == nil {
 			return notFoundID("container registry auth", id)
@@ -143,7 +155,10 @@ func (s *Service) DeleteRegistryAuth(_ context.Context, id string) error {
 
 // UpdateRegistryAuth replaces the credential's username and password (both
 // required, as RunPod's updateRegistryAuth takes them); the name stays.
-func (s *Service) UpdateRegistryAuth(_ context.Context, id string, in RegistryAuthInput) (RegistryAuth, error) {
+func (s *Service) UpdateRegistryAuth(ctx context.Context, id string, in RegistryAuthInput) (RegistryAuth, error) {
+	if err := live(ctx); err != nil {
+		return RegistryAuth{}, err
+	}
 	if in.Name != nil {
 		return RegistryAuth{}, invalid("name", "name cannot be changed; create a new container registry auth")
 	}

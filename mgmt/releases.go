@@ -64,7 +64,10 @@ func templateDiff(a, b store.Template) []store.ReleaseDiff {
 // Releases lists endpoint id's releases, oldest first. An endpoint made
 // before Berth recorded releases shows its current version, dated at the
 // endpoint's creation.
-func (s *Service) Releases(_ context.Context, id string) ([]store.Release, error) {
+func (s *Service) Releases(ctx context.Context, id string) ([]store.Release, error) {
+	if err := live(ctx); err != nil {
+		return nil, err
+	}
 	var out []store.Release
 	err := s.cfg.Store.View(func(tx *store.Tx) error {
 		var e store.Endpoint

@@ -21,7 +21,10 @@ const sshKeysKey = "ssh_keys"
 var sshKeyRe = regexp.MustCompile(`^(ssh|ecdsa|sk)-[^\s]+ [^\s]+([ \t][^\n\r]*)?$`)
 
 // SSHKeys returns the stored keys ([] when none).
-func (s *Service) SSHKeys(_ context.Context) ([]string, error) {
+func (s *Service) SSHKeys(ctx context.Context) ([]string, error) {
+	if err := live(ctx); err != nil {
+		return nil, err
+	}
 	keys := []string{}
 	err := s.cfg.Store.View(func(tx *store.Tx) error {
 		if tx.GetRaw(store.Meta, sshKeysKey) == nil {
@@ -33,7 +36,10 @@ func (s *Service) SSHKeys(_ context.Context) ([]string, error) {
 }
 
 // SetSSHKeys replaces the keys; each must look like an OpenSSH public key.
-func (s *Service) SetSSHKeys(_ context.Context, keys []string) ([]string, error) {
+func (s *Service) SetSSHKeys(ctx context.Context, keys []string) ([]string, error) {
+	if err := live(ctx); err != nil {
+		return nil, err
+	}
 	if err := LimitSSHKeys.CheckCount("keys", len(keys)); err != nil {
 		return nil, err
 	}

@@ -166,7 +166,10 @@ func ApplyTemplate(t *store.Template, in TemplateInput, create bool) error {
 }
 
 // CreateTemplate validates in and stores a new template.
-func (s *Service) CreateTemplate(_ context.Context, in TemplateInput) (store.Template, error) {
+func (s *Service) CreateTemplate(ctx context.Context, in TemplateInput) (store.Template, error) {
+	if err := live(ctx); err != nil {
+		return store.Template{}, err
+	}
 	t := NewTemplateDefaults()
 	if err := ApplyTemplate(&t, in, true); err != nil {
 		return store.Template{}, err
@@ -194,7 +197,10 @@ type TemplateFilter struct {
 
 // ListTemplates lists the operator's templates, oldest first. Berth has no
 // public templates of other users and no official ones.
-func (s *Service) ListTemplates(_ context.Context, f TemplateFilter) ([]store.Template, error) {
+func (s *Service) ListTemplates(ctx context.Context, f TemplateFilter) ([]store.Template, error) {
+	if err := live(ctx); err != nil {
+		return nil, err
+	}
 	var ts []store.Template
 	bound := map[string]bool{}
 	err := s.cfg.Store.View(func(tx *store.Tx) error {
@@ -223,7 +229,10 @@ func (s *Service) ListTemplates(_ context.Context, f TemplateFilter) ([]store.Te
 }
 
 // GetTemplate returns one template.
-func (s *Service) GetTemplate(_ context.Context, id string) (store.Template, error) {
+func (s *Service) GetTemplate(ctx context.Context, id string) (store.Template, error) {
+	if err := live(ctx); err != nil {
+		return store.Template{}, err
+	}
 	if err := CheckTemplateID(id); err != nil {
 		return store.Template{}, err
 	}
@@ -262,7 +271,10 @@ func checkTemplate(tx *store.Tx, t store.Template) error {
 // UpdateTemplate applies in to template id. A change to what the container
 // runs bumps the version of every endpoint using the template, which rolls
 // its workers.
-func (s *Service) UpdateTemplate(_ context.Context, id string, in TemplateInput) (store.Template, error) {
+func (s *Service) UpdateTemplate(ctx context.Context, id string, in TemplateInput) (store.Template, error) {
+	if err := live(ctx); err != nil {
+		return store.Template{}, err
+	}
 	if err := CheckTemplateID(id); err != nil {
 		return store.Template{}, err
 	}
@@ -306,7 +318,10 @@ func (s *Service) UpdateTemplate(_ context.Context, id string, in TemplateInput)
 }
 
 // DeleteTemplate refuses (Conflict) while an endpoint or pod uses it.
-func (s *Service) DeleteTemplate(_ context.Context, id string) error {
+func (s *Service) DeleteTemplate(ctx context.Context, id string) error {
+	if err := live(ctx); err != nil {
+		return err
+	}
 	if err := CheckTemplateID(id); err != nil {
 		return err
 	}

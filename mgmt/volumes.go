@@ -106,7 +106,10 @@ func checkSize(size int) error { return LimitVolumeSize.Check(int64(size)) }
 
 // CreateVolume makes the volume's directory and record and starts billing
 // its size.
-func (s *Service) CreateVolume(_ context.Context, in VolumeInput) (Volume, error) {
+func (s *Service) CreateVolume(ctx context.Context, in VolumeInput) (Volume, error) {
+	if err := live(ctx); err != nil {
+		return Volume{}, err
+	}
 	switch {
 	case in.Name == nil:
 		return Volume{}, invalid("name", "name is required")
@@ -159,7 +162,10 @@ func (s *Service) CreateVolume(_ context.Context, in VolumeInput) (Volume, error
 }
 
 // ListVolumes lists the volumes oldest first.
-func (s *Service) ListVolumes(_ context.Context) ([]Volume, error) {
+func (s *Service) ListVolumes(ctx context.Context) ([]Volume, error) {
+	if err := live(ctx); err != nil {
+		return nil, err
+	}
 	var vs []store.NetworkVolume
 	err := s.cfg.Store.View(func(tx *store.Tx) error {
 		var err error
@@ -178,7 +184,10 @@ func (s *Service) ListVolumes(_ context.Context) ([]Volume, error) {
 }
 
 // GetVolume returns one volume.
-func (s *Service) GetVolume(_ context.Context, id string) (Volume, error) {
+func (s *Service) GetVolume(ctx context.Context, id string) (Volume, error) {
+	if err := live(ctx); err != nil {
+		return Volume{}, err
+	}
 	var v store.NetworkVolume
 	if err := s.cfg.Store.View(func(tx *store.Tx) error { return getOr404(tx, store.Volumes, id, "network volume", &v) }); err != nil {
 		return Volume{}, err
@@ -189,7 +198,10 @@ func (s *Service) GetVolume(_ context.Context, id string) (Volume, error) {
 // UpdateVolume renames or grows a volume; it cannot shrink (RunPod: the new
 // size "must be greater than the current size"). A resize closes the
 // billing interval at the old size and opens one at the new.
-func (s *Service) UpdateVolume(_ context.Context, id string, in VolumeInput) (Volume, error) {
+func (s *Service) UpdateVolume(ctx context.Context, id string, in VolumeInput) (Volume, error) {
+	if err := live(ctx); err != nil {
+		return Volume{}, err
+	}
 	if in.DataCenterID != nil {
 		return Volume{}, invalid("dataCenterId", "dataCenterId cannot be changed: a volume stays where it was created")
 	}
@@ -234,7 +246,10 @@ func (s *Service) UpdateVolume(_ context.Context, id string, in VolumeInput) (Vo
 // DeleteVolume removes a volume and its files; refused (Conflict) while
 // attached. The directory is moved aside inside the transaction (fast,
 // undone if the transaction fails) and its files removed after the commit.
-func (s *Service) DeleteVolume(_ context.Context, id string) error {
+func (s *Service) DeleteVolume(ctx context.Context, id string) error {
+	if err := live(ctx); err != nil {
+		return err
+	}
 	dir := s.volumePath(id)
 	trash := filepath.Join(s.volumesDir(), ".deleting-"+id)
 	moved := false
