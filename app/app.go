@@ -230,12 +230,13 @@ func (a *App) Stop(ctx context.Context) error {
 		a.q.Stop()
 	}
 	if a.started {
-		n := a.srv.Stop(ctx)
+		c, ab := a.srv.Stop(ctx)
 		if a.workerSrv != nil {
-			n += a.workerSrv.Stop(ctx)
+			wc, wab := a.workerSrv.Stop(ctx)
+			c, ab = c+wc, ab+wab
 		}
-		if n > 0 {
-			a.log.Warn("requests still running at shutdown were cancelled", "requests", n)
+		if c > 0 {
+			a.log.Warn("requests still running at shutdown were cancelled", "requests", c, "abandoned", ab)
 		}
 	}
 	if a.lbRun {

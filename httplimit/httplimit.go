@@ -141,11 +141,13 @@ func (s *Server) InFlight() int {
 // then cancels the contexts of those still running (cause ErrShutdown),
 // closes their connections and gives them a second to return: a handler
 // that ignores its context is abandoned rather than waited for. It returns
-// how many were abandoned.
-func (s *Server) Stop(ctx context.Context) int {
+// how many requests were cancelled (still running when ctx ended) and how
+// many of those were abandoned (still running a second later).
+func (s *Server) Stop(ctx context.Context) (cancelled, abandoned int) {
 	if s.Shutdown(ctx) == nil {
-		return 0
+		return 0, 0
 	}
+	cancelled = s.InFlight()
 	s.cancel(ErrShutdown)
 	s.Close()
 	s.mu.Lock()
@@ -157,7 +159,7 @@ func (s *Server) Stop(ctx context.Context) int {
 	case <-idle:
 	case <-t.C:
 	}
-	return s.InFlight()
+	return cancelled, s.InFlight()
 }
 
 // ErrSlowBody is what a handler reading a body that arrives too slowly

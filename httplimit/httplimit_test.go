@@ -280,8 +280,8 @@ func TestStopAbandonsStuckWork(t *testing.T) {
 	start := time.Now()
 	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
 	defer cancel()
-	if n := srv.Stop(ctx); n != 1 {
-		t.Errorf("Stop abandoned %d requests, want 1 (the one ignoring its context)", n)
+	if c, a := srv.Stop(ctx); c != 2 || a != 1 {
+		t.Errorf("Stop cancelled %d requests and abandoned %d, want 2 and 1 (the one ignoring its context)", c, a)
 	}
 	if took := time.Since(start); took > 10*time.Second {
 		t.Errorf("Stop took %s", took)
