@@ -8,6 +8,9 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
 	"strings"
 	"syscall"
 	"testing"
@@ -288,5 +291,46 @@ func TestStopAbandonsStuckWork(t *testing.T) {
 	}
 	if err := <-cause; !errors.Is(err, httplimit.ErrShutdown) {
 		t.Errorf("the polite handler's context ended with %v, want ErrShutdown", err)
+	}
+}
+
+// A protocol upgrade proxied through the limits (the load balancer's
+// WebSockets: httputil.ReverseProxy hijacks the connection) is not cut by
+// the body or write deadlines: hijacking clears them.
+func TestUpgradedConnectionOutlivesTheDeadlines(t *testing.T) {
+	backend := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		c, brw, err := http.NewResponseController(w).Hijack()
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		defer c.Close()
+		brw.WriteString("HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: echo\r\n\r\n")
+		brw.Flush()
+		for { // echo lines
+			line, err := brw.ReadString('\n')
+			if err != nil {
+				return
+			}
+			brw.WriteString(line)
+			brw.Flush()
+		}
+	}))
+	defer backend.Close()
+	target, _ := url.Parse(backend.URL)
+	_, addr := serve(t, httplimit.Limits{BodyGrace: 200 * time.Millisecond, MinBodyRate: 1000, WriteTimeout: 200 * time.Millisecond},
+		httputil.NewSingleHostReverseProxy(target))
+	c, br := dial(t, addr, "GET /ws HTTP/1.1\r\nHost: x\r\nConnection: Upgrade\r\nUpgrade: echo\r\n\r\n")
+	res, err := http.ReadResponse(br, nil)
+	if err != nil || res.StatusCode != http.StatusSwitchingProtocols {
+		t.Fatalf("upgrade: %v %v", res, err)
+	}
+	for i := 0; i < 3; i++ {
+		time.Sleep(400 * time.Millisecond) // past both deadlines each time
+		fmt.Fprintf(c, "ping %d\n", i)
+		line, err := br.ReadString('\n')
+		if err != nil || line != fmt.Sprintf("ping %d\n", i) {
+			t.Fatalf("after %d×400 ms: %q %v", i+1, line, err)
+		}
 	}
 }
