@@ -49,14 +49,13 @@ func unreadBackup(t *testing.T, addr string) (net.Conn, *bufio.Reader, int, int6
 // the reader's pace used to block, stopping every write and then every
 // read); the backup, read at last, is a complete and valid database.
 func TestUnreadBackupDoesNotStopWrites(t *testing.T) {
-	e := newEnv(t)
+	e := newEnv(t, rawConn(httplimit.Limits{}))
 	ep := e.endpoint(nil)
-	srv := rawServer(t, e, httplimit.Limits{}, func(*httpapi.Config) {})
-	addr := strings.TrimPrefix(srv.URL, "http://")
+	addr := e.app.Addr()
 	pad := strings.Repeat("p", 500<<10)
 	run := func() time.Duration {
 		start := time.Now()
-		req, _ := http.NewRequest("POST", srv.URL+"/v2/"+ep+"/run", strings.NewReader(`{"input":{"pad":"`+pad+`"}}`))
+		req, _ := http.NewRequest("POST", e.base+"/v2/"+ep+"/run", strings.NewReader(`{"input":{"pad":"`+pad+`"}}`))
 		req.Header.Set("Authorization", "Bearer "+adminKey)
 		c := &http.Client{Timeout: 60 * time.Second}
 		res, err := c.Do(req)
@@ -74,7 +73,7 @@ func TestUnreadBackupDoesNotStopWrites(t *testing.T) {
 		run()
 	}
 	size := func() int64 {
-		fi, err := os.Stat(e.path)
+		fi, err := os.Stat(e.db.Path())
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -121,7 +120,7 @@ func TestUnreadBackupDoesNotStopWrites(t *testing.T) {
 	}
 	c.Close()
 	// The temporary copy was never visible in the data directory.
-	ents, _ := os.ReadDir(filepath.Dir(e.path))
+	ents, _ := os.ReadDir(filepath.Dir(e.db.Path()))
 	for _, ent := range ents {
 		if strings.Contains(ent.Name(), "snapshot") {
 			t.Errorf("left in the data directory: %s", ent.Name())
@@ -133,10 +132,9 @@ func TestUnreadBackupDoesNotStopWrites(t *testing.T) {
 // retry), and none when the copy would leave the data directory short of
 // its reserve (507, with the figures).
 func TestBackupLimits(t *testing.T) {
-	e := newEnv(t)
+	e := newEnv(t, rawConn(httplimit.Limits{}))
 	ep := e.endpoint(nil)
-	srv := rawServer(t, e, httplimit.Limits{}, func(*httpapi.Config) {})
-	addr := strings.TrimPrefix(srv.URL, "http://")
+	addr := e.app.Addr()
 	pad := strings.Repeat("p", 500<<10)
 	for range 30 { // ≈ 15 MB: more than the sockets buffer, so a backup nobody reads stays open
 		e.admin("POST", "/v2/"+ep+"/run", `{"input":{"pad":"`+pad+`"}}`, 200)
@@ -146,7 +144,7 @@ func TestBackupLimits(t *testing.T) {
 			t.Fatalf("backup: %d", code)
 		}
 	}
-	req, _ := http.NewRequest("GET", srv.URL+"/v1/backup", nil)
+	req, _ := http.NewRequest("GET", e.base+"/v1/backup", nil)
 	req.Header.Set("Authorization", "Bearer "+adminKey)
 	res, err := http.DefaultClient.Do(req)
 	if err != nil {
@@ -158,8 +156,8 @@ func TestBackupLimits(t *testing.T) {
 		t.Errorf("a third backup: %d %.200q", res.StatusCode, b)
 	}
 
-	full := rawServer(t, e, httplimit.Limits{}, func(c *httpapi.Config) { c.BackupReserve = 1 << 60 })
-	req, _ = http.NewRequest("GET", full.URL+"/v1/backup", nil)
+	full := newEnv(t, rawHTTP(func(c *httpapi.Config) { c.BackupReserve = 1 << 60 }))
+	req, _ = http.NewRequest("GET", full.base+"/v1/backup", nil)
 	req.Header.Set("Authorization", "Bearer "+adminKey)
 	res, err = http.DefaultClient.Do(req)
 	if err != nil {

@@ -9,7 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"berth/httpapi"
 	"berth/httplimit"
 	"berth/store"
 )
@@ -21,10 +20,9 @@ import (
 // `[1,1,…]` in GraphQL variables allocated 48 MB and held 26 MB, 1 MB of env
 // keys 13 MB — per concurrent request.) Nothing is written.
 func TestExpandingBodiesAreRefused(t *testing.T) {
-	e := newEnv(t)
-	// The plain router (no validating wrapper, which decodes bodies
-	// itself), so what is allocated is the product's.
-	srv := rawServer(t, e, httplimit.Limits{}, func(*httpapi.Config) {})
+	// No validating wrapper (it decodes bodies itself), so what is
+	// allocated is the product's.
+	e := newEnv(t, rawConn(httplimit.Limits{}))
 	keys := func(n int) string {
 		var b strings.Builder
 		for i := range n {
@@ -47,7 +45,7 @@ func TestExpandingBodiesAreRefused(t *testing.T) {
 		var before, after runtime.MemStats
 		runtime.ReadMemStats(&before)
 		start := time.Now()
-		req, _ := http.NewRequest(tc.method, srv.URL+tc.path, strings.NewReader(tc.body))
+		req, _ := http.NewRequest(tc.method, e.base+tc.path, strings.NewReader(tc.body))
 		req.Header.Set("Authorization", "Bearer "+adminKey)
 		req.Header.Set("Content-Type", "application/json")
 		res, err := http.DefaultClient.Do(req)
