@@ -75,6 +75,8 @@ func (l Limits) withDefaults() Limits {
 // Cost is what a document asks for.
 type Cost struct {
 	Fields, Aliases, Depth, Mutations, FanOut int
+	// Mutating: the document has a mutation operation.
+	Mutating bool
 }
 
 // errTooCostly is a refusal of a document before it runs: a GraphQL error
@@ -169,6 +171,7 @@ func (l Limits) measure(s *schemaShape, query string) (Cost, *gqlerrors.QueryErr
 		total.FanOut = satAdd(total.FanOut, c.fanOut)
 		if op.Operation == ast.Mutation {
 			total.Mutations += c.roots
+			total.Mutating = true
 		}
 	}
 	switch {

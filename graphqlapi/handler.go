@@ -54,7 +54,8 @@ type Config struct {
 	// Limits bound what one request may cost (cost.go); zero fields are
 	// the defaults.
 	Limits Limits
-	// Timeout stops a request that runs longer [60s].
+	// Timeout stops a query that runs longer [60s]; mutations are not
+	// cut by a timer.
 	Timeout time.Duration
 }
 
@@ -150,16 +151,23 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if req.Variables == nil {
 		req.Variables = map[string]any{}
 	}
-	if _, qerr := h.limits.measure(h.shape, req.Query); qerr != nil {
+	cost, qerr := h.limits.measure(h.shape, req.Query)
+	if qerr != nil {
 		writeJSON(w, http.StatusOK, response{Data: json.RawMessage("null"), Errors: []*gqlerrors.QueryError{qerr}})
 		return
 	}
-	// The request's work stops when its client leaves, when it runs past
-	// the timeout, or when it resolves more fields than its budget.
+	// The request's work stops when its client leaves, when it resolves
+	// more fields than its budget, or — a query — when it runs past the
+	// timeout. A mutation is not cut by a timer: creating a pod waits for
+	// its image, and mgmt finishes a change it has begun rather than leave
+	// half of it; the mutations limit bounds how many run.
 	ctx, cancel := context.WithCancelCause(r.Context())
 	defer cancel(nil)
-	ctx, stop := context.WithTimeoutCause(ctx, h.timeout, errTimeout)
-	defer stop()
+	if !cost.Mutating {
+		var stop context.CancelFunc
+		ctx, stop = context.WithTimeoutCause(ctx, h.timeout, errTimeout)
+		defer stop()
+	}
 	budget := &resolveBudget{max: int64(h.limits.Resolved), cancel: cancel}
 	res := h.schema.Exec(context.WithValue(ctx, budgetKey{}, budget), req.Query, req.OperationName, req.Variables)
 	out := response{Data: res.Data, Errors: res.Errors}
