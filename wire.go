@@ -77,6 +77,10 @@ func serveConfig(o cli.ServeOptions) app.Config {
 	if c.Runtime.FlashMinMemAvailable <= 0 {
 		c.Runtime.FlashMinMemAvailable = -1
 	}
+	if o.Runtime == "kubernetes" {
+		c.Kubernetes = &app.Kubernetes{Kubeconfig: o.Kubeconfig, Namespace: o.Namespace, AdvertiseURL: o.AdvertiseURL,
+			StorageClass: o.StorageClass, VolumeAccessMode: o.VolumeAccessMode, ServiceType: o.ServiceType}
+	}
 	c.LB.Domain = os.Getenv("BERTH_LB_DOMAIN")
 	c.LB.Timeout, _ = time.ParseDuration(os.Getenv("BERTH_LB_TIMEOUT"))
 	return c

@@ -80,6 +80,10 @@ type Config struct {
 	// RemoveContainersOnStop removes this Berth's containers at Stop
 	// (tests; berth serve leaves them for the next start to adopt).
 	RemoveContainersOnStop bool
+	// Kubernetes, when set, runs workers and pods as Pods of a cluster
+	// instead of Docker containers (berth serve --runtime kubernetes;
+	// Docker is then not used).
+	Kubernetes *Kubernetes
 
 	// Settings of the services. Their dependencies (store, queue, runtime,
 	// clock, logger, callbacks into other services) are the composition's
@@ -117,6 +121,7 @@ type App struct {
 	lb      *lbproxy.Balancer
 	gpus    *gpu.Allocator
 	dock    *docker.Docker      // nil without Docker
+	backend runtime.Backend     // nil without a runtime
 	sup     *runtime.Supervisor // nil without Docker
 	inst    string
 
@@ -251,13 +256,13 @@ func (a *App) Stop(ctx context.Context) error {
 
 // removeContainers removes every container labelled with this instance.
 func (a *App) removeContainers(ctx context.Context) error {
-	infos, err := a.dock.List(ctx, a.inst)
+	infos, err := a.backend.List(ctx)
 	if err != nil {
 		return fmt.Errorf("list containers: %w", err)
 	}
 	var errs []error
 	for _, in := range infos {
-		if err := a.dock.Remove(ctx, in.ID, true); err != nil {
+		if err := a.backend.Remove(ctx, in.ID); err != nil {
 			errs = append(errs, fmt.Errorf("remove %s: %w", in.ID, err))
 		}
 	}

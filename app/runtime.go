@@ -35,6 +35,9 @@ func (a *App) startRuntime(log *slog.Logger) error {
 	a.inst = instance(cfg.DataDir)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
+	if cfg.Kubernetes != nil {
+		return a.startKubernetes(log)
+	}
 	var backend *docker.Backend
 	if cfg.Docker != DockerOff {
 		dock, err := docker.Connect(ctx, log)
@@ -72,6 +75,7 @@ func (a *App) startRuntime(log *slog.Logger) error {
 	if backend == nil {
 		return nil
 	}
+	a.backend = backend
 
 	addr := a.ln.Addr().(*net.TCPAddr)
 	port := fmt.Sprint(addr.Port)
@@ -86,10 +90,17 @@ func (a *App) startRuntime(log *slog.Logger) error {
 		a.closers = append(a.closers, func() { a.workerLn.Close() })
 	}
 
+	return a.newSupervisor(log, "http://host.docker.internal:"+port)
+}
+
+// newSupervisor makes the supervisor on a.backend, with workers reaching
+// Berth at base.
+func (a *App) newSupervisor(log *slog.Logger, base string) error {
+	cfg := a.cfg
 	rc := cfg.Runtime
-	rc.Backend, rc.Queue, rc.GPUs, rc.Logger, rc.Clock = backend, a.lb.Queue(a.q), a.gpus, log, cfg.Clock
+	rc.Backend, rc.Queue, rc.GPUs, rc.Logger, rc.Clock = a.backend, a.lb.Queue(a.q), a.gpus, log, cfg.Clock
 	rc.OnScale = a.metrics.Scale
-	rc.WorkerBaseURL = "http://host.docker.internal:" + port
+	rc.WorkerBaseURL = base
 	ping := cfg.HTTP.PingInterval
 	if ping <= 0 {
 		ping = PingInterval
@@ -139,6 +150,7 @@ func (a *App) startRuntime(log *slog.Logger) error {
 			log.Error("usage record", "err", err)
 		}
 	}
+	var err error
 	a.sup, err = runtime.New(rc)
 	return err
 }

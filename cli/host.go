@@ -204,6 +204,25 @@ default socket). Every flag has an environment variable (in brackets).`,
 				return usageErr("--rate-limits must be on or off, got %q", limits)
 			}
 			o.RateLimits = limits == "on"
+			switch o.Runtime {
+			case "docker":
+			case "kubernetes":
+				if o.AdvertiseURL == "" {
+					return usageErr("--runtime kubernetes needs --advertise-url: the address at which workers in the cluster reach Berth (e.g. http://berth.berth.svc:8080)")
+				}
+			default:
+				return usageErr("--runtime must be docker or kubernetes, got %q", o.Runtime)
+			}
+			switch o.VolumeAccessMode {
+			case "ReadWriteMany", "ReadWriteOnce", "ReadWriteOncePod", "ReadOnlyMany":
+			default:
+				return usageErr("--volume-access-mode must be ReadWriteMany, ReadWriteOnce, ReadWriteOncePod or ReadOnlyMany, got %q", o.VolumeAccessMode)
+			}
+			switch o.ServiceType {
+			case "NodePort", "LoadBalancer", "ClusterIP":
+			default:
+				return usageErr("--service-type must be NodePort, LoadBalancer or ClusterIP, got %q", o.ServiceType)
+			}
 			allow, err := queue.ParseWebhookAllow(webhookAllow)
 			if err != nil {
 				return usageErr("%v", err)
@@ -229,6 +248,13 @@ default socket). Every flag has an environment variable (in brackets).`,
 	f.StringVar(&webhookAllow, "webhook-allow", env("BERTH_WEBHOOK_ALLOW", ""), "comma-separated CIDRs, addresses or host names webhooks may reach although the default policy forbids them (loopback, link-local, metadata) [BERTH_WEBHOOK_ALLOW]")
 	f.DurationVar(&o.FlashMaxFrozen, "flashboot-max-frozen", envDur("BERTH_FLASHBOOT_MAX_FROZEN", time.Hour), "flashboot: a frozen (paused) idle worker is stopped after this long; 0 never [BERTH_FLASHBOOT_MAX_FROZEN]")
 	f.IntVar(&o.FlashMinMemMiB, "flashboot-min-memory", envInt("BERTH_FLASHBOOT_MIN_MEMORY", 512), "flashboot: while the host has less than this many MiB available (MemAvailable), frozen workers are stopped, least recently used first; 0 never [BERTH_FLASHBOOT_MIN_MEMORY]")
+	f.StringVar(&o.Runtime, "runtime", env("BERTH_RUNTIME", "docker"), "where workers and pods run: docker (containers of the local daemon) or kubernetes (Pods of --namespace) [BERTH_RUNTIME]")
+	f.StringVar(&o.Kubeconfig, "kubeconfig", env("KUBECONFIG", ""), "kubernetes: the kubeconfig file; empty: the in-cluster service account when Berth runs in a Pod, else ~/.kube/config [KUBECONFIG]")
+	f.StringVar(&o.Namespace, "namespace", env("BERTH_NAMESPACE", ""), "kubernetes: the namespace of Berth's Pods, Services, Secrets and volume claims; empty: the kubeconfig's (in a Pod: its own) [BERTH_NAMESPACE]")
+	f.StringVar(&o.AdvertiseURL, "advertise-url", env("BERTH_ADVERTISE_URL", ""), "kubernetes: where workers in the cluster reach Berth's worker protocol, e.g. http://berth.berth.svc:8080 [BERTH_ADVERTISE_URL]")
+	f.StringVar(&o.StorageClass, "storage-class", env("BERTH_STORAGE_CLASS", ""), "kubernetes: storage class of volume claims; empty: the cluster's default [BERTH_STORAGE_CLASS]")
+	f.StringVar(&o.VolumeAccessMode, "volume-access-mode", env("BERTH_VOLUME_ACCESS_MODE", "ReadWriteMany"), "kubernetes: access mode of a network volume's claim (shared by an endpoint's workers) [BERTH_VOLUME_ACCESS_MODE]")
+	f.StringVar(&o.ServiceType, "service-type", env("BERTH_SERVICE_TYPE", "NodePort"), "kubernetes: Service type of a pod's ports: NodePort, LoadBalancer or ClusterIP [BERTH_SERVICE_TYPE]")
 	f.StringVar(&logFormat, "log-format", env("BERTH_LOG_FORMAT", "text"), "log format: text or json [BERTH_LOG_FORMAT]")
 	f.StringVar(&logLevel, "log-level", env("BERTH_LOG_LEVEL", "info"), "log level: debug, info, warn or error [BERTH_LOG_LEVEL]")
 	return cmd

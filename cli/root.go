@@ -226,7 +226,19 @@ type ServeOptions struct {
 	// available (0: never). See docs/flashboot.md.
 	FlashMaxFrozen time.Duration
 	FlashMinMemMiB int
-	Logger         *slog.Logger
+	// Runtime is where workers and pods run: "docker" or "kubernetes".
+	// The others are the Kubernetes runtime's: the kubeconfig file ("":
+	// in-cluster, else the default loading rules), the namespace ("": the
+	// kubeconfig's), the address workers reach Berth at, and the volume
+	// claims' storage class and access mode, and the pods' Service type.
+	Runtime          string
+	Kubeconfig       string
+	Namespace        string
+	AdvertiseURL     string
+	StorageClass     string
+	VolumeAccessMode string
+	ServiceType      string
+	Logger           *slog.Logger
 	// Ready is called once the server accepts connections (systemd
 	// readiness is sent from main's wiring; tests use it too).
 	Ready func(addr string)

@@ -42,20 +42,40 @@ type Allocator struct {
 
 // NewAllocator tracks devs, all free. The slice is copied.
 func NewAllocator(devs []Device) *Allocator {
-	a := &Allocator{
-		devs:   slices.Clone(devs),
-		byUUID: make(map[string]int, len(devs)),
+	a := &Allocator{}
+	a.setLocked(devs, nil)
+	return a
+}
+
+// SetDevices replaces the devices (a cluster's nodes came or went). A
+// device that stays keeps its holder; the GPUs of a device that went are
+// no longer anyone's.
+func (a *Allocator) SetDevices(devs []Device) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	held := map[string]string{}
+	for i, d := range a.devs {
+		if a.holder[i] != "" {
+			held[d.UUID] = a.holder[i]
+		}
 	}
+	a.setLocked(devs, held)
+}
+
+func (a *Allocator) setLocked(devs []Device, held map[string]string) {
+	a.devs = slices.Clone(devs)
+	a.byUUID = make(map[string]int, len(devs))
+	a.types, a.sample = nil, nil
 	slices.SortStableFunc(a.devs, func(x, y Device) int { return x.Index - y.Index })
 	a.holder = make([]string, len(a.devs))
 	for i, d := range a.devs {
 		a.byUUID[d.UUID] = i
+		a.holder[i] = held[d.UUID]
 		if !slices.Contains(a.types, d.TypeID) {
 			a.types = append(a.types, d.TypeID)
 			a.sample = append(a.sample, d)
 		}
 	}
-	return a
 }
 
 // Allocate gives holder count free GPUs, all of one type and on one node.
@@ -184,13 +204,19 @@ func (a *Allocator) Free(typeID string) int {
 // Types lists the distinct gpuTypeIds on this machine, in the order of their
 // lowest device index.
 func (a *Allocator) Types() []string {
-	return slices.Clone(a.types) // immutable after NewAllocator
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return slices.Clone(a.types)
 }
 
 // Resolve returns the local gpuTypeIds that ids (type ids, pool ids and
 // "-" exclusions, see Matches) select, in the order asked and without
 // duplicates; all types when ids holds no inclusion.
-func (a *Allocator) Resolve(ids []string) []string { return a.known(ids) }
+func (a *Allocator) Resolve(ids []string) []string {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.known(ids)
+}
 
 func (a *Allocator) known(typeIDs []string) []string {
 	var out []string

@@ -488,3 +488,28 @@ func TestAllocateOneNode(t *testing.T) {
 		t.Fatalf("Fit(1 × any) = %d, want 1", n)
 	}
 }
+
+// TestSetDevices: devices that stay keep their holders; new ones are free;
+// gone ones are no one's.
+func TestSetDevices(t *testing.T) {
+	a := NewAllocator(mixed())
+	if _, err := a.Allocate("w", []string{a100}, 2); err != nil {
+		t.Fatal(err)
+	}
+	devs := mixed()[:4] // drops index 0 (a 4090)
+	devs = append(devs, Device{Index: 9, UUID: "GPU-9", Name: h100, TypeID: TypeID(h100)})
+	a.SetDevices(devs)
+	held := map[string]string{}
+	for _, s := range a.Snapshot() {
+		held[s.UUID] = s.Holder
+	}
+	if len(held) != 5 || held["GPU-1"] != "w" || held["GPU-3"] != "w" || held["GPU-9"] != "" {
+		t.Fatalf("after SetDevices: %v", held)
+	}
+	if !slices.Contains(a.Types(), TypeID(h100)) {
+		t.Fatalf("types %v lack the new H100", a.Types())
+	}
+	if _, err := a.Allocate("x", []string{h100}, 1); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -196,3 +196,31 @@ func inPool(pool, typeID string, memMiB uint64) bool {
 	gb := int((memMiB + 512) / 1024)
 	return gb >= p.MemoryGB-2 && gb <= p.MemoryGB+2
 }
+
+// TypeFromProduct maps the nvidia.com/gpu.product label NVIDIA's GPU
+// Feature Discovery puts on a Kubernetes node — the NVML name with spaces
+// as dashes ("NVIDIA-GeForce-RTX-4090", "NVIDIA-A100-SXM4-80GB"), with
+// "-SHARED" appended under time-slicing — to RunPod's gpuTypeId by the same
+// table as NVML names. An unknown product keeps its name, spaces restored.
+func TypeFromProduct(product string) string {
+	p := strings.TrimSuffix(strings.TrimSpace(product), "-SHARED")
+	if p == "" {
+		return ""
+	}
+	canon := func(s string) string {
+		return strings.ToLower(strings.NewReplacer(" ", "-", "_", "-").Replace(s))
+	}
+	for _, name := range []string{p, "NVIDIA-" + p} {
+		for _, m := range Models {
+			if canon(m.ID) == canon(name) {
+				return m.ID
+			}
+		}
+		for alias, id := range typeAliases {
+			if canon(alias) == canon(name) {
+				return id
+			}
+		}
+	}
+	return TypeID(strings.ReplaceAll(p, "-", " "))
+}

@@ -110,3 +110,21 @@ func TestAllocatorPools(t *testing.T) {
 		t.Errorf("Allocate from a pool with no local GPU: %v, want ErrUnknownType naming the pool", err)
 	}
 }
+
+func TestTypeFromProduct(t *testing.T) {
+	for in, want := range map[string]string{
+		"NVIDIA-GeForce-RTX-4090":        "NVIDIA GeForce RTX 4090",
+		"NVIDIA-A100-SXM4-80GB":          "NVIDIA A100-SXM4-80GB",
+		"NVIDIA-H100-80GB-HBM3":          "NVIDIA H100 80GB HBM3",
+		"NVIDIA-L4-SHARED":               "NVIDIA L4",
+		"NVIDIA-RTX-4000-Ada-Generation": "NVIDIA RTX 4000 Ada Generation",
+		"GeForce-RTX-3090":               "NVIDIA GeForce RTX 3090",
+		"A100-SXM-80GB":                  "NVIDIA A100-SXM4-80GB",
+		"Tesla-T4":                       "Tesla T4",
+		"":                               "",
+	} {
+		if got := TypeFromProduct(in); got != want {
+			t.Errorf("TypeFromProduct(%q) = %q, want %q", in, got, want)
+		}
+	}
+}

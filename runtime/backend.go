@@ -45,9 +45,11 @@ type Backend interface {
 	// instance's pull secret.
 	Create(ctx context.Context, spec Spec, progress func(string)) (Created, error)
 	// Start starts a created instance, or with Caps.Restart a stopped
-	// one. A backend that cannot give the instance its GPUs fails with an
-	// error matching ErrNoGPURuntime.
-	Start(ctx context.Context, id string) error
+	// one. running is true when it runs on return (Docker); false when the
+	// backend only accepted it (a Pod waits for a node and its image),
+	// and an EventStart follows once it runs. A backend that cannot give
+	// the instance its GPUs fails with an error matching ErrNoGPURuntime.
+	Start(ctx context.Context, id string) (running bool, err error)
 	// Stop asks the instance to end (SIGTERM) and kills it after grace;
 	// grace 0 kills at once. Stopping one that is not running is not an
 	// error. With Caps.Restart the stopped instance stays (Start runs it
@@ -99,6 +101,9 @@ type Caps struct {
 	Restart bool
 	// NetworkVolumes: network volumes can be mounted.
 	NetworkVolumes bool
+	// Place is where instances run, for messages: "this machine", "the
+	// cluster".
+	Place string
 }
 
 // Spec is an instance to create: a worker or a pod.
@@ -126,8 +131,10 @@ type Spec struct {
 	// GPUs are the exact devices the allocator chose (all of one node);
 	// none runs without a GPU.
 	GPUs []gpu.Device
-	// VCPUs is the CPU request (0: none).
-	VCPUs int
+	// VCPUs and MemoryMiB are what the instance asks for (0: nothing);
+	// a cluster schedules by them, Docker does not limit them.
+	VCPUs     int
+	MemoryMiB int
 	// ContainerDiskGB caps the container's writable layer where the
 	// backend can (Created.Warning says when it cannot).
 	ContainerDiskGB int
@@ -175,12 +182,15 @@ type Instance struct {
 	OOMKilled  bool
 	StartedAt  time.Time // zero if never started
 	FinishedAt time.Time // zero if never stopped
-	// Error is the backend's reason why the instance is not running as
-	// asked: its last start's error, or on Kubernetes a Pod that cannot be
-	// scheduled or pulled. Waiting tells the two apart: the instance may
-	// still run once the cause goes away (a GPU frees up).
+	// Pending: asked to run and not running yet (a Pod being scheduled,
+	// its image pulled).
+	Pending bool
+	// Waiting says why a pending instance cannot run for now
+	// (WaitingUnschedulable, WaitingImage), "" when nothing holds it;
+	// Error is the backend's words: the last start's error, or why it
+	// waits.
+	Waiting string
 	Error   string
-	Waiting bool
 	// GPUs are the device ids the instance holds, the truth for the
 	// allocator after a restart.
 	GPUs []string
@@ -188,12 +198,28 @@ type Instance struct {
 	// endpoints); Env is the environment it was made with.
 	IP  string
 	Env map[string]string
-	// PublicPorts maps "8888/tcp" to the port it is published on.
+	// PublicPorts maps "8888/tcp" to the port it is published on, at
+	// PublicIP when the backend knows that address ("" otherwise).
 	PublicPorts map[string]int
+	PublicIP    string
 	// VolumeDir is the host directory of a pod's own volume, where there
 	// is one.
 	VolumeDir string
 }
+
+// Alive reports whether the instance runs or is on its way to (pending).
+func (in Instance) Alive() bool { return in.Running || in.Pending }
+
+// Why a pending instance waits (Instance.Waiting, Event.Waiting).
+const (
+	// WaitingUnschedulable: no node can take it now (its GPUs or CPUs are
+	// in use): it runs once they free up. Its worker counts as throttled.
+	WaitingUnschedulable = "unschedulable"
+	// WaitingImage: its container cannot be made — the image cannot be
+	// pulled (ErrImagePull, ImagePullBackOff) or its configuration is
+	// refused: a failed start.
+	WaitingImage = "image"
+)
 
 // Event actions.
 const (
@@ -212,7 +238,10 @@ type Event struct {
 	ID       string
 	Labels   map[string]string
 	ExitCode int // for EventDie
-	Time     time.Time
+	// Waiting and Reason are an EventUpdate's Instance.Waiting and
+	// Instance.Error.
+	Waiting, Reason string
+	Time            time.Time
 }
 
 // Errors a backend's errors match (errors.Is).

@@ -28,10 +28,16 @@ type workerSnap struct {
 	contacted bool
 	running   int
 	idleSince time.Time
-	startedAt time.Time
-	frozenAt  time.Time
-	stopsSeen map[string]time.Time
-	drainKind drainKind // while state.stopping()
+	// launchedAt: its instance was started (or accepted); startedAt: it
+	// runs since, zero while it waits for a node or its image.
+	launchedAt time.Time
+	startedAt  time.Time
+	frozenAt   time.Time
+	stopsSeen  map[string]time.Time
+	drainKind  drainKind // while state.stopping()
+	// waiting and waitReason: why its pending instance cannot run
+	// (WaitingUnschedulable, WaitingImage).
+	waiting, waitReason string
 
 	load  queue.WorkerLoad // the queue's view
 	known bool             // the queue lists the worker
@@ -59,9 +65,11 @@ type observeLimits struct {
 
 // observeWorker applies the queue's view to one worker: its first contact,
 // its activity (initializing, idle, running: the serving states) and the
-// faults that get it killed — it stopped contacting Berth, it never
-// contacted Berth within initTimeout of starting, or it ignored a job's
-// stop for stopIgnoredAfter. A worker still starting is not looked at;
+// faults that get it killed — it stopped contacting Berth, its image
+// cannot be pulled, it never contacted Berth within initTimeout of
+// starting (or of its launch, if it never ran; a worker waiting for a node
+// is throttled, not late), or it ignored a job's stop for
+// stopIgnoredAfter. A worker still starting is not looked at;
 // frozen and draining workers keep their state (a frozen worker is silent
 // by design, never lost) but their jobs are counted.
 func observeWorker(w workerSnap, now time.Time, lim observeLimits) workerObs {
@@ -93,9 +101,18 @@ func observeWorker(w workerSnap, now time.Time, lim observeLimits) workerObs {
 	switch {
 	case o.contacted && (!w.known || w.load.Lost):
 		fault = "the worker stopped contacting Berth (no heartbeat within the worker timeout)"
-	case !o.contacted && !w.startedAt.IsZero() && now.Sub(w.startedAt) > lim.initTimeout:
+	case o.contacted:
+	case w.waiting == WaitingImage:
+		fault = "its container cannot start: " + w.waitReason
+	case w.waiting == WaitingUnschedulable:
+	case !w.startedAt.IsZero() && now.Sub(w.startedAt) > lim.initTimeout:
 		fault = fmt.Sprintf("the worker did not contact Berth within %s of starting; can the container reach %s?",
 			lim.initTimeout, lim.workerBaseURL)
+	case w.startedAt.IsZero() && !w.launchedAt.IsZero() && now.Sub(w.launchedAt) > lim.initTimeout:
+		fault = fmt.Sprintf("the worker did not start within %s of its launch", lim.initTimeout)
+		if w.waitReason != "" {
+			fault += ": " + w.waitReason
+		}
 	}
 	// Jobs told to stop but never fetched from job-stop (workers older
 	// than runpod-python 1.10 have no stop channel).
@@ -155,6 +172,7 @@ type passInput struct {
 	// name, for the status when it cannot.
 	canPause bool
 	runtime  string
+	place    string // Caps.Place
 	health   healthInput
 	stats    queue.QueueStats
 	workers  []workerSnap
@@ -275,6 +293,15 @@ func planPass(in passInput) passPlan {
 		}
 		busyStarting = busyStarting || !v.phase.ready()
 	}
+	// Workers whose instance no node can take now wait like starts held
+	// back for GPUs: throttled.
+	unsched, why := 0, ""
+	for _, w := range workers {
+		if w.state.serving() && !drained[w.id] && w.waiting == WaitingUnschedulable && !w.contacted {
+			unsched++
+			why = w.waitReason
+		}
+	}
 	start := sp.start
 	switch {
 	case p.configErr != "":
@@ -303,6 +330,10 @@ func planPass(in passInput) passPlan {
 				grace:     in.drainGrace,
 				shortIdle: true}})
 		}
+	}
+	if unsched > 0 {
+		p.throttled += unsched
+		p.throttle = joinNote(p.throttle, fmt.Sprintf("%d worker(s) wait for the %s to schedule them: %s", unsched, in.place, why))
 	}
 	p.start = start
 	return p

@@ -314,3 +314,21 @@ func TestPlanPassNoPause(t *testing.T) {
 		t.Fatalf("warning %q", p.warning)
 	}
 }
+
+func TestCPURequest(t *testing.T) {
+	for _, tc := range []struct {
+		ep         store.Endpoint
+		vcpus, mem int
+	}{
+		{ep: store.Endpoint{ComputeType: "GPU", VCPUCount: 4}},
+		{ep: store.Endpoint{ComputeType: "CPU", VCPUCount: 4}, vcpus: 4, mem: 8 << 10},
+		{ep: store.Endpoint{ComputeType: "CPU", VCPUCount: 2, CPUFlavorIDs: []string{"cpu5m", "cpu3c"}}, vcpus: 2, mem: 16 << 10},
+		{ep: store.Endpoint{ComputeType: "cpu", VCPUCount: 1, CPUFlavorIDs: []string{"cpu3g"}}, vcpus: 1, mem: 4 << 10},
+		{ep: store.Endpoint{ComputeType: "CPU", VCPUCount: 8, InstanceIDs: []string{"cpu3c-2-4"}}, vcpus: 2, mem: 4 << 10},
+		{ep: store.Endpoint{ComputeType: "CPU"}, vcpus: 2, mem: 4 << 10},
+	} {
+		if v, m := cpuRequest(tc.ep); v != tc.vcpus || m != tc.mem {
+			t.Errorf("%+v: %d vCPUs %d MiB, want %d %d", tc.ep, v, m, tc.vcpus, tc.mem)
+		}
+	}
+}

@@ -131,8 +131,8 @@ type podState struct {
 	instanceID string
 	gpus       []string
 	gpuType    string
-	running    bool // OnRun start reported, GPUs held
-	startedAt  time.Time
+	running    bool      // the instance is alive (running or pending): GPUs held
+	startedAt  time.Time // it runs since (OnRun start reported); zero while pending
 	warning    string
 }
 
@@ -281,7 +281,8 @@ func (s *Supervisor) createPodLocked(ctx context.Context, spec PodSpec) (PodStat
 		}
 		return PodState{}, err
 	}
-	if err := s.b.Start(ctx, res.ID); err != nil {
+	runs, err := s.b.Start(ctx, res.ID)
+	if err != nil {
 		// No unstartable leftovers: remove it, even if ctx was the reason.
 		rmCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 		if rmErr := s.b.Remove(rmCtx, res.ID); rmErr != nil {
@@ -292,15 +293,16 @@ func (s *Supervisor) createPodLocked(ctx context.Context, spec PodSpec) (PodStat
 		return PodState{}, err
 	}
 	p.warning = joinNote(p.warning, res.Warning)
-	now := s.clock.Now()
-	p.instanceID, p.running, p.startedAt = res.ID, true, now
+	p.instanceID, p.running = res.ID, true
 	s.mu.Lock()
 	s.pods[p.id] = p
 	s.podByInstance[res.ID] = p
 	s.mu.Unlock()
 	s.log.Info("pod started", "pod", p.id, "container", shortID(res.ID), "image", spec.Image, "gpus", p.gpus)
-	if s.cfg.OnRun != nil {
-		s.cfg.OnRun(KindPod, p.id, "", p.gpuType, len(p.gpus), now, time.Time{})
+	if runs {
+		s.podRuns(p, s.clock.Now())
+	} else if in, err := s.b.Inspect(ctx, res.ID); err == nil && in.Running {
+		s.podRuns(p, s.clock.Now()) // it ran before its start event could find it tracked
 	}
 	return s.podStateOf(ctx, p)
 }
@@ -417,7 +419,7 @@ func (s *Supervisor) startPodLocked(ctx context.Context, id string) (PodState, e
 	if err != nil {
 		return PodState{}, err
 	}
-	if info.Running {
+	if info.Alive() {
 		return s.podStateOf(ctx, p)
 	}
 	if !s.caps.Restart {
@@ -428,16 +430,16 @@ func (s *Supervisor) startPodLocked(ctx context.Context, id string) (PodState, e
 			return PodState{}, fmt.Errorf("start pod %s: its GPUs are in use (reset the pod to get others): %w", id, err)
 		}
 	}
-	if err := s.b.Start(ctx, p.instanceID); err != nil {
+	runs, err := s.b.Start(ctx, p.instanceID)
+	if err != nil {
 		s.releasePodGPUs(p)
 		return PodState{}, err
 	}
-	now := s.clock.Now()
 	s.mu.Lock()
-	p.running, p.startedAt = true, now
+	p.running = true
 	s.mu.Unlock()
-	if s.cfg.OnRun != nil {
-		s.cfg.OnRun(KindPod, p.id, "", p.gpuType, len(p.gpus), now, time.Time{})
+	if runs {
+		s.podRuns(p, s.clock.Now())
 	}
 	return s.podStateOf(ctx, p)
 }
@@ -488,7 +490,7 @@ func (s *Supervisor) RestartPod(ctx context.Context, id string) (PodState, error
 	if err := s.b.Stop(ctx, p.instanceID, s.cfg.PodStopGrace); err != nil {
 		return PodState{}, err
 	}
-	if err := s.b.Start(ctx, p.instanceID); err != nil {
+	if _, err := s.b.Start(ctx, p.instanceID); err != nil {
 		s.podExitedLocked(p, false)
 		return PodState{}, err
 	}
@@ -544,6 +546,20 @@ func (s *Supervisor) removePodContainer(ctx context.Context, p *podState) error 
 	return nil
 }
 
+// podRuns opens a pod's usage: its instance runs since t. Once per run
+// (the start event and the start call may both report it).
+func (s *Supervisor) podRuns(p *podState, t time.Time) {
+	s.mu.Lock()
+	open := p.running && p.startedAt.IsZero()
+	if open {
+		p.startedAt = t
+	}
+	s.mu.Unlock()
+	if open && s.cfg.OnRun != nil {
+		s.cfg.OnRun(KindPod, p.id, "", p.gpuType, len(p.gpus), t, time.Time{})
+	}
+}
+
 // podExitedLocked records that the pod's container is not running (the
 // caller holds the pod's lock): GPUs freed, usage closed, owner told. With
 // gone the container no longer exists.
@@ -551,7 +567,7 @@ func (s *Supervisor) podExitedLocked(p *podState, gone bool) {
 	end := s.clock.Now()
 	if !gone {
 		info, err := s.b.Inspect(s.ctx, p.instanceID)
-		if err == nil && info.Running {
+		if err == nil && info.Alive() {
 			return // a stale event: it was started again
 		}
 		if err == nil && !info.FinishedAt.IsZero() {
@@ -562,13 +578,14 @@ func (s *Supervisor) podExitedLocked(p *podState, gone bool) {
 	was := p.running
 	p.running = false
 	start := p.startedAt
+	p.startedAt = time.Time{}
 	s.mu.Unlock()
 	s.releasePodGPUs(p)
 	if !was {
 		return
 	}
 	s.log.Info("pod stopped", "pod", p.id, "container", shortID(p.instanceID))
-	if s.cfg.OnRun != nil {
+	if s.cfg.OnRun != nil && !start.IsZero() {
 		s.cfg.OnRun(KindPod, p.id, "", p.gpuType, len(p.gpus), start, end)
 	}
 	if s.cfg.OnPodExit != nil {
@@ -629,7 +646,7 @@ func (s *Supervisor) resyncPod(ctx context.Context, info Instance) {
 		ok, err := s.cfg.PodExists(id)
 		if err == nil && !ok {
 			s.log.Info("removing the container of a deleted pod", "pod", id, "container", shortID(info.ID))
-			p := &podState{id: id, instanceID: info.ID, gpus: info.GPUs, running: info.Running, startedAt: info.StartedAt}
+			p := &podState{id: id, instanceID: info.ID, gpus: info.GPUs, running: info.Alive(), startedAt: info.StartedAt}
 			s.mu.Lock()
 			if q := s.pods[id]; q != nil {
 				p = q
@@ -658,8 +675,8 @@ func (s *Supervisor) resyncPod(ctx context.Context, info Instance) {
 		s.pods[id] = p
 		s.podByInstance[info.ID] = p
 	}
-	adopt := info.Running && !p.running
-	missed := !info.Running && p.running
+	adopt := info.Alive() && !p.running
+	missed := !info.Alive() && p.running
 	var restoreErr error
 	if adopt {
 		p.running, p.startedAt = true, info.StartedAt
@@ -676,7 +693,7 @@ func (s *Supervisor) resyncPod(ctx context.Context, info Instance) {
 			s.log.Warn("pod GPUs could not be restored", "pod", id, "err", restoreErr)
 		}
 		s.log.Info("adopted pod container", "pod", id, "container", shortID(info.ID), "gpus", p.gpus)
-		if s.cfg.OnRun != nil {
+		if s.cfg.OnRun != nil && !info.StartedAt.IsZero() {
 			s.cfg.OnRun(KindPod, id, "", p.gpuType, len(p.gpus), info.StartedAt, time.Time{})
 		}
 	}
@@ -750,8 +767,11 @@ func (s *Supervisor) podStateFrom(p *podState, info Instance) PodState {
 	st.GPUTypeID = s.gpuTypeOf(st.GPUs)
 	st.Version, _ = strconv.Atoi(info.Labels[LabelVersion])
 	st.DesiredStatus = PodExited
-	if info.Running {
+	if info.Alive() {
 		st.DesiredStatus = PodRunning
+	}
+	if info.PublicIP != "" {
+		st.PublicIP = info.PublicIP
 	}
 	for port, host := range info.PublicPorts {
 		num, _, _ := strings.Cut(port, "/")

@@ -93,7 +93,7 @@ func (s *Supervisor) resyncWorker(ctx context.Context, info Instance, eps map[st
 			ws.idleSince = s.clock.Now()
 		}
 		s.mu.Unlock()
-		if !info.Running && launched(state) {
+		if !info.Alive() && launched(state) {
 			s.goExit(ws) // an exit whose event was missed
 		}
 		if unpaused {
@@ -151,6 +151,7 @@ func (s *Supervisor) resyncWorker(ctx context.Context, info Instance, eps map[st
 	if ws.startedAt.IsZero() {
 		ws.startedAt = s.clock.Now()
 	}
+	ws.launchedAt = ws.startedAt
 	if info.Paused {
 		// Frozen by FlashBoot before the restart: it stays frozen, and its
 		// frozen time counts from now (the pause time is not recorded).

@@ -97,7 +97,10 @@ func (s *Supervisor) Status(endpointID string) EndpointStatus {
 			st.Workers.Running++
 			ready++
 		default:
-			st.Workers.Initializing++
+			// One waiting for a node is counted in Throttled (the plan).
+			if ws.waiting != WaitingUnschedulable {
+				st.Workers.Initializing++
+			}
 		}
 		live++
 	}

@@ -454,7 +454,27 @@ func (s *Supervisor) handleEvent(ev Event) {
 		// Not an exit: a status the autoscaler reads (a Pod that cannot
 		// be scheduled or pulled).
 		if ws != nil {
+			s.mu.Lock()
+			ws.waiting, ws.waitReason = ev.Waiting, ev.Reason
+			s.mu.Unlock()
 			s.Notify(ws.endpointID)
+		}
+		return
+	case EventStart:
+		// Where Start only asks (a Pod), the instance runs from now.
+		t := ev.Time
+		if t.IsZero() {
+			t = s.clock.Now()
+		}
+		if ws != nil {
+			s.mu.Lock()
+			ws.waiting, ws.waitReason = "", ""
+			s.mu.Unlock()
+			s.workerRuns(ws, t)
+			s.Notify(ws.endpointID)
+		}
+		if pod != nil {
+			s.podRuns(pod, t)
 		}
 		return
 	case EventDie, EventDestroy:

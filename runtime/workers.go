@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"berth/gpu"
+	"berth/mgmt"
 	"berth/queue"
 	"berth/store"
 	"berth/worker"
@@ -44,14 +45,21 @@ type workerState struct {
 	state wstate
 	drain drain // why and how it is stopped, once state.stopping()
 
-	contacted bool      // has contacted Berth (the queue saw it)
-	oomKilled bool      // the backend reported an OOM kill (EventOOM)
-	running   int       // jobs in progress, from the queue
-	startedAt time.Time // container start (zero while starting); usage is open from then
-	idleSince time.Time
-	stopsSeen map[string]time.Time // pending job-stop ids -> first noticed
-	frozenAt  time.Time            // FlashBoot: when the freeze was decided
-	gone      chan struct{}        // closed when forgotten (goneChanLocked)
+	contacted bool // has contacted Berth (the queue saw it)
+	oomKilled bool // the backend reported an OOM kill (EventOOM)
+	running   int  // jobs in progress, from the queue
+	// launchedAt: its instance was created and started (or accepted);
+	// startedAt: it runs since (usage is open from then), zero while it
+	// starts or waits for a node.
+	launchedAt time.Time
+	startedAt  time.Time
+	// waiting and waitReason: why its pending instance cannot run for now
+	// (Instance.Waiting, from EventUpdate).
+	waiting, waitReason string
+	idleSince           time.Time
+	stopsSeen           map[string]time.Time // pending job-stop ids -> first noticed
+	frozenAt            time.Time            // FlashBoot: when the freeze was decided
+	gone                chan struct{}        // closed when forgotten (goneChanLocked)
 }
 
 // snap is the worker as planPass sees it, with the queue's view.
@@ -60,6 +68,7 @@ func (ws *workerState) snap(ep store.Endpoint, key string, load queue.WorkerLoad
 		id: ws.id, state: ws.state, current: ws.version == ep.Version && ws.specKey == key,
 		contacted: ws.contacted, running: ws.running, idleSince: ws.idleSince, startedAt: ws.startedAt,
 		frozenAt: ws.frozenAt, stopsSeen: ws.stopsSeen, drainKind: ws.drain.kind,
+		launchedAt: ws.launchedAt, waiting: ws.waiting, waitReason: ws.waitReason,
 		load: load, known: known, stops: stops,
 	}
 }
@@ -107,7 +116,7 @@ func (s *Supervisor) scaleEndpoint(ep store.Endpoint) {
 	tmpl, terr := s.cfg.Template(ep.TemplateID)
 	in := passInput{
 		now: s.clock.Now(), ep: ep, specKey: specKey(ep, tmpl), configErr: templateError(ep, tmpl, terr),
-		noVolumeDir: !s.caps.NetworkVolumes, canPause: s.caps.Pause, runtime: s.b.Name(), stats: s.q.Stats(ep.ID), drainGrace: s.drainGrace(ep),
+		noVolumeDir: !s.caps.NetworkVolumes, canPause: s.caps.Pause, runtime: s.b.Name(), place: s.caps.Place, stats: s.q.Stats(ep.ID), drainGrace: s.drainGrace(ep),
 		lim: observeLimits{initTimeout: s.cfg.InitTimeout, stopIgnoredAfter: s.cfg.StopIgnoredAfter, workerBaseURL: s.cfg.WorkerBaseURL},
 	}
 	qv := s.queueView(ep.ID)
@@ -460,7 +469,8 @@ func (s *Supervisor) launch(ws *workerState, ep store.Endpoint, tmpl store.Templ
 		s.launchFailed(ws, nil, res.ID)
 		return
 	}
-	if err := s.b.Start(ctx, res.ID); err != nil {
+	runs, err := s.b.Start(ctx, res.ID)
+	if err != nil {
 		// Keep the instance (not started) so its config can be inspected.
 		s.launchFailed(ws, err, res.ID)
 		return
@@ -480,15 +490,32 @@ func (s *Supervisor) launch(ws *workerState, ep store.Endpoint, tmpl store.Templ
 		s.mu.Unlock()
 		return
 	}
-	ws.startedAt = now
+	ws.launchedAt = now
 	s.mu.Unlock()
-	if s.cfg.OnRun != nil {
-		s.cfg.OnRun(KindWorker, ws.id, ep.ID, ws.gpuType, len(ws.gpus), now, time.Time{})
+	if runs {
+		s.workerRuns(ws, now)
+	} else if in, err := s.b.Inspect(ctx, res.ID); err == nil && in.Running {
+		s.workerRuns(ws, now) // it ran before its start event could find it launched
 	}
 	if cancelled {
 		s.stopAsync(ws)
 	}
 	s.Notify(ep.ID)
+}
+
+// workerRuns opens a worker's usage: its instance runs since t. Once per
+// worker (the start event and launch may both report it), and only once
+// launch is done with it.
+func (s *Supervisor) workerRuns(ws *workerState, t time.Time) {
+	s.mu.Lock()
+	open := ws.startedAt.IsZero() && !ws.launchedAt.IsZero() && ws.state != wsExited
+	if open {
+		ws.startedAt = t
+	}
+	s.mu.Unlock()
+	if open && s.cfg.OnRun != nil {
+		s.cfg.OnRun(KindWorker, ws.id, ws.endpointID, ws.gpuType, len(ws.gpus), t, time.Time{})
+	}
 }
 
 // launchFailed cleans up after a worker that could not start. err nil
@@ -625,8 +652,8 @@ func (s *Supervisor) containerExited(ws *workerState) {
 
 	info, err := s.b.Inspect(ctx, cid)
 	switch {
-	case err == nil && info.Running:
-		return // a stale report: still running
+	case err == nil && info.Alive():
+		return // a stale report: still running (or on its way)
 	case err != nil && !IsNotFound(err):
 		if ctx.Err() != nil {
 			return
@@ -817,13 +844,44 @@ func (s *Supervisor) workerSpec(ws *workerState, ep store.Endpoint, tmpl store.T
 		},
 		Auth: auth, AuthID: tmpl.ContainerRegistryAuthID,
 		Entrypoint: tmpl.DockerEntrypoint, Cmd: tmpl.DockerStartCmd,
-		GPUs: ws.devices, VCPUs: ep.VCPUCount, ContainerDiskGB: tmpl.ContainerDiskInGb,
+		GPUs: ws.devices, ContainerDiskGB: tmpl.ContainerDiskInGb,
 		StopGrace: s.drainGrace(ep),
 	}
 	if ep.NetworkVolumeID != "" {
 		spec.Mounts = append(spec.Mounts, Mount{Kind: MountNetwork, ID: ep.NetworkVolumeID, Target: "/runpod-volume"})
 	}
+	spec.VCPUs, spec.MemoryMiB = cpuRequest(ep)
 	return spec
+}
+
+// cpuRequest is what a CPU endpoint's worker asks for: its instanceIds'
+// first "cpu3c-2-4" (flavour, vCPUs, GB), else vcpuCount vCPUs of its first
+// CPU flavour (cpu3c by default) with the flavour's memory per vCPU. A GPU
+// endpoint's worker asks for its GPUs only.
+func cpuRequest(ep store.Endpoint) (vcpus, memMiB int) {
+	if !strings.EqualFold(ep.ComputeType, "CPU") {
+		return 0, 0
+	}
+	for _, id := range ep.InstanceIDs {
+		f := strings.Split(id, "-")
+		if len(f) != 3 {
+			continue
+		}
+		n, err1 := strconv.Atoi(f[1])
+		gb, err2 := strconv.Atoi(f[2])
+		if err1 == nil && err2 == nil && n > 0 && gb > 0 {
+			return n, gb << 10
+		}
+	}
+	vcpus = ep.VCPUCount
+	if vcpus <= 0 {
+		vcpus = 2 // RunPod's default vcpuCount
+	}
+	flavor := "cpu3c"
+	if len(ep.CPUFlavorIDs) > 0 {
+		flavor = ep.CPUFlavorIDs[0]
+	}
+	return vcpus, vcpus * mgmt.MemoryPerVCPU(flavor) << 10
 }
 
 func joinNote(a, b string) string {

@@ -138,7 +138,7 @@ func (a *API) viewPod(p store.Pod, prices mgmt.Prices) Pod {
 		if len(p.CPUFlavorIDs) > 0 {
 			id = p.CPUFlavorIDs[0]
 		}
-		v.CPU = &CPUConfig{ID: id, VCPUCount: p.VCPUCount, Memory: p.VCPUCount * memoryPerVCPU(id)}
+		v.CPU = &CPUConfig{ID: id, VCPUCount: p.VCPUCount, Memory: p.VCPUCount * mgmt.MemoryPerVCPU(id)}
 	} else {
 		gpus = p.GPUCount
 		if p.GPU != nil {

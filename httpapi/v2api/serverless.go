@@ -89,16 +89,6 @@ type LBURLs struct {
 	Health string `json:"health"`
 }
 
-func memoryPerVCPU(flavor string) int {
-	switch {
-	case strings.HasSuffix(flavor, "c"):
-		return 2
-	case strings.HasSuffix(flavor, "m"):
-		return 8
-	}
-	return 4
-}
-
 func viewEndpoint(e store.Endpoint, t *store.Template, base string) Endpoint {
 	typ := e.Type
 	if typ == "" {
@@ -149,7 +139,7 @@ func viewEndpoint(e store.Endpoint, t *store.Template, base string) Endpoint {
 			ids = []string{"cpu3c"}
 		}
 		for _, id := range ids {
-			v.CPU = append(v.CPU, CPUConfig{ID: id, VCPUCount: e.VCPUCount, Memory: e.VCPUCount * memoryPerVCPU(id)})
+			v.CPU = append(v.CPU, CPUConfig{ID: id, VCPUCount: e.VCPUCount, Memory: e.VCPUCount * mgmt.MemoryPerVCPU(id)})
 		}
 		return v
 	}

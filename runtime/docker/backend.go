@@ -76,7 +76,7 @@ func (b *Backend) Name() string { return "docker" }
 
 // Caps implements runtime.Backend.
 func (b *Backend) Caps() runtime.Caps {
-	return runtime.Caps{Pause: true, Restart: true, NetworkVolumes: b.cfg.VolumePath != nil}
+	return runtime.Caps{Pause: true, Restart: true, NetworkVolumes: b.cfg.VolumePath != nil, Place: "this machine"}
 }
 
 // Devices implements runtime.Backend.
@@ -163,8 +163,13 @@ func (b *Backend) podDir(podID string) string { return filepath.Join(b.cfg.DataD
 
 func (b *Backend) podVolumeDir(podID string) string { return filepath.Join(b.podDir(podID), "volume") }
 
-// Start implements runtime.Backend.
-func (b *Backend) Start(ctx context.Context, id string) error { return classify(b.d.Start(ctx, id)) }
+// Start implements runtime.Backend: the container runs on return.
+func (b *Backend) Start(ctx context.Context, id string) (bool, error) {
+	if err := b.d.Start(ctx, id); err != nil {
+		return false, classify(err)
+	}
+	return true, nil
+}
 
 // Stop implements runtime.Backend: the container stays.
 func (b *Backend) Stop(ctx context.Context, id string, grace time.Duration) error {
