@@ -239,14 +239,21 @@ func TestPythonRegistryAuthAndUser(t *testing.T) {
 	if user, pass, err := store.RegistryCredentials(e.db, a.ID); err != nil || user != "me2" || pass != "n3w" {
 		t.Errorf("credentials after update: %q %q %v", user, pass, err)
 	}
-	// A template pulling with it; the auth cannot go while it is used.
-	var tpl struct{ ID string }
+	// A template pulling with it does not block the delete (one rule with
+	// REST v2: only a pod does); the template loses the reference.
+	var tpl struct {
+		ID                      string
+		ContainerRegistryAuthID string
+	}
 	e.rest("POST", "/v1/templates", map[string]any{"name": "private", "imageName": "me/private:1", "containerRegistryAuthId": a.ID}, 200, &tpl)
-	e.python(fixture(t, "runpod-python/delete_registry_auth.graphql", "id", a.ID)).refused(t, "deleteRegistryAuth", "template "+tpl.ID)
-	e.rest("DELETE", "/v1/templates/"+tpl.ID, nil, 204, nil)
 	var deleted bool
 	e.python(fixture(t, "runpod-python/delete_registry_auth.graphql", "id", a.ID)).ok(t, "deleteRegistryAuth", &deleted)
 	e.rest("GET", "/v1/containerregistryauth/"+a.ID, nil, 404, nil)
+	tpl.ContainerRegistryAuthID = ""
+	e.rest("GET", "/v1/templates/"+tpl.ID, nil, 200, &tpl)
+	if tpl.ContainerRegistryAuthID != "" {
+		t.Errorf("the template still names the deleted auth: %+v", tpl)
+	}
 
 	// runpod.get_user() and update_user_settings(pubkey): the SDK escapes
 	// newlines as \n inside the literal.

@@ -106,7 +106,6 @@ func runpodDoc(t testing.TB, version string) (*openapi3.T, routers.Router) {
 	if d := runpodDocs.docs[version]; d != nil {
 		return d, runpodDocs.routers[version]
 	}
-	openapi3.EnableJSONSchema2020() // v2.json is OpenAPI 3.1 (JSON Schema 2020-12)
 	loader := openapi3.NewLoader()
 	doc, err := loader.LoadFromFile(filepath.Join(runpodSpecDir(t), version+".json"))
 	if err != nil {
@@ -124,6 +123,15 @@ func runpodDoc(t testing.TB, version string) (*openapi3.T, routers.Router) {
 	// for an array); the schemas are the contract.
 	if err := doc.Validate(loader.Context, openapi3.DisableExamplesValidation(), openapi3.DisableSchemaDefaultsValidation()); err != nil {
 		t.Fatalf("RunPod's %s.json does not validate: %v", version, err)
+	}
+	// v2.json is OpenAPI 3.1: kin-openapi v0.152 validates its requests
+	// and responses with the JSON Schema 2020-12 validator
+	// (openapi3filter adds openapi3.EnableJSONSchema2020() for every
+	// route whose Spec.IsOpenAPI31OrLater(); doc.Validate adds
+	// IsOpenAPI31OrLater() itself). TestConformanceHarnessCatches proves
+	// it with a keyword only that validator enforces.
+	if want := version == "v2"; doc.IsOpenAPI31OrLater() != want {
+		t.Fatalf("RunPod's %s.json is OpenAPI %s: the 2020-12 validator would be %v, want %v", version, doc.OpenAPI, !want, want)
 	}
 	base := "/"
 	if version == "v1" {
@@ -465,6 +473,8 @@ func TestConformanceHarnessCatches(t *testing.T) {
 		"/v1/containerregistryauth/nostatus":   {202, `{}`},
 		"/v1/containerregistryauth/noshape":    {409, `{"error":"x"}`},
 		"/v2/templates/missing":                {200, `{"id":"x"}`},
+		"/v2/templates":                        {201, `{}`},
+		"/v2/serverless":                       {201, `{}`},
 		"/v1/containerregistryauth/acceptsbad": {200, `{"id":"a","name":"n"}`},
 	}
 	srv := httptestServer(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -483,6 +493,11 @@ func TestConformanceHarnessCatches(t *testing.T) {
 		{"GET", "/v1/containerregistryauth/noshape", "", `{"message": string}`},
 		{"GET", "/v2/templates/missing", "", "required"},
 		{"POST", "/v1/containerregistryauth", `{"name": 5}`, "calls invalid"},
+		// Only the JSON Schema 2020-12 validator enforces these keywords
+		// (the OpenAPI 3.0 one ignores them): unevaluatedProperties, and
+		// a LOAD_BALANCER endpoint's if/then on its scaling.
+		{"POST", "/v2/templates", `{"name":"t","image":"alpine:3","bogus":1}`, "calls invalid"},
+		{"POST", "/v2/serverless", `{"name":"e","type":"LOAD_BALANCER","image":"a","gpu":{"pools":["ADA_24"]},"scaling":{"type":"QUEUE_DELAY","queueDelay":4}}`, "calls invalid"},
 	}
 	for _, tc := range cases {
 		rec := &failRecorder{TB: t}
@@ -516,4 +531,40 @@ func httptestServer(t *testing.T, h http.Handler) string {
 	srv := httptest.NewServer(h)
 	t.Cleanup(srv.Close)
 	return srv.URL
+}
+
+// TestConformanceUses2020Validator: the harness validates v2 exchanges
+// with JSON Schema 2020-12, not OpenAPI 3.0's validator: a keyword only
+// 2020-12 has (unevaluatedProperties: false on CreateTemplateRequest) is
+// enforced by the harness's request validation, while the 3.0 validator
+// — what calling openapi3.EnableJSONSchema2020() and dropping its result
+// left in place — lets the same body through.
+func TestConformanceUses2020Validator(t *testing.T) {
+	doc, router := runpodDoc(t, "v2")
+	validate := func(body string) error {
+		req := httptest.NewRequest("POST", "/v2/templates", strings.NewReader(body))
+		req.Header.Set("Content-Type", "application/json")
+		route, params, err := router.FindRoute(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return openapi3filter.ValidateRequest(context.Background(), &openapi3filter.RequestValidationInput{
+			Request: req, PathParams: params, Route: route, Options: conformanceOpts})
+	}
+	const good, bad = `{"name":"t","image":"alpine:3"}`, `{"name":"t","image":"alpine:3","bogus":1}`
+	if err := validate(good); err != nil {
+		t.Fatalf("a valid body refused: %v", err)
+	}
+	if err := validate(bad); err == nil || !strings.Contains(err.Error(), "bogus") {
+		t.Fatalf("the harness let an unevaluated property through: %v", err)
+	}
+	var v any
+	json.Unmarshal([]byte(bad), &v)
+	s := doc.Components.Schemas["CreateTemplateRequest"].Value
+	if err := s.VisitJSON(v); err != nil {
+		t.Errorf("the OpenAPI 3.0 validator now refuses unevaluatedProperties (%v): this test no longer tells them apart", err)
+	}
+	if err := s.VisitJSON(v, openapi3.EnableJSONSchema2020()); err == nil {
+		t.Error("the 2020-12 validator accepted an unevaluated property")
+	}
 }

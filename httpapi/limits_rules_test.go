@@ -15,9 +15,12 @@ func TestLimitsThatArent(t *testing.T) {
 	e := newValidatingServer(t, withFakePods(newFakePods()))
 	tpl := e.newTemplate("t", "alpine:3", nil)
 	endpoint := func(extra J) J {
-		b := J{"name": "ep", "type": "QUEUE", "templateId": tpl.ID, "scaling": J{"type": "QUEUE_DELAY", "queueDelay": 4}}
+		b := J{"name": "ep", "type": "QUEUE", "templateId": tpl.ID, "gpu": J{"pools": []string{"ADA_24"}}, "scaling": J{"type": "QUEUE_DELAY", "queueDelay": 4}}
 		for k, v := range extra {
 			b[k] = v
+			if v == nil {
+				delete(b, k)
+			}
 		}
 		return b
 	}
@@ -30,9 +33,9 @@ func TestLimitsThatArent(t *testing.T) {
 	}{
 		{"v2 workers.max 2^63-1", "POST", "/v2/serverless", endpoint(J{"workers": J{"max": math.MaxInt64}}), []string{"workers.max", "0-1000"}},
 		{"v2 workers.min 1,000,000", "POST", "/v2/serverless", endpoint(J{"workers": J{"min": 1000000, "max": 1000000}}), []string{"workers.min", "0-1000"}},
-		{"v2 workers.max 1e20", "POST", "/v2/serverless", `{"name":"ep","type":"QUEUE","templateId":"` + tpl.ID + `","scaling":{"type":"QUEUE_DELAY","queueDelay":4},"workers":{"max":1e20}}`, []string{"workers.max", "0-1000", "1e+20"}},
+		{"v2 workers.max 1e20", "POST", "/v2/serverless", `{"name":"ep","type":"QUEUE","templateId":"` + tpl.ID + `","gpu":{"pools":["ADA_24"]},"scaling":{"type":"QUEUE_DELAY","queueDelay":4},"workers":{"max":1e20}}`, []string{"workers.max", "0-1000", "1e+20"}},
 		{"v2 gpu.count 1e9", "POST", "/v2/serverless", endpoint(J{"gpu": J{"pools": []string{"ADA_24"}, "count": 1000000000}}), []string{"gpu.count", "1-16"}},
-		{"v2 vcpuCount 2^40", "POST", "/v2/serverless", endpoint(J{"cpu": []J{{"id": "cpu3c", "vcpuCount": int64(1) << 40}}}), []string{"cpu.vcpuCount", "2-256"}},
+		{"v2 vcpuCount 2^40", "POST", "/v2/serverless", endpoint(J{"gpu": nil, "cpu": []J{{"id": "cpu3c", "vcpuCount": int64(1) << 40}}}), []string{"cpu.vcpuCount", "2-256"}},
 		{"v2 disk 2^63-1 (endpoint)", "POST", "/v2/serverless", endpoint(J{"image": "alpine:3", "disk": math.MaxInt64}), []string{"disk", "1-4096"}},
 		{"v2 disk 2^63-1 (template)", "POST", "/v2/templates", J{"name": "big", "image": "alpine:3", "disk": math.MaxInt64}, []string{"disk", "1-4096"}},
 		{"v2 1 MB name", "POST", "/v2/templates", J{"name": huge(900 << 10), "image": "alpine:3"}, []string{"name", "191"}},
@@ -74,10 +77,11 @@ func TestLimitsThatArent(t *testing.T) {
 		t.Errorf("GraphQL workersMax 2e9: %d %s", code, out)
 	}
 
-	// Volume sizes: one range, 10-4096 GB, on v1 and v2.
+	// Volume sizes: one range, 10-4096 GB, on v1 and v2 (where it is the
+	// schema's: 422).
 	for _, size := range []int{9, 4097} {
 		e.mustErr(400, "POST", "/v1/networkvolumes", J{"name": "v", "size": size, "dataCenterId": "EU-RO-1"}, "size", "10-4096 GB")
-		e.mustProblem(400, "POST", "/v2/network-volumes", J{"name": "v", "size": size, "dataCenter": "EU-RO-1"}, "size")
+		e.mustProblem(422, "POST", "/v2/network-volumes", J{"name": "v", "size": size, "dataCenter": "EU-RO-1"}, "size")
 	}
 	for _, size := range []int{10, 4096} {
 		v1 := e.newVolume("v1", size)

@@ -30,13 +30,15 @@ func (e *testEnv) mustProblem(want int, method, path string, body any, words ...
 		Title  string
 		Status int
 		Detail string
+		Errors []string
 	}
 	if err := json.Unmarshal(out, &p); err != nil || p.Title == "" || p.Status != want || p.Detail == "" {
 		e.t.Fatalf("%s %s: not a problem body (%v): %s", method, path, err, out)
 	}
+	all := p.Detail + "\n" + strings.Join(p.Errors, "\n")
 	for _, w := range words {
-		if !strings.Contains(p.Detail, w) {
-			e.t.Errorf("%s %s: detail %q does not mention %q", method, path, p.Detail, w)
+		if !strings.Contains(all, w) {
+			e.t.Errorf("%s %s: detail and errors %q do not mention %q", method, path, all, w)
 		}
 	}
 }
@@ -210,14 +212,14 @@ func TestRunPodV2Conformance(t *testing.T) {
 	if len(keys.Keys) != 1 {
 		t.Fatalf("keys %v", keys)
 	}
-	e.mustProblem(400, "PUT", "/v2/account/ssh-keys", J{"keys": []string{"not a key"}}, "keys[0]")
+	e.mustProblem(422, "PUT", "/v2/account/ssh-keys", J{"keys": []string{"not a key"}}, "keys[0]")
 
 	var reg struct{ ID, Name string }
 	e.must(201, "POST", "/v2/registries", J{"name": "hub", "username": "me", "password": "pw"}, &reg)
 	e.must(200, "GET", "/v2/registries", nil, nil)
 	e.must(200, "GET", "/v2/registries/"+reg.ID, nil, nil)
 	e.mustProblem(404, "GET", "/v2/registries/nosuchregistry", nil, "not found")
-	e.mustProblem(400, "POST", "/v2/registries", J{"name": "x", "username": "u"}, "password")
+	e.mustProblem(422, "POST", "/v2/registries", J{"name": "x", "username": "u"}, "password")
 
 	var vol struct {
 		ID, DataCenter, Type string
@@ -230,7 +232,7 @@ func TestRunPodV2Conformance(t *testing.T) {
 	e.must(200, "GET", "/v2/network-volumes", nil, nil)
 	e.must(200, "GET", "/v2/network-volumes/"+vol.ID, nil, nil)
 	e.must(200, "PATCH", "/v2/network-volumes/"+vol.ID, J{"size": 20}, nil)
-	e.mustProblem(400, "POST", "/v2/network-volumes", J{"name": "x", "size": 5, "dataCenter": "EU-RO-1"}, "size")
+	e.mustProblem(422, "POST", "/v2/network-volumes", J{"name": "x", "size": 5, "dataCenter": "EU-RO-1"}, "size")
 	e.mustProblem(400, "PATCH", "/v2/network-volumes/"+vol.ID, J{"size": 15}, "grow")
 
 	var tpl v2Template
@@ -243,7 +245,7 @@ func TestRunPodV2Conformance(t *testing.T) {
 	e.must(200, "GET", "/v2/templates/"+tpl.ID, nil, nil)
 	e.must(200, "PATCH", "/v2/templates/"+tpl.ID, J{"env": J{"K": "W"}, "public": true}, nil)
 	e.must(200, "GET", "/v2/catalog/templates?source=community", nil, nil)
-	e.mustProblem(400, "POST", "/v2/templates", J{"name": "x", "image": "alpine", "bogus": 1}, "bogus")
+	e.mustProblem(422, "POST", "/v2/templates", J{"name": "x", "image": "alpine", "bogus": 1}, "bogus")
 	e.mustProblem(404, "GET", "/v2/templates/abcdefghij", nil, "not found")
 
 	// A queue endpoint from the template, and one with its container inline.
@@ -300,8 +302,8 @@ func TestRunPodV2Conformance(t *testing.T) {
 	}
 	e.mustProblem(404, "GET", "/v2/serverless/"+ep.ID+"/workers/nosuchworker/logs", nil, "no container")
 	e.mustProblem(404, "GET", "/v2/serverless/nosuchendpoint", nil, "not found")
-	e.mustProblem(400, "POST", "/v2/serverless", J{"name": "x", "type": "QUEUE"}, "scaling")
-	e.mustProblem(400, "POST", "/v2/serverless", J{"name": "x", "type": "QUEUE", "templateId": tpl.ID,
+	e.mustProblem(422, "POST", "/v2/serverless", J{"name": "x", "type": "QUEUE"}, "scaling")
+	e.mustProblem(400, "POST", "/v2/serverless", J{"name": "x", "type": "QUEUE", "templateId": tpl.ID, "gpu": J{"pools": []string{"ADA_24"}},
 		"scaling": J{"type": "QUEUE_DELAY", "queueDelay": 4}, "workers": J{"min": 3, "max": 1}}, "workers.min (3) must not exceed workers.max (1)")
 
 	// A pod from the template with the network volume: PUBLIC_KEY carries
@@ -333,10 +335,10 @@ func TestRunPodV2Conformance(t *testing.T) {
 	if !strings.Contains(string(logs), "pod says hi") {
 		t.Errorf("pod logs: %q", logs)
 	}
-	e.mustProblem(400, "GET", "/v2/pods/"+pod.ID+"/logs?tail=-1", nil, "tail")
-	e.mustProblem(400, "POST", "/v2/pods", J{"name": "x"}, "image")
+	e.mustProblem(422, "GET", "/v2/pods/"+pod.ID+"/logs?tail=-1", nil, "tail")
+	e.mustProblem(422, "POST", "/v2/pods", J{"name": "x"}, "image")
 	e.mustProblem(404, "GET", "/v2/pods/nosuchpod", nil, "not found")
-	e.mustProblem(400, "POST", "/v2/pods/"+pod.ID+"/action", J{"action": "explode"}, "action")
+	e.mustProblem(422, "POST", "/v2/pods/"+pod.ID+"/action", J{"action": "explode"}, "action")
 
 	// The catalogue is this host.
 	var gpus struct {
@@ -345,14 +347,15 @@ func TestRunPodV2Conformance(t *testing.T) {
 			MaxCount struct{ Secure int }
 		}
 	}
-	e.must(200, "GET", "/v2/catalog/gpus?include=AVAILABILITY", nil, &gpus)
+	e.must(200, "GET", "/v2/catalog/gpus?include=AVAILABILITY&product=POD,SERVERLESS", nil, &gpus)
 	if len(gpus.GPUs) < 2 || gpus.GPUs[0].ID != "NVIDIA GeForce RTX 4090" || gpus.GPUs[0].MaxCount.Secure != 2 {
 		t.Errorf("catalog gpus: %+v", gpus.GPUs[:min(2, len(gpus.GPUs))])
 	}
-	e.must(200, "GET", "/v2/catalog/gpus/NVIDIA%20GeForce%20RTX%204090?include=AVAILABILITY", nil, nil)
+	e.must(200, "GET", "/v2/catalog/gpus/NVIDIA%20GeForce%20RTX%204090?include=AVAILABILITY&product=POD", nil, nil)
 	e.mustProblem(404, "GET", "/v2/catalog/gpus/NVIDIA%20Imaginary", nil, "not found")
-	e.must(200, "GET", "/v2/catalog/cpus?include=AVAILABILITY", nil, nil)
+	e.must(200, "GET", "/v2/catalog/cpus?include=AVAILABILITY&product=POD", nil, nil)
 	e.must(200, "GET", "/v2/catalog/cpus/cpu3c", nil, nil)
+	e.must(200, "GET", "/v2/catalog/datacenters?include=GPU_AVAILABILITY,CPU_AVAILABILITY", nil, nil)
 	e.must(200, "GET", "/v2/catalog/datacenters?include=GPU_AVAILABILITY&include=CPU_AVAILABILITY", nil, nil)
 	e.must(200, "GET", "/v2/catalog/datacenters/BERTH-LOCAL", nil, nil)
 	e.mustProblem(404, "GET", "/v2/catalog/datacenters/EU-RO-1", nil, "BERTH-LOCAL")
@@ -371,7 +374,7 @@ func TestRunPodV2Conformance(t *testing.T) {
 		"/v2/billing/endpoints?bucketSize=week", "/v2/billing/network-volumes?networkVolumeId=" + vol.ID, "/v2/billing/clusters"} {
 		e.must(200, "GET", p, nil, nil)
 	}
-	e.mustProblem(400, "GET", "/v2/billing/pods?bucketSize=minute", nil, "bucketSize")
+	e.mustProblem(422, "GET", "/v2/billing/pods?bucketSize=minute", nil, "bucketSize")
 
 	// What one host cannot provide says why.
 	e.mustProblem(501, "GET", "/v2/clusters", nil, "one machine")
@@ -385,7 +388,7 @@ func TestRunPodV2Conformance(t *testing.T) {
 	e.mustProblem(501, "DELETE", "/v2/registries/delegations/d1", nil, "ECR")
 
 	// Deletes, in dependency order; terminate is a delete.
-	e.mustProblem(409, "DELETE", "/v2/templates/"+tpl.ID, nil, "in use") // by the pod
+	e.mustProblem(400, "DELETE", "/v2/templates/"+tpl.ID, nil, "in use") // by the pod (v2.json: 400)
 	e.must(204, "POST", "/v2/pods/"+pod.ID+"/action", J{"action": "terminate"}, nil)
 	e.must(204, "DELETE", "/v2/pods/"+cpuPod.ID, nil, nil)
 	e.must(204, "DELETE", "/v2/serverless/"+ep.ID, nil, nil)
@@ -508,7 +511,7 @@ func TestV2FrozenWorkersAreIdle(t *testing.T) {
 	var tpl v2Template
 	e.must(201, "POST", "/v2/templates", J{"name": "worker", "image": "alpine:3"}, &tpl)
 	var ep v2Endpoint
-	e.must(201, "POST", "/v2/serverless", J{"name": "fb", "type": "QUEUE", "templateId": tpl.ID, "flashboot": "FLASHBOOT",
+	e.must(201, "POST", "/v2/serverless", J{"name": "fb", "type": "QUEUE", "templateId": tpl.ID, "flashboot": "FLASHBOOT", "gpu": J{"pools": []string{"ADA_24"}},
 		"scaling": J{"type": "QUEUE_DELAY", "queueDelay": 4}, "workers": J{"min": 0, "max": 2, "idleTimeout": 5}}, &ep)
 	var ws struct {
 		Workers []struct{ ID, Status string }

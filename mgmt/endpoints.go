@@ -340,14 +340,14 @@ func fieldWarnings(ws []string, field string) []string {
 // endpoint names exist.
 func checkEndpointRefs(tx *store.Tx, e *store.Endpoint) error {
 	if tx.GetRaw(store.Templates, e.TemplateID) == nil {
-		return invalid("templateId", "templateId %q does not exist", e.TemplateID)
+		return missing("templateId", e.TemplateID)
 	}
 	if e.NetworkVolumeID != "" && tx.GetRaw(store.Volumes, e.NetworkVolumeID) == nil {
-		return invalid("networkVolumeId", "networkVolumeId %q does not exist", e.NetworkVolumeID)
+		return missing("networkVolumeId", e.NetworkVolumeID)
 	}
 	for _, v := range e.NetworkVolumeIDs {
 		if tx.GetRaw(store.Volumes, v) == nil {
-			return invalid("networkVolumeIds", "networkVolumeIds: %q does not exist", v)
+			return missing("networkVolumeIds", v)
 		}
 	}
 	return nil
@@ -415,7 +415,7 @@ func baseTemplate(tx *store.Tx, id *string) (*store.Template, error) {
 	}
 	var t store.Template
 	if tx.GetRaw(store.Templates, *id) == nil {
-		return nil, invalid("templateId", "templateId %s does not exist", quote(ShortID(*id)))
+		return nil, missing("templateId", *id)
 	}
 	if err := tx.Get(store.Templates, *id, &t); err != nil {
 		return nil, err

@@ -41,13 +41,30 @@ func (k Kind) String() string {
 	return "unknown"
 }
 
+// Reason refines a Kind where RunPod's documents give the case a status
+// of its own on one surface (REST v2: a missing reference is 404, a
+// serverless template for a pod 422, a record in use 400).
+type Reason int
+
+const (
+	_ Reason = iota
+	// Missing: an Invalid input names a record that does not exist.
+	Missing
+	// WrongKind: an Invalid input names a record of the wrong kind (a
+	// serverless template for a pod).
+	WrongKind
+	// InUse: a Conflict: the record to delete is in use.
+	InUse
+)
+
 // Error is a management rule's refusal. Anything else a Service returns is
 // an internal failure (REST 500). Find it with errors.As or KindOf.
 type Error struct {
-	Kind  Kind
-	Field string // the input field at fault ("gpuTypeIds"), "" when none
-	Msg   string // a whole sentence for the client, naming the field
-	Err   error  // the cause, for errors.Is (e.g. a runtime error)
+	Kind   Kind
+	Reason Reason // 0 when the Kind says it all
+	Field  string // the input field at fault ("gpuTypeIds"), "" when none
+	Msg    string // a whole sentence for the client, naming the field
+	Err    error  // the cause, for errors.Is (e.g. a runtime error)
 }
 
 func (e *Error) Error() string { return e.Msg }
@@ -70,6 +87,20 @@ func newErr(k Kind, field, format string, a ...any) *Error {
 func invalid(field, format string, a ...any) error { return newErr(Invalid, field, format, a...) }
 
 func notFound(format string, a ...any) error { return newErr(NotFound, "", format, a...) }
+
+// missing is an Invalid input naming a record that does not exist.
+func missing(field, id string) error {
+	e := newErr(Invalid, field, "%s %s does not exist", field, quote(ShortID(id)))
+	e.Reason = Missing
+	return e
+}
+
+// inUse is a Conflict: the record to delete is in use.
+func inUse(format string, a ...any) error {
+	e := newErr(Conflict, "", format, a...)
+	e.Reason = InUse
+	return e
+}
 
 // notFoundID is "<what> <id> not found", a long id shortened (ShortID).
 func notFoundID(what, id string) error { return notFound("%s %s not found", what, ShortID(id)) }

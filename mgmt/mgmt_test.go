@@ -232,10 +232,26 @@ func TestVolumesAndRegistry(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.CreateTemplate(ctx, mgmt.TemplateInput{Name: ptr("t"), ImageName: ptr("a"), ContainerRegistryAuthID: &a.ID}); err != nil {
+	tpl, err := s.CreateTemplate(ctx, mgmt.TemplateInput{Name: ptr("t"), ImageName: ptr("a"), ContainerRegistryAuthID: &a.ID})
+	if err != nil {
 		t.Fatal(err)
 	}
-	wantErr(t, s.DeleteRegistryAuth(ctx, a.ID), mgmt.Conflict, "", "template")
+	ep, err := s.CreateEndpoint(ctx, mgmt.EndpointInput{TemplateID: &tpl.ID})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A pod pulling with it blocks the delete (v2.json); a template does
+	// not: it loses the reference, and its endpoint rolls.
+	if err := s.DeleteRegistryAuth(ctx, a.ID); err != nil {
+		t.Fatalf("delete a credential only a template uses: %v", err)
+	}
+	if got, _ := s.GetTemplate(ctx, tpl.ID); got.ContainerRegistryAuthID != "" {
+		t.Errorf("the template still names the deleted credential: %+v", got)
+	}
+	if eps, _, _ := s.Endpoints(ctx, ep.ID, false); len(eps) != 1 || eps[0].Version != 2 {
+		t.Errorf("the template's endpoint did not roll: %+v", eps)
+	}
+	wantErr(t, s.DeleteRegistryAuth(ctx, "cnosuchauth"), mgmt.NotFound, "")
 }
 
 // fakeRuntime fails every start with err.

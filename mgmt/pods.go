@@ -107,6 +107,11 @@ type PodFields struct {
 	ContainerRegistryAuthID *string
 	GlobalNetworking        *bool
 	Locked                  *bool
+	// TemplateID, on an update, applies a template's container settings
+	// as if they were given (v2.json UpdatePodRequest): the fields given
+	// here win, env is the template's merged with Env (Env wins), the
+	// mounts are not applied.
+	TemplateID *string
 }
 
 // PodInput creates a pod. GPUTypeIDs takes type ids, pool ids and "-"
@@ -376,13 +381,63 @@ func fromTemplate(p *store.Pod, t store.Template) {
 	p.ContainerRegistryAuthID = t.ContainerRegistryAuthID
 }
 
+// podTemplate reads the template a pod is made from: it must exist
+// (Missing) and not be a serverless template (WrongKind; v2.json).
+func podTemplate(tx *store.Tx, id string, t *store.Template) error {
+	if err := checkID("templateId", id); err != nil {
+		return err
+	}
+	if tx.GetRaw(store.Templates, id) == nil {
+		return missing("templateId", id)
+	}
+	if err := tx.Get(store.Templates, id, t); err != nil {
+		return err
+	}
+	if t.IsServerless {
+		e := newErr(Invalid, "templateId", "templateId %s is a serverless template, for endpoints; a pod needs a pod template", id)
+		e.Reason = WrongKind
+		return e
+	}
+	return nil
+}
+
+// withTemplate fills the fields f does not give from template t (an
+// update's templateId): its container settings, env merged under f's.
+func withTemplate(f PodFields, t store.Template) PodFields {
+	if f.ImageName == nil {
+		f.ImageName = &t.ImageName
+	}
+	if f.DockerEntrypoint == nil {
+		f.DockerEntrypoint = slices.Clone(t.DockerEntrypoint)
+	}
+	if f.DockerStartCmd == nil {
+		f.DockerStartCmd = slices.Clone(t.DockerStartCmd)
+	}
+	if f.ContainerDiskInGb == nil {
+		f.ContainerDiskInGb = &t.ContainerDiskInGb
+	}
+	if f.Ports == nil {
+		f.Ports = slices.Clone(t.Ports)
+	}
+	if f.ContainerRegistryAuthID == nil {
+		f.ContainerRegistryAuthID = &t.ContainerRegistryAuthID
+	}
+	env := maps.Clone(t.Env)
+	if env == nil {
+		env = map[string]string{}
+	}
+	maps.Copy(env, f.Env)
+	f.Env = env
+	return f
+}
+
 // checkPodRefs checks what a pod names exists.
 func checkPodRefs(tx *store.Tx, p *store.Pod) error {
 	if p.ContainerRegistryAuthID != "" && tx.GetRaw(store.RegistryAuths, p.ContainerRegistryAuthID) == nil {
-		return invalid("containerRegistryAuthId", "containerRegistryAuthId %q does not exist", p.ContainerRegistryAuthID)
+		return missing("containerRegistryAuthId", p.ContainerRegistryAuthID)
 	}
 	if p.NetworkVolumeID != "" && tx.GetRaw(store.Volumes, p.NetworkVolumeID) == nil {
-		return invalid("networkVolumeId", "networkVolumeId %q does not exist", p.NetworkVolumeID)
+		return missing("networkVolumeId", p.NetworkVolumeID)
 	}
 	return nil
 }
@@ -424,8 +479,8 @@ func (s *Service) CreatePod(ctx context.Context, in PodInput) (store.Pod, error)
 	err := s.cfg.Store.View(func(tx *store.Tx) error {
 		var t store.Template
 		if in.TemplateID != nil && *in.TemplateID != "" {
-			if tx.Get(store.Templates, *in.TemplateID, &t) != nil {
-				return invalid("templateId", "templateId %q does not exist", *in.TemplateID)
+			if err := podTemplate(tx, *in.TemplateID, &t); err != nil {
+				return err
 			}
 			fromTemplate(&p, t)
 			if in.AllowedCudaVersions == nil && len(t.AllowedCudaVersions) > 0 {
@@ -608,6 +663,14 @@ func (s *Service) UpdatePod(ctx context.Context, id string, f PodFields) (store.
 			return err
 		}
 		before := p
+		if f.TemplateID != nil && *f.TemplateID != "" {
+			var t store.Template
+			if err := podTemplate(tx, *f.TemplateID, &t); err != nil {
+				return err
+			}
+			f = withTemplate(f, t)
+			p.TemplateID = t.ID
+		}
 		if err := ApplyPodFields(&p, f); err != nil {
 			return err
 		}

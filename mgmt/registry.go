@@ -117,40 +117,60 @@ func (s *Service) GetRegistryAuth(ctx context.Context, id string) (RegistryAuth,
 	return viewRegistryAuth(a), err
 }
 
-// DeleteRegistryAuth refuses (Conflict) while a template or pod pulls with
-// it.
+// DeleteRegistryAuth deletes a credential. As RunPod's v2.json says: it is
+// refused (Conflict, InUse) while a pod pulls with it; templates that
+// name it lose the reference instead of blocking the delete (their
+// endpoints roll: their workers pull without it).
 func (s *Service) DeleteRegistryAuth(ctx context.Context, id string) error {
 	if err := live(ctx); err != nil {
 		return err
 	}
-	return s.cfg.Store.Update(func(tx *store.Tx) error {
+	var rolled []string
+	err := s.cfg.Store.Update(func(tx *store.Tx) error {
 		if tx.GetRaw(store.RegistryAuths, id) == nil {
 			return notFoundID("container registry auth", id)
-		}
-		ts, err := all[store.Template](tx, store.Templates)
-		if err != nil {
-			return err
 		}
 		pods, err := all[store.Pod](tx, store.Pods)
 		if err != nil {
 			return err
 		}
 		var users []string
-		for _, t := range ts {
-			if t.ContainerRegistryAuthID == id {
-				users = append(users, "template "+t.ID)
-			}
-		}
 		for _, p := range pods {
 			if p.ContainerRegistryAuthID == id {
 				users = append(users, "pod "+p.ID)
 			}
 		}
 		if len(users) > 0 {
-			return conflict("container registry auth %s is used by %s; change them first", id, strings.Join(users, ", "))
+			return inUse("container registry auth %s is used by %s to pull its image; delete the pod or change its registry first", id, strings.Join(users, ", "))
+		}
+		ts, err := all[store.Template](tx, store.Templates)
+		if err != nil {
+			return err
+		}
+		for _, t := range ts {
+			if t.ContainerRegistryAuthID != id {
+				continue
+			}
+			after := t
+			after.ContainerRegistryAuthID = ""
+			r, err := s.rollUsers(tx, t.ID, "", templateDiff(t, after))
+			if err != nil {
+				return err
+			}
+			rolled = append(rolled, r...)
+			if err := tx.Apply(store.Put(store.Templates, t.ID, after)); err != nil {
+				return err
+			}
 		}
 		return tx.Apply(store.Delete(store.RegistryAuths, id))
 	})
+	if err != nil {
+		return err
+	}
+	for _, ep := range rolled {
+		s.changed(ep)
+	}
+	return nil
 }
 
 // UpdateRegistryAuth replaces the credential's username and password (both

@@ -254,7 +254,7 @@ func templateRolls(a, b store.Template) bool {
 // name within tx.
 func checkTemplate(tx *store.Tx, t store.Template) error {
 	if t.ContainerRegistryAuthID != "" && tx.GetRaw(store.RegistryAuths, t.ContainerRegistryAuthID) == nil {
-		return invalid("containerRegistryAuthId", "containerRegistryAuthId %q does not exist", t.ContainerRegistryAuthID)
+		return missing("containerRegistryAuthId", t.ContainerRegistryAuthID)
 	}
 	ts, err := all[store.Template](tx, store.Templates)
 	if err != nil {
@@ -336,7 +336,7 @@ func (s *Service) DeleteTemplate(ctx context.Context, id string) error {
 			return err
 		}
 		if users != "" {
-			return conflict("template %s is in use by %s; delete them or move them to another template first", id, users)
+			return inUse("template %s is in use by %s; delete them or move them to another template first", id, users)
 		}
 		return tx.Apply(store.Delete(store.Templates, id))
 	})

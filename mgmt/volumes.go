@@ -264,7 +264,7 @@ func (s *Service) DeleteVolume(ctx context.Context, id string) error {
 			return err
 		}
 		if users != "" {
-			return conflict("network volume %s is attached to %s; detach it or delete them first", id, users)
+			return inUse("network volume %s is attached to %s; detach it or delete them first", id, users)
 		}
 		if err := tx.EndUsage(store.UsageVolume, id, s.now()); err != nil {
 			return err

@@ -169,7 +169,7 @@ func (a *API) Mount(r *mux.Router) {
 	}
 	sub := r.MatcherFunc(func(req *http.Request, _ *mux.RouteMatch) bool { return tops[topSegment(req.URL.Path)] }).Subrouter()
 	for _, rt := range a.routes() {
-		sub.Handle(rt.path, a.cfg.Instrument("v2."+rt.id, a.auth(rt.h))).Methods(rt.method)
+		sub.Handle(rt.path, a.cfg.Instrument("v2."+rt.id, a.auth(a.checkParams(rt.h)))).Methods(rt.method).Name(rt.id)
 	}
 }
 
@@ -197,6 +197,18 @@ func (a *API) auth(h http.HandlerFunc) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		if a.cfg.Authorized == nil || !a.cfg.Authorized(r) {
 			problem(w, http.StatusUnauthorized, "missing or invalid API key: send Authorization: Bearer <key>")
+			return
+		}
+		h(w, r)
+	}
+}
+
+// checkParams answers 422 for parameters that fail their schemas
+// (params.go) before the handler runs.
+func (a *API) checkParams(h http.HandlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		if err := checkParams(routeName(r), r); err != nil {
+			a.fail(w, r, err)
 			return
 		}
 		h(w, r)
@@ -249,22 +261,15 @@ func bad(field, format string, a ...any) error { return badInput{field, fmt.Spri
 func (a *API) fail(w http.ResponseWriter, r *http.Request, err error) {
 	var b badInput
 	var me *mgmt.Error
+	var ib invalidBody
 	switch {
+	case errors.As(err, &ib):
+		problem(w, http.StatusUnprocessableEntity, "Request validation failed: "+ib.errs[0], ib.errs...)
 	case errors.As(err, &b):
 		problem(w, http.StatusBadRequest, b.msg, fieldErr(b.field, b.msg))
 	case errors.As(err, &me):
 		me = v2Names(me, v2Fields)
-		code := http.StatusBadRequest
-		switch me.Kind {
-		case mgmt.NotFound:
-			code = http.StatusNotFound
-		case mgmt.Conflict:
-			code = http.StatusConflict
-		case mgmt.Unavailable:
-			code = http.StatusServiceUnavailable
-		case mgmt.Unsupported:
-			code = http.StatusNotImplemented
-		}
+		code := status(me, routeName(r))
 		var errs []string
 		if me.Field != "" {
 			errs = []string{fieldErr(me.Field, me.Msg)}
@@ -277,6 +282,40 @@ func (a *API) fail(w http.ResponseWriter, r *http.Request, err error) {
 		code := httpx.FailureCode(w, err) // 503 for a full disk or a damaged file
 		problem(w, code, httpx.FailureMessage(code, err))
 	}
+}
+
+// status is the v2 status of a refusal, as v2.json describes them: 400
+// for input that breaks a rule (a record in use, a name taken and no
+// capacity included: "conflicts with request rules"), 404 for a record
+// missing (named in the path or by a reference such as templateId), 409
+// only where an operation documents it (a pod's state), 422 for a
+// serverless template given to a pod, 503 when this host cannot now (the
+// 5xx RunPod calls transient), 501 for what one host never can.
+func status(me *mgmt.Error, op string) int {
+	switch {
+	case me.Kind == mgmt.NotFound, me.Reason == mgmt.Missing:
+		return http.StatusNotFound
+	case me.Reason == mgmt.WrongKind:
+		return http.StatusUnprocessableEntity
+	case me.Kind == mgmt.Conflict && me.Reason != mgmt.InUse && documents409[op]:
+		return http.StatusConflict
+	case me.Kind == mgmt.Unavailable:
+		return http.StatusServiceUnavailable
+	case me.Kind == mgmt.Unsupported:
+		return http.StatusNotImplemented
+	}
+	return http.StatusBadRequest // Invalid, Conflict
+}
+
+// documents409 are the operations whose v2.json lists a 409.
+var documents409 = map[string]bool{"podAction": true, "updatePod": true, "deletePod": true}
+
+// routeName is the operation id of r's route ("" outside the router).
+func routeName(r *http.Request) string {
+	if rt := mux.CurrentRoute(r); rt != nil {
+		return rt.GetName()
+	}
+	return ""
 }
 
 // v2Fields maps mgmt's (v1's) field names to v2's, so an error names the
@@ -356,8 +395,9 @@ func (a *API) answer(w http.ResponseWriter, r *http.Request, code int, v any, er
 
 const maxBody = 1 << 20
 
-// decode reads a JSON object strictly: v2's request schemas refuse
-// unknown properties (unevaluatedProperties: false).
+// decode reads a request body: it must be JSON (else 400), valid against
+// the operation's schema (else 422, invalidBody), and it is then decoded
+// strictly into v.
 func decode(r *http.Request, v any) error {
 	body, err := io.ReadAll(io.LimitReader(r.Body, maxBody+1))
 	if err != nil {
@@ -368,6 +408,13 @@ func decode(r *http.Request, v any) error {
 	}
 	if err := httplimit.CheckJSONValues(body); err != nil {
 		return bad("", "%v", err)
+	}
+	if !json.Valid(body) {
+		var x any
+		return bad("", "request body must be JSON: %v", json.Unmarshal(body, &x))
+	}
+	if err := checkBody(routeName(r), body); err != nil {
+		return err
 	}
 	dec := json.NewDecoder(strings.NewReader(string(body)))
 	dec.DisallowUnknownFields()

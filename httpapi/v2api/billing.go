@@ -31,6 +31,14 @@ func (a *API) parseBilling(r *http.Request, idParam string) (mgmt.BillingQuery, 
 	q := r.URL.Query()
 	var mq mgmt.BillingQuery
 	var bq billingQuery
+	// The parameters' schemas are checked (params.go); their rules here.
+	if q.Has("lastN") && (q.Has("startTime") || q.Has("endTime")) {
+		f := "startTime"
+		if !q.Has(f) {
+			f = "endTime"
+		}
+		return mq, bq, "", mgmt.InvalidInput("lastN", "lastN and %s are mutually exclusive: give the last N buckets or a time range", f)
+	}
 	mq.Bucket = q.Get("bucketSize")
 	if mq.Bucket == "" {
 		mq.Bucket = "day"

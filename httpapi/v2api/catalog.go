@@ -58,31 +58,43 @@ type CudaVersion struct {
 
 const dcName = "this Berth host"
 
-func (a *API) gpuTypes(r *http.Request) ([]GPUType, error) {
+// availabilityRules are v2.json's rules between the catalogue's
+// parameters (400): include=AVAILABILITY needs product, and product and
+// the availability filters are valid only with it; cudaVersions and
+// minCudaVersion exclude each other.
+func availabilityRules(r *http.Request, filters ...string) error {
 	q := r.URL.Query()
-	include := q["include"]
-	for _, v := range include {
-		if v != "AVAILABILITY" {
-			return nil, bad("include", "include must be AVAILABILITY, got %q", v)
+	include := len(queryList(r, "include")) > 0
+	product := len(queryList(r, "product")) > 0
+	switch {
+	case include && !product:
+		return mgmt.InvalidInput("product", "product is required with include=AVAILABILITY: availability differs by product (POD, SERVERLESS…)")
+	case product && !include:
+		return mgmt.InvalidInput("product", "product is valid only with include=AVAILABILITY")
+	case q.Has("cudaVersions") && q.Has("minCudaVersion"):
+		return mgmt.InvalidInput("cudaVersions", "cudaVersions and minCudaVersion are mutually exclusive: give an exact set or a floor")
+	}
+	if !include {
+		for _, f := range filters {
+			if q.Has(f) {
+				return mgmt.InvalidInput(f, "%s is valid only with include=AVAILABILITY", f)
+			}
 		}
 	}
-	for _, p := range q["product"] {
-		if p != "POD" && p != "CLUSTER" && p != "SERVERLESS" {
-			return nil, bad("product", "product must be POD, CLUSTER or SERVERLESS, got %q", p)
-		}
+	return nil
+}
+
+func (a *API) gpuTypes(r *http.Request) ([]GPUType, error) {
+	if err := availabilityRules(r, "count", "cloud", "countryCodes", "cudaVersions", "minCudaVersion"); err != nil {
+		return nil, err
 	}
+	q := r.URL.Query()
+	include := queryList(r, "include") // parameters checked by their schemas (params.go)
 	count := 0
 	if v := q.Get("count"); v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 1 {
-			return nil, bad("count", "count must be a positive integer, got %q", v)
-		}
-		count = n
+		count, _ = strconv.Atoi(v)
 	}
 	cloud := q.Get("cloud")
-	if cloud != "" && cloud != "SECURE" && cloud != "COMMUNITY" {
-		return nil, bad("cloud", "cloud must be SECURE or COMMUNITY, got %q", cloud)
-	}
 	var devs []gpu.Status
 	if a.cfg.GPUs != nil {
 		devs = a.cfg.GPUs()
@@ -161,26 +173,17 @@ type CPUPrice struct {
 }
 
 func (a *API) cpuTypes(r *http.Request) ([]CPUType, error) {
-	q := r.URL.Query()
-	include := q["include"]
-	for _, v := range include {
-		if v != "AVAILABILITY" {
-			return nil, bad("include", "include must be AVAILABILITY, got %q", v)
-		}
+	if err := availabilityRules(r, "vcpuCount"); err != nil {
+		return nil, err
 	}
-	for _, p := range q["product"] {
-		if p != "POD" && p != "SERVERLESS" {
-			return nil, bad("product", "product must be POD or SERVERLESS, got %q", p)
-		}
-	}
+	include := queryList(r, "include")
 	n := goruntime.NumCPU()
 	want := 0
-	if v := q.Get("vcpuCount"); v != "" {
-		c, err := strconv.Atoi(v)
-		if err != nil || c < 2 {
-			return nil, bad("vcpuCount", "vcpuCount must be an integer of at least 2, got %q", v)
+	if v := r.URL.Query().Get("vcpuCount"); v != "" {
+		want, _ = strconv.Atoi(v)
+		if want&(want-1) != 0 {
+			return nil, mgmt.InvalidInput("vcpuCount", "vcpuCount must be a power of two, got %d", want)
 		}
-		want = c
 	}
 	price := a.cfg.Mgmt.PricesOrZero().VCPUHourly
 	names := map[byte]string{'c': "Compute-Optimized", 'g': "General Purpose", 'm': "Memory-Optimized"}
@@ -238,7 +241,7 @@ type DataCenter struct {
 
 func (a *API) dataCenter(r *http.Request) (DataCenter, error) {
 	dc := DataCenter{ID: mgmt.DataCenterID, Name: dcName, Region: "UNKNOWN", NetworkVolumeTypes: []string{"STANDARD", "HIGH_PERFORMANCE"}, Compliance: []string{}}
-	for _, inc := range r.URL.Query()["include"] {
+	for _, inc := range queryList(r, "include") {
 		switch inc {
 		case "GPU_AVAILABILITY":
 			var devs []gpu.Status
@@ -256,8 +259,6 @@ func (a *API) dataCenter(r *http.Request) (DataCenter, error) {
 			for _, id := range mgmt.CPUFlavors {
 				dc.CPUAvailability = append(dc.CPUAvailability, Available{ID: id, Name: id, Availability: "HIGH"})
 			}
-		default:
-			return dc, bad("include", "include must be GPU_AVAILABILITY or CPU_AVAILABILITY, got %q", inc)
 		}
 	}
 	return dc, nil
@@ -269,24 +270,18 @@ func (a *API) listDataCenters(w http.ResponseWriter, r *http.Request) {
 		a.fail(w, r, err)
 		return
 	}
-	q := r.URL.Query()
 	keep := true
-	if rs := q["regions"]; len(rs) > 0 && !slices.Contains(rs, dc.Region) {
+	if rs := queryList(r, "regions"); len(rs) > 0 && !slices.Contains(rs, dc.Region) {
 		keep = false
 	}
-	for _, t := range q["networkVolumeTypes"] {
+	for _, t := range queryList(r, "networkVolumeTypes") {
 		keep = keep && slices.Contains(dc.NetworkVolumeTypes, t)
 	}
-	if len(q["compliance"]) > 0 {
+	if len(queryList(r, "compliance")) > 0 {
 		keep = false // no certifications for a host Berth knows nothing about
 	}
-	if v := q.Get("globalNetwork"); v != "" {
-		b, err := strconv.ParseBool(v)
-		if err != nil {
-			a.fail(w, r, bad("globalNetwork", "globalNetwork must be true or false, got %q", v))
-			return
-		}
-		keep = keep && b == dc.GlobalNetwork
+	if v := r.URL.Query().Get("globalNetwork"); v != "" {
+		keep = keep && (v == "true") == dc.GlobalNetwork
 	}
 	out := []DataCenter{}
 	if keep {

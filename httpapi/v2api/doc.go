@@ -112,8 +112,16 @@ var (
 
 func (a *API) build() map[string]any {
 	g := &schemaGen{defs: map[string]any{}}
-	gin := &schemaGen{defs: g.defs, input: true}
 	problemRef := g.ref(reflect.TypeOf(Problem{}))
+	// Every answer's schema first, so a request schema's component name
+	// (reqName) does not depend on the routes' order.
+	for _, spec := range ops {
+		switch spec.out.(type) {
+		case nil, sse:
+		default:
+			g.schema(reflect.TypeOf(spec.out))
+		}
+	}
 	paths := map[string]any{}
 	for _, rt := range a.routes() {
 		spec, ok := ops[rt.id]
@@ -126,7 +134,7 @@ func (a *API) build() map[string]any {
 			paths[rt.path] = item
 		}
 		responses := map[string]any{
-			"default": map[string]any{"description": "An RFC 9457 problem: 400 malformed or refused input (naming the field), 401 no key, 404, 409 conflict, 501 not on one host, 503 no container runtime or the database cannot be written right now (a full disk; with Retry-After).",
+			"default": map[string]any{"description": "An RFC 9457 problem: 400 malformed input or input a rule refuses (naming the field), 401 no key, 404, 409 a pod's state, 422 a body or parameter that fails its schema (each violation in errors), 501 not on one host, 503 no container runtime or the database cannot be written right now (a full disk; with Retry-After).",
 				"content": map[string]any{"application/problem+json": map[string]any{"schema": problemRef}}},
 		}
 		ok200 := map[string]any{"description": http.StatusText(spec.code)}
@@ -150,15 +158,28 @@ func (a *API) build() map[string]any {
 		for _, m := range pathParam.FindAllStringSubmatch(rt.path, -1) {
 			params = append(params, map[string]any{"name": m[1], "in": "path", "required": true, "schema": map[string]any{"type": "string"}})
 		}
+		for _, p := range opParams[rt.id] {
+			pm := map[string]any{"name": p.name, "in": p.in, "schema": p.schemaValue()}
+			if p.desc != "" {
+				pm["description"] = p.desc
+			}
+			if strings.Contains(p.schema, `"array"`) && p.in == "query" {
+				pm["style"], pm["explode"] = "form", false // comma-separated
+			}
+			params = append(params, pm)
+		}
 		if params != nil {
 			op["parameters"] = params
 		}
-		if spec.in != nil {
+		if name, ok := bodySchemas[rt.id]; ok {
 			op["requestBody"] = map[string]any{"required": true, "content": map[string]any{
-				"application/json": map[string]any{"schema": gin.schema(reflect.TypeOf(spec.in))}}}
+				"application/json": map[string]any{"schema": map[string]any{"$ref": "#/components/schemas/" + reqName(name, g.defs)}}}}
+		} else if spec.in != nil {
+			panic("v2api: operation " + rt.id + " has a body but no schema in bodySchemas")
 		}
 		item[strings.ToLower(rt.method)] = op
 	}
+	addRequestSchemas(g.defs)
 	return map[string]any{
 		"openapi": "3.1.0",
 		"info": map[string]any{"title": "Berth REST API v2", "version": "2.0.0",
@@ -171,25 +192,18 @@ func (a *API) build() map[string]any {
 	}
 }
 
-// schemaGen turns Go types into JSON Schema 2020-12: exported structs
-// become named components; a field is required unless omitempty; a
-// pointer is nullable unless omitempty (then it is left out instead).
-//
-// Inputs (input: true) are components named "…Input" with no required
-// fields (the handlers answer a missing one with a 400 naming it) and
-// pointers meaning "optional", not "nullable".
+// schemaGen turns the answers' Go types into JSON Schema 2020-12:
+// exported structs become named components; a field is required unless
+// omitempty; a pointer is nullable unless omitempty (then it is left out
+// instead). Request bodies have schemas of their own (schemas.go).
 type schemaGen struct {
-	defs  map[string]any
-	input bool
+	defs map[string]any
 }
 
 var timeType = reflect.TypeOf(time.Time{})
 
 func (g *schemaGen) ref(t reflect.Type) map[string]any {
 	name := t.Name()
-	if g.input {
-		name += "Input"
-	}
 	if i := strings.IndexByte(name, '['); i >= 0 { // generic: billingList[pkg.podRecord,pkg.podAmounts]
 		args := pkgPath.ReplaceAllString(name[i+1:len(name)-1], "")
 		name = name[:i] + "_" + nonWord.ReplaceAllString(args, "_")
@@ -205,8 +219,6 @@ func (g *schemaGen) schema(t reflect.Type) map[string]any {
 	switch {
 	case t == timeType:
 		return map[string]any{"type": "string", "format": "date-time"}
-	case t.Kind() == reflect.Pointer && g.input:
-		return g.schema(t.Elem())
 	case t.Kind() == reflect.Pointer:
 		s := g.schema(t.Elem())
 		return map[string]any{"anyOf": []any{s, map[string]any{"type": "null"}}}
@@ -239,9 +251,6 @@ func (g *schemaGen) object(t reflect.Type) map[string]any {
 	var required []string
 	g.fields(t, props, &required)
 	s := map[string]any{"type": "object", "properties": props}
-	if g.input {
-		s["additionalProperties"] = false // decode refuses unknown fields
-	}
 	if len(required) > 0 {
 		s["required"] = required
 	}
@@ -277,10 +286,58 @@ func (g *schemaGen) fields(t reflect.Type, props map[string]any, required *[]str
 		} else {
 			props[name] = g.schema(ft)
 		}
-		if !omit && !g.input {
+		if !omit {
 			*required = append(*required, name)
 		}
 	}
 }
 
 func itoa(n int) string { return strconv.Itoa(n) }
+
+// reqName is a request schema's component name: its own, or with "Input"
+// when an answer's schema has that name.
+func reqName(name string, defs map[string]any) string {
+	if _, taken := defs[name]; taken && !isRequestDef(defs[name]) {
+		return name + "Input"
+	}
+	return name
+}
+
+type requestDef map[string]any
+
+func isRequestDef(v any) bool { _, ok := v.(requestDef); return ok }
+
+// addRequestSchemas adds the request bodies' schemas (schemas.go) to the
+// document's components, their $defs references made component ones.
+func addRequestSchemas(defs map[string]any) {
+	src := schemaDefs()
+	names := map[string]string{}
+	for name := range src {
+		names[name] = reqName(name, defs)
+	}
+	var fix func(v any) any
+	fix = func(v any) any {
+		switch x := v.(type) {
+		case map[string]any:
+			out := map[string]any{}
+			for k, e := range x {
+				if ref, ok := e.(string); ok && k == "$ref" {
+					n := strings.TrimPrefix(ref, "#/$defs/")
+					e = "#/components/schemas/" + names[n]
+				}
+				out[k] = fix(e)
+			}
+			return out
+		case []any:
+			out := make([]any, len(x))
+			for i, e := range x {
+				out[i] = fix(e)
+			}
+			return out
+		}
+		return v
+	}
+	for name, s := range src {
+		defs[names[name]] = requestDef(fix(s).(map[string]any))
+	}
+}

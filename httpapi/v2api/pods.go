@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/gorilla/mux"
@@ -245,9 +246,6 @@ func (b podBody) fields() (mgmt.PodFields, error) {
 	if err != nil {
 		return mgmt.PodFields{}, err
 	}
-	if b.Name != nil && *b.Name == "" {
-		return mgmt.PodFields{}, bad("name", "name must not be empty")
-	}
 	f := mgmt.PodFields{Name: b.Name, ImageName: tin.ImageName, DockerStartCmd: tin.DockerStartCmd, Env: tin.Env,
 		Ports: tin.Ports, ContainerDiskInGb: tin.ContainerDiskInGb, ContainerRegistryAuthID: tin.ContainerRegistryAuthID,
 		GlobalNetworking: b.GlobalNetworking, Locked: b.Locked}
@@ -256,14 +254,11 @@ func (b podBody) fields() (mgmt.PodFields, error) {
 			return f, mgmt.InvalidInput("mounts", "mounts: give persistent or network, not both")
 		}
 		if p := m.Persistent; p != nil {
-			if p.Size < 10 {
-				return f, mgmt.InvalidInput("mounts.persistent.size", "mounts.persistent.size must be at least 10 GB, got %d", p.Size)
-			}
 			f.VolumeInGb, f.VolumeMountPath = ptr(p.Size), ptr(p.Path)
 		}
 		if m.Network != nil {
-			if len(*m.Network) != 1 {
-				return f, mgmt.InvalidInput("mounts.network", "mounts.network must hold exactly one network volume")
+			if len(*m.Network) == 0 { // the schema allows at most one
+				return f, mgmt.InvalidInput("mounts.network", "mounts.network: an empty list names no network volume; omit it for none")
 			}
 			f.VolumeMountPath = ptr((*m.Network)[0].Path)
 		}
@@ -277,18 +272,13 @@ func (a *API) createPod(w http.ResponseWriter, r *http.Request) {
 		a.fail(w, r, err)
 		return
 	}
+	// v2.json: "supply exactly one of gpu or cpu", enforced here (400).
 	switch {
-	case b.Name == nil:
-		a.fail(w, r, bad("name", "name is required"))
-		return
-	case b.TemplateID == nil && b.Image == nil:
-		a.fail(w, r, bad("image", "image is required when templateId is not given"))
-		return
-	case b.Locked != nil:
-		a.fail(w, r, bad("locked", "additional property \"locked\" not allowed on create"))
-		return
 	case b.GPU != nil && b.CPU != nil:
 		a.fail(w, r, mgmt.InvalidInput("gpu", "give gpu or cpu, not both"))
+		return
+	case b.GPU == nil && b.CPU == nil:
+		a.fail(w, r, mgmt.InvalidInput("gpu", "give gpu (a GPU type) or cpu (a CPU type): a pod runs on one of them"))
 		return
 	}
 	f, err := b.fields()
@@ -320,17 +310,9 @@ func (a *API) createPod(w http.ResponseWriter, r *http.Request) {
 		in.NetworkVolumeID = ptr((*b.Mounts.Network)[0].VolumeID)
 	}
 	if c := b.CPU; c != nil {
-		if c.VCPUCount < 2 {
-			a.fail(w, r, mgmt.InvalidInput("cpu.vcpuCount", "cpu.vcpuCount must be at least 2, got %d", c.VCPUCount))
-			return
-		}
 		in.ComputeType, in.CPUFlavorIDs, in.VCPUCount = ptr("CPU"), []string{c.ID}, ptr(c.VCPUCount)
 	}
 	if g := b.GPU; g != nil {
-		if g.ID == "" {
-			a.fail(w, r, mgmt.InvalidInput("gpu.id", "gpu.id is required"))
-			return
-		}
 		in.ComputeType, in.GPUTypeIDs, in.GPUCount = ptr("GPU"), []string{g.ID}, g.Count
 		if g.AllowedCudaVersions != nil {
 			in.AllowedCudaVersions = nonNil(*g.AllowedCudaVersions)
@@ -351,21 +333,10 @@ func (a *API) updatePod(w http.ResponseWriter, r *http.Request) {
 		a.fail(w, r, err)
 		return
 	}
-	for name, given := range map[string]bool{"cloud": b.Cloud != nil, "cpu": b.CPU != nil, "gpu": b.GPU != nil,
-		"dataCenterIds": b.DataCenterIDs != nil, "startSsh": b.StartSSH != nil, "startJupyter": b.StartJupyter != nil} {
-		if given {
-			a.fail(w, r, bad(name, "additional property %q not allowed: it is fixed when the pod is created", name))
-			return
-		}
-	}
 	ctx := r.Context()
 	cur, err := a.cfg.Mgmt.GetPod(ctx, pathID(r))
 	if err != nil {
 		a.fail(w, r, err)
-		return
-	}
-	if b.TemplateID != nil && *b.TemplateID != cur.TemplateID {
-		a.fail(w, r, mgmt.InvalidInput("templateId", "templateId cannot be changed on Berth: create a new pod from the template"))
 		return
 	}
 	if err := checkMountPatch(b.Mounts, cur); err != nil {
@@ -377,6 +348,7 @@ func (a *API) updatePod(w http.ResponseWriter, r *http.Request) {
 		a.fail(w, r, err)
 		return
 	}
+	f.TemplateID = b.TemplateID // its container settings, as if given here
 	p, err := a.cfg.Mgmt.UpdatePod(ctx, cur.ID, f)
 	a.answer(w, r, http.StatusOK, a.viewPod(p, a.cfg.Mgmt.PricesOrZero()), err)
 }
@@ -391,10 +363,6 @@ func (a *API) podAction(w http.ResponseWriter, r *http.Request) {
 		a.fail(w, r, err)
 		return
 	}
-	if b.Action == nil {
-		a.fail(w, r, bad("action", "action is required: start, stop, restart or terminate"))
-		return
-	}
 	ctx := r.Context()
 	id := pathID(r)
 	cur, err := a.cfg.Mgmt.GetPod(ctx, id)
@@ -402,13 +370,7 @@ func (a *API) podAction(w http.ResponseWriter, r *http.Request) {
 		a.fail(w, r, err)
 		return
 	}
-	allowed := a.viewPod(cur, mgmt.Prices{}).Actions
-	switch *b.Action {
-	case "start", "stop", "restart", "terminate":
-	default:
-		a.fail(w, r, mgmt.InvalidInput("action", "action must be start, stop, restart or terminate, got %q", *b.Action))
-		return
-	}
+	allowed := a.viewPod(cur, mgmt.Prices{}).Actions // the schema has checked the action
 	ok := false
 	for _, x := range allowed {
 		ok = ok || x == *b.Action
@@ -459,7 +421,9 @@ type logQuery struct {
 
 func parseLogQuery(r *http.Request) (logQuery, error) {
 	q := r.URL.Query()
-	lq := logQuery{source: q.Get("source"), tail: 100}
+	// v2.json: backfill tail lines, then stream live until the client
+	// leaves; follow=false (Berth) ends after the backfill.
+	lq := logQuery{source: q.Get("source"), tail: 100, follow: true}
 	switch lq.source {
 	case "", "container", "system":
 	default:
@@ -477,7 +441,7 @@ func parseLogQuery(r *http.Request) (logQuery, error) {
 			return lq, bad("since", "since must be an RFC 3339 time, got %q", v)
 		}
 	}
-	if v := q.Get("follow"); v != "" { // Berth: keep streaming new lines
+	if v := q.Get("follow"); v != "" { // Berth: false ends after the backfill
 		f, err := strconv.ParseBool(v)
 		if err != nil {
 			return lq, bad("follow", "follow must be true or false, got %q", v)
@@ -520,9 +484,12 @@ func (a *API) workerLogs(w http.ResponseWriter, r *http.Request) {
 }
 
 // sendLogs streams a container's log as v2's events: an id (the time and
-// a sequence number) and data {ts, source, line}. Docker gives Berth the
+// a sequence number) and data {ts, source, line}. The backfill (tail) is
+// followed by the live log until the client leaves (v2.json: a stream;
+// follow=false, Berth's, ends after the backfill). Docker gives Berth the
 // lines without their times, so ts is when Berth read the line, and since
-// cannot select; source=system has no lines here (no host agent log).
+// and Last-Event-ID cannot select; source=system has no lines here (no
+// host agent log): that stream stays open, empty.
 func (a *API) sendLogs(w http.ResponseWriter, r *http.Request, lq logQuery, what string, have bool, open func(context.Context) (io.ReadCloser, error)) {
 	if !have {
 		problem(w, http.StatusServiceUnavailable, errNoLogs.Error())
@@ -540,7 +507,11 @@ func (a *API) sendLogs(w http.ResponseWriter, r *http.Request, lq logQuery, what
 			problem(w, http.StatusServiceUnavailable, "logs of "+what+": "+err.Error())
 			return
 		}
-		defer rc.Close()
+		// Closed when the client leaves, so a blocked read returns.
+		var once sync.Once
+		closeRC := func() { once.Do(func() { rc.Close() }) }
+		defer closeRC()
+		defer context.AfterFunc(r.Context(), closeRC)()
 	}
 	h := w.Header()
 	h.Set("Content-Type", "text/event-stream")
@@ -548,10 +519,14 @@ func (a *API) sendLogs(w http.ResponseWriter, r *http.Request, lq logQuery, what
 	h.Set("Connection", "keep-alive")
 	h.Set("X-Accel-Buffering", "no")
 	w.WriteHeader(http.StatusOK)
+	rcw := http.NewResponseController(w)
+	_ = rcw.Flush() // the client sees the answer before the first line
 	if rc == nil {
+		if lq.follow {
+			<-r.Context().Done()
+		}
 		return
 	}
-	flusher, _ := w.(http.Flusher)
 	sc := bufio.NewScanner(rc)
 	sc.Buffer(make([]byte, 64<<10), 1<<20)
 	seq := 0
@@ -563,9 +538,11 @@ func (a *API) sendLogs(w http.ResponseWriter, r *http.Request, lq logQuery, what
 			Source string `json:"source"`
 			Line   string `json:"line"`
 		}{ts, "container", sc.Text()})
-		fmt.Fprintf(w, "id: %s/%012d\ndata: %s\n\n", ts, seq, data)
-		if lq.follow && flusher != nil {
-			flusher.Flush()
+		if _, err := fmt.Fprintf(w, "id: %s/%012d\ndata: %s\n\n", ts, seq, data); err != nil {
+			return
+		}
+		if rcw.Flush() != nil {
+			return
 		}
 	}
 }

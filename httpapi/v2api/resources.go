@@ -48,30 +48,9 @@ type volumeBody struct {
 	Type       *string `json:"type"`
 }
 
-// check applies v2's schema bounds (10-4096 GB), stricter than v1's.
-func (b volumeBody) check() error {
-	if b.Name != nil && *b.Name == "" {
-		return bad("name", "name must not be empty")
-	}
-	if b.Size != nil && (*b.Size < 10 || *b.Size > 4096) {
-		return bad("size", "size must be 10-4096 GB, got %d", *b.Size)
-	}
-	return nil
-}
-
 func (a *API) createVolume(w http.ResponseWriter, r *http.Request) {
 	var b volumeBody
 	if err := decode(r, &b); err != nil {
-		a.fail(w, r, err)
-		return
-	}
-	for f, missing := range map[string]bool{"name": b.Name == nil, "size": b.Size == nil, "dataCenter": b.DataCenter == nil} {
-		if missing {
-			a.fail(w, r, bad(f, "%s is required", f))
-			return
-		}
-	}
-	if err := b.check(); err != nil {
 		a.fail(w, r, err)
 		return
 	}
@@ -90,14 +69,6 @@ func (a *API) updateVolume(w http.ResponseWriter, r *http.Request) {
 		Size *int    `json:"size"`
 	}
 	if err := decode(r, &b); err != nil {
-		a.fail(w, r, err)
-		return
-	}
-	if b.Name == nil && b.Size == nil {
-		a.fail(w, r, bad("", "give name or size"))
-		return
-	}
-	if err := (volumeBody{Name: b.Name, Size: b.Size}).check(); err != nil {
 		a.fail(w, r, err)
 		return
 	}
@@ -137,15 +108,6 @@ func (a *API) createRegistry(w http.ResponseWriter, r *http.Request) {
 	if err := decode(r, &b); err != nil {
 		a.fail(w, r, err)
 		return
-	}
-	for _, f := range []struct {
-		name string
-		v    *string
-	}{{"name", b.Name}, {"username", b.Username}, {"password", b.Password}} {
-		if f.v == nil || *f.v == "" {
-			a.fail(w, r, bad(f.name, "%s is required", f.name))
-			return
-		}
 	}
 	x, err := a.cfg.Mgmt.CreateRegistryAuth(r.Context(), mgmt.RegistryAuthInput{Name: b.Name, Username: b.Username, Password: b.Password})
 	a.answer(w, r, http.StatusCreated, Registry{ID: x.ID, Name: x.Name, Username: x.Username}, err)
@@ -195,10 +157,6 @@ func (a *API) putSSHKeys(w http.ResponseWriter, r *http.Request) {
 	} // v2's UpdateSshKeysRequest
 	if err := decode(r, &b); err != nil {
 		a.fail(w, r, err)
-		return
-	}
-	if b.Keys == nil {
-		a.fail(w, r, bad("keys", "keys is required (an empty list removes every key)"))
 		return
 	}
 	keys, err := a.cfg.Mgmt.SetSSHKeys(r.Context(), *b.Keys)

@@ -197,18 +197,17 @@ type endpointBody struct {
 // caller). cur is the endpoint being updated, nil on create.
 func (b endpointBody) input(cur *store.Endpoint) (mgmt.EndpointInput, error) {
 	in := mgmt.EndpointInput{Name: b.Name, Type: b.Type, Env: nil}
-	if b.Name != nil && *b.Name == "" {
-		return in, bad("name", "name must not be empty")
-	}
-	if b.GPU != nil && b.CPU != nil {
+	// v2.json: "Callers specify exactly one of gpu or cpu; neither or both
+	// returns 400"; on a PATCH, omitted compute keeps the selection.
+	switch {
+	case b.GPU != nil && b.CPU != nil:
 		return in, mgmt.InvalidInput("gpu", "give gpu or cpu, not both")
+	case cur == nil && b.GPU == nil && b.CPU == nil:
+		return in, mgmt.InvalidInput("gpu", "give gpu (GPU pools) or cpu (CPU types): an endpoint runs on one of them")
 	}
 	if b.CPU != nil {
 		// cpu names a CPU endpoint; mgmt refuses it on a GPU one.
 		in.ComputeType = ptr("CPU")
-		if len(*b.CPU) == 0 {
-			return in, mgmt.InvalidInput("cpu", "cpu must list at least one CPU type")
-		}
 		ids := []string{}
 		for i, c := range *b.CPU {
 			if c.VCPUCount != (*b.CPU)[0].VCPUCount {
@@ -220,13 +219,8 @@ func (b endpointBody) input(cur *store.Endpoint) (mgmt.EndpointInput, error) {
 	}
 	if g := b.GPU; g != nil {
 		in.ComputeType = ptr("GPU") // gpu names a GPU endpoint
-		if g.Pools == nil && g.ExcludedTypes != nil {
-			return in, mgmt.InvalidInput("gpu.pools", "gpu.excludedTypes needs gpu.pools")
-		}
 		if g.Pools != nil {
-			if len(*g.Pools) == 0 {
-				return in, mgmt.InvalidInput("gpu.pools", "gpu.pools must name at least one GPU pool or type")
-			}
+			// pools replace the selection, exclusions with them.
 			ids := slices.Clone(*g.Pools)
 			if g.ExcludedTypes != nil {
 				for _, x := range *g.ExcludedTypes {
@@ -240,31 +234,20 @@ func (b endpointBody) input(cur *store.Endpoint) (mgmt.EndpointInput, error) {
 			in.AllowedCudaVersions = nonNil(*g.AllowedCudaVersions)
 		}
 		in.MinCudaVersion = g.MinCudaVersion
-	} else if cur == nil && b.CPU == nil {
-		// RunPod requires one of gpu or cpu; Berth defaults to any GPU.
-		in.GPUTypeIDs = []string{}
 	}
 	if wk := b.Workers; wk != nil {
 		in.WorkersMin, in.WorkersMax, in.IdleTimeout = wk.Min, wk.Max, wk.IdleTimeout
 	}
 	if sc := b.Scaling; sc != nil {
-		switch sc.Type {
-		case "QUEUE_DELAY":
-			if sc.QueueDelay == nil || !(*sc.QueueDelay >= 0.5) {
-				return in, mgmt.InvalidInput("scaling.queueDelay", "scaling.queueDelay must be at least 0.5 seconds")
-			}
-			if *sc.QueueDelay > float64(mgmt.LimitQueueDelay.Max) {
+		// The schema has checked the type and its field.
+		if sc.Type == "REQUEST_COUNT" {
+			in.ScalerType, in.ScalerValue = ptr("REQUEST_COUNT"), sc.RequestCount
+		} else {
+			if err := mgmt.LimitQueueDelay.CheckFloat("scaling.queueDelay", math.Ceil(*sc.QueueDelay)); err != nil {
 				return in, mgmt.LimitQueueDelay.CheckFloat("scaling.queueDelay", *sc.QueueDelay)
 			}
 			// Berth's scaler counts whole seconds.
 			in.ScalerType, in.ScalerValue = ptr("QUEUE_DELAY"), ptr(int(math.Ceil(*sc.QueueDelay)))
-		case "REQUEST_COUNT":
-			if sc.RequestCount == nil {
-				return in, mgmt.InvalidInput("scaling.requestCount", "scaling.requestCount is required for REQUEST_COUNT")
-			}
-			in.ScalerType, in.ScalerValue = ptr("REQUEST_COUNT"), sc.RequestCount
-		default:
-			return in, mgmt.InvalidInput("scaling.type", "scaling.type must be QUEUE_DELAY or REQUEST_COUNT, got %q", sc.Type)
 		}
 	}
 	if b.DataCenterIDs != nil {
@@ -276,14 +259,7 @@ func (b endpointBody) input(cur *store.Endpoint) (mgmt.EndpointInput, error) {
 	}
 	in.ExecutionTimeoutMs = b.Timeout
 	if b.Flashboot != nil {
-		switch *b.Flashboot {
-		case "OFF":
-			in.Flashboot = ptr(false)
-		case "FLASHBOOT", "PRIORITY_FLASHBOOT":
-			in.Flashboot = ptr(true)
-		default:
-			return in, mgmt.InvalidInput("flashboot", "flashboot must be OFF, FLASHBOOT or PRIORITY_FLASHBOOT, got %q", *b.Flashboot)
-		}
+		in.Flashboot = ptr(*b.Flashboot != "OFF") // FLASHBOOT, PRIORITY_FLASHBOOT
 	}
 	if b.Env != nil {
 		in.Env = b.Env
@@ -359,20 +335,6 @@ func (a *API) createEndpoint(w http.ResponseWriter, r *http.Request) {
 	var b endpointBody
 	if err := decode(r, &b); err != nil {
 		a.fail(w, r, err)
-		return
-	}
-	switch {
-	case b.Name == nil:
-		a.fail(w, r, bad("name", "name is required"))
-		return
-	case b.Type == nil:
-		a.fail(w, r, bad("type", "type is required: QUEUE or LOAD_BALANCER"))
-		return
-	case b.Scaling == nil:
-		a.fail(w, r, bad("scaling", "scaling is required"))
-		return
-	case b.TemplateID == nil && b.Image == nil:
-		a.fail(w, r, bad("image", "image is required when templateId is not given"))
 		return
 	}
 	in, err := b.input(nil)

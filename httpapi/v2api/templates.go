@@ -103,9 +103,6 @@ func (c ContainerConfig) given() bool {
 // templateInput is the container part as mgmt's template input.
 func (c ContainerConfig) templateInput() (mgmt.TemplateInput, error) {
 	in := mgmt.TemplateInput{ImageName: c.Image, ContainerDiskInGb: c.Disk, Env: c.Env}
-	if c.Disk != nil && *c.Disk < 1 {
-		return in, mgmt.InvalidInput("disk", "disk must be at least 1 GB, got %d", *c.Disk)
-	}
 	if c.Args != nil {
 		words, err := mgmt.SplitArgs(*c.Args)
 		if err != nil {
@@ -143,9 +140,6 @@ func (b templateBody) input(create bool) (mgmt.TemplateInput, error) {
 	if err != nil {
 		return in, err
 	}
-	if b.Name != nil && *b.Name == "" {
-		return in, bad("name", "name must not be empty")
-	}
 	in.Name, in.Category, in.IsPublic, in.IsServerless, in.Readme = b.Name, b.Category, b.Public, b.Serverless, b.Readme
 	in.StartSSH, in.StartJupyter = b.StartSSH, b.StartJupyter
 	if b.AllowedCudaVersions != nil {
@@ -167,9 +161,6 @@ func (b templateBody) input(create bool) (mgmt.TemplateInput, error) {
 	}
 	if b.Mounts != nil && b.Mounts.Persistent != nil {
 		p := b.Mounts.Persistent
-		if p.Size < 10 {
-			return in, mgmt.InvalidInput("mounts.persistent.size", "mounts.persistent.size must be at least 10 GB, got %d", p.Size)
-		}
 		in.VolumeInGb, in.VolumeMountPath = ptr(p.Size), ptr(p.Path)
 	}
 	return in, nil
@@ -194,14 +185,6 @@ func (a *API) createTemplate(w http.ResponseWriter, r *http.Request) {
 	var b templateBody
 	if err := decode(r, &b); err != nil {
 		a.fail(w, r, err)
-		return
-	}
-	if b.Name == nil {
-		a.fail(w, r, bad("name", "name is required"))
-		return
-	}
-	if b.Image == nil {
-		a.fail(w, r, bad("image", "image is required"))
 		return
 	}
 	in, err := b.input(true)
@@ -240,13 +223,7 @@ func (a *API) deleteTemplate(w http.ResponseWriter, r *http.Request) {
 // listPublicTemplates: Berth has no official, verified or community
 // templates; the operator's public ones are its catalogue.
 func (a *API) listPublicTemplates(w http.ResponseWriter, r *http.Request) {
-	src := r.URL.Query().Get("source")
-	switch src {
-	case "", "official", "verified", "community":
-	default:
-		a.fail(w, r, bad("source", "source must be official, verified or community, got %q", src))
-		return
-	}
+	src := r.URL.Query().Get("source") // checked by its schema (params.go)
 	ts, err := a.cfg.Mgmt.ListTemplates(r.Context(), mgmt.TemplateFilter{IncludeEndpointBound: true})
 	out := TemplateList{Templates: []Template{}}
 	if src == "community" {
