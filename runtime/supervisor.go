@@ -46,8 +46,8 @@ type Config struct {
 	// WorkerBaseURL is Berth's base URL as seen from inside a worker,
 	// e.g. http://host.docker.internal:8080. Required.
 	WorkerBaseURL string
-	// WorkerEnv builds a worker's RUNPOD_* variables (main wires it to
-	// worker.PlatformEnv). nil uses DefaultWorkerEnv.
+	// WorkerEnv builds a worker's RUNPOD_* variables (the composition,
+	// app, wires it to worker.PlatformEnv). nil uses DefaultWorkerEnv.
 	WorkerEnv func(base, endpointID, workerID, key string) map[string]string
 
 	// Credentials returns the registry login of a template's or pod's
