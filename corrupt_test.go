@@ -14,16 +14,6 @@ import (
 	"berth/store"
 )
 
-// buildBerth builds the berth binary into the test's temp dir.
-func buildBerth(t *testing.T) string {
-	t.Helper()
-	bin := filepath.Join(t.TempDir(), "berth")
-	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
-		t.Fatalf("build berth: %v\n%s", err, out)
-	}
-	return bin
-}
-
 // TestServeRefusesDamagedDatabase runs the real binary on a berth.db that
 // was truncated or had pages zeroed: 'berth serve' must exit non-zero at
 // once with a message naming the file and the damage, and leave the file as

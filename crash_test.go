@@ -23,12 +23,7 @@ func TestCrashLosesNoAcceptedJob(t *testing.T) {
 		t.Skip("crash test builds and runs binaries")
 	}
 	dir := t.TempDir()
-	berthBin, workerBin := filepath.Join(dir, "berth"), filepath.Join(dir, "echoworker")
-	for bin, pkg := range map[string]string{berthBin: ".", workerBin: "./testdata/echoworker"} {
-		if out, err := exec.Command("go", "build", "-o", bin, pkg).CombinedOutput(); err != nil {
-			t.Fatalf("build %s: %v\n%s", pkg, err, out)
-		}
-	}
+	berthBin, workerBin := buildBerth(t), buildBin(t, "./testdata/echoworker")
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
