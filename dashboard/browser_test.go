@@ -460,7 +460,7 @@ func TestDashboardGPUs(t *testing.T) {
 		visible(`[data-gpu="GPU-0a1b2c3d"] .pill.run`),
 		visible(fmt.Sprintf(`[data-gpu="GPU-0a1b2c3d"] a[href="#/endpoint/%s"]`, ep.ID)),
 		visible(`[data-gpu="GPU-4e5f6a7b"] .pill.ok`),
-		until(`document.querySelector('[data-gpu="GPU-0a1b2c3d"]').textContent.includes('`+worker+`')`, 10*time.Second),
+		until(`document.querySelector('[data-gpu="GPU-0a1b2c3d"]').textContent.includes('`+worker+`')`, time.Minute),
 		sh.save("desktop-gpus"),
 	)
 	if err != nil {

@@ -577,7 +577,7 @@ func TestE2EWebhook(t *testing.T) {
 		if m["id"] != id || m["status"] != "COMPLETED" || m["output"] != "w" {
 			t.Fatal(m)
 		}
-	case <-time.After(10 * time.Second):
+	case <-time.After(30 * time.Second):
 		t.Fatal("no webhook")
 	}
 }

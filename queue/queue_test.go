@@ -748,7 +748,7 @@ func TestWebhookRetriesTwiceThenGivesUp(t *testing.T) {
 			if got != want {
 				t.Fatalf("delivery result %q, want %q", got, want)
 			}
-		case <-time.After(10 * time.Second):
+		case <-time.After(30 * time.Second):
 			t.Fatalf("no delivery result %q", want)
 		}
 	}

@@ -176,7 +176,7 @@ func waitCDIDevice(t *testing.T, cli *client.Client, fqdn, specPath string, crea
 	if versions.LessThan(cli.ClientVersion(), "1.50") {
 		return
 	}
-	deadline := time.Now().Add(10 * time.Second)
+	deadline := time.Now().Add(30 * time.Second)
 	for {
 		res, err := cli.Info(context.Background(), client.InfoOptions{})
 		if err != nil {
