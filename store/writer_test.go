@@ -106,15 +106,16 @@ func TestWriteQueueBackPressure(t *testing.T) {
 	if st := db.Stats(); st.Pending < 8 {
 		t.Fatalf("pending %d, want ≥ 8", st.Pending)
 	}
-	admitted := make(chan error, 1)
-	go func() { admitted <- db.Admit(context.Background()) }()
 	release()
 	for _, ch := range chans {
 		if err := <-ch; err != nil {
 			t.Fatal(err)
 		}
 	}
-	if err := <-admitted; err != nil {
+	// Every queued write answered: the queue is empty. (An Admit waiting
+	// meanwhile may give up first: the drain can take longer than the
+	// 50 ms AdmitTimeout on a busy machine.)
+	if err := db.Admit(context.Background()); err != nil {
 		t.Fatalf("admit once the queue drained: %v", err)
 	}
 }
