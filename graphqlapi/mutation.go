@@ -252,10 +252,7 @@ func (a *endpointInput) mgmt(create bool) (mgmt.EndpointInput, error) {
 	if a.InstanceIds != nil {
 		in.InstanceIDs = *a.InstanceIds
 	}
-	in.ComputeType, in.Type = a.ComputeType, a.Type
-	if create && in.ComputeType == nil && len(in.InstanceIDs) > 0 {
-		in.ComputeType = ptr("CPU") // CPU endpoints name instances
-	}
+	in.ComputeType, in.Type = a.ComputeType, a.Type // mgmt takes instanceIds alone for a CPU endpoint
 	// "" is how runpod-python says "no network volume": none on create,
 	// detached on update.
 	in.NetworkVolumeID = a.NetworkVolumeId

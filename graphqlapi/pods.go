@@ -2,9 +2,6 @@ package graphqlapi
 
 import (
 	"context"
-	"slices"
-	"strconv"
-	"strings"
 
 	"berth/mgmt"
 )
@@ -114,17 +111,13 @@ func (a *podDeployInput) mgmt(cpu bool) (mgmt.PodInput, error) {
 	if cpu {
 		in.ComputeType = ptr("CPU")
 		if id := given(a.InstanceId); id != nil {
-			// "cpu3c-2-4": flavor, vCPUs, memory GB.
-			parts := strings.Split(*id, "-")
-			if !slices.Contains(mgmt.CPUFlavors, parts[0]) {
-				return in, invalid("instanceId", "instanceId %q: the flavor must be one of %s, as in \"cpu3c-2-4\"", *id, strings.Join(mgmt.CPUFlavors, ", "))
+			// "cpu3c-2-4": flavor, vCPUs, memory GB; mgmt's rule.
+			flavor, n, err := mgmt.ParseInstanceID("instanceId", *id)
+			if err != nil {
+				return in, err
 			}
-			in.CPUFlavorIDs = []string{parts[0]}
-			if len(parts) > 1 {
-				n, err := strconv.Atoi(parts[1])
-				if err != nil || n < 1 {
-					return in, invalid("instanceId", "instanceId %q: the vCPU count (the second part) must be a positive number", *id)
-				}
+			in.CPUFlavorIDs = []string{flavor}
+			if n > 0 {
 				in.VCPUCount = &n
 			}
 		}

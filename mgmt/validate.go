@@ -323,16 +323,38 @@ func checkInstanceIDs(ids []string) error {
 		return err
 	}
 	for _, id := range ids {
-		m := instanceRe.FindStringSubmatch(id)
-		if m == nil || !slices.Contains(CPUFlavors, m[1]) {
-			return invalid("instanceIds", "instanceIds: %s is not a CPU instance id such as \"cpu3c-2-4\" (flavour %s, vCPUs, GB)", quote(ShortID(id)), strings.Join(CPUFlavors, "/"))
-		}
-		n, _ := strconv.Atoi(m[2])
-		if err := checkVCPUs("instanceIds", n); err != nil {
+		if _, _, err := ParseInstanceID("instanceIds", id); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// ParseInstanceID reads a RunPod CPU instance id ("cpu3c-2-4": flavour,
+// vCPUs, memory GB; the memory may be left out) as a CPU flavour and a
+// vCPU count, each checked as cpuFlavorIds and a CPU pod's vcpuCount are;
+// a refusal names field.
+func ParseInstanceID(field, id string) (flavor string, vcpus int, err error) {
+	m := instanceRe.FindStringSubmatch(id)
+	if m == nil {
+		if slices.Contains(CPUFlavors, id) {
+			return id, 0, nil // a flavour alone: its default vCPUs
+		}
+		if f, n, ok := strings.Cut(id, "-"); ok && !strings.Contains(n, "-") {
+			m = []string{id, f, n, ""}
+		}
+	}
+	if m == nil || !slices.Contains(CPUFlavors, m[1]) {
+		return "", 0, invalid(field, "%s: %s is not a CPU instance id such as \"cpu3c-2-4\" (flavour %s, vCPUs, GB)", field, quote(ShortID(id)), strings.Join(CPUFlavors, "/"))
+	}
+	n, err := strconv.Atoi(m[2])
+	if err != nil {
+		return "", 0, invalid(field, "%s: %s: the vCPU count (the second part) is not a number", field, quote(ShortID(id)))
+	}
+	if err := checkVCPUs(field, n); err != nil {
+		return "", 0, err
+	}
+	return m[1], n, nil
 }
 
 // checkCudaVersions checks a list of CUDA versions ("12.4").

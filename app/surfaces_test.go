@@ -1,0 +1,267 @@
+package app_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+
+	"berth/app"
+	"berth/gpu"
+	"berth/mgmt"
+	"berth/store"
+)
+
+// One rule in one place: the same inputs sent through REST v1, REST v2
+// and GraphQL of one running Berth (the product's composition, real HTTP)
+// are accepted or refused alike, a refusal naming the same field in each
+// surface's own names, and a refusal stores nothing.
+
+// standInPods runs no containers: pods start at once (the rules under
+// test run before any runtime call).
+type standInPods struct{}
+
+func (standInPods) StartPod(context.Context, store.Pod) (mgmt.PodState, error) {
+	return mgmt.PodState{}, nil
+}
+func (standInPods) StopPod(context.Context, string) error { return nil }
+func (standInPods) ResetPod(context.Context, store.Pod) (mgmt.PodState, error) {
+	return mgmt.PodState{}, nil
+}
+func (standInPods) RemovePod(context.Context, string) error { return nil }
+
+type surfaces struct {
+	t        *testing.T
+	url, key string
+}
+
+// call sends body (a value sent as JSON, or a string as is) and returns
+// the status and decoded answer.
+func (s *surfaces) call(method, path string, body any) (int, map[string]any) {
+	s.t.Helper()
+	var rd io.Reader
+	if body != nil {
+		b, ok := body.(string)
+		if !ok {
+			raw, _ := json.Marshal(body)
+			b = string(raw)
+		}
+		rd = strings.NewReader(b)
+	}
+	req, _ := http.NewRequest(method, s.url+path, rd)
+	req.Header.Set("Authorization", "Bearer "+s.key)
+	req.Header.Set("Content-Type", "application/json")
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	defer res.Body.Close()
+	out, _ := io.ReadAll(res.Body)
+	var m map[string]any
+	json.Unmarshal(out, &m)
+	if m == nil {
+		m = map[string]any{"raw": string(out)}
+	}
+	return res.StatusCode, m
+}
+
+// outcome is what a surface answered: accepted, or refused naming field.
+type outcome struct {
+	refused bool
+	text    string // the refusal's message(s) and field
+	status  int
+}
+
+func (s *surfaces) rest(method, path string, body any) outcome {
+	code, m := s.call(method, path, body)
+	if code/100 == 2 {
+		return outcome{status: code}
+	}
+	b, _ := json.Marshal(m)
+	return outcome{refused: true, text: string(b), status: code}
+}
+
+func (s *surfaces) graphql(query string) outcome {
+	code, m := s.call("POST", "/graphql", map[string]any{"query": query})
+	errs, _ := m["errors"].([]any)
+	if code == 200 && len(errs) == 0 {
+		return outcome{status: code}
+	}
+	b, _ := json.Marshal(errs)
+	return outcome{refused: true, text: string(b), status: code}
+}
+
+func q(s string) string { b, _ := json.Marshal(s); return string(b) }
+
+func TestOneRuleOnEverySurface(t *testing.T) {
+	dir := t.TempDir()
+	a := start(t, app.Config{DataDir: dir, Addr: "127.0.0.1:0", Logger: quiet, APIKey: "k-surfaces", Docker: app.DockerOff,
+		DiscoverGPUs: func() ([]gpu.Device, error) { return nil, nil }, Pods: standInPods{}})
+	defer stop(t, a)
+	s := &surfaces{t: t, url: a.URL(), key: "k-surfaces"}
+	_, tpl := s.call("POST", "/v1/templates", map[string]any{"name": "base", "imageName": "worker:1", "isServerless": true})
+	tid, _ := tpl["id"].(string)
+	if tid == "" {
+		t.Fatalf("template: %v", tpl)
+	}
+	counts := func() string {
+		var out []string
+		for _, p := range []string{"/v1/endpoints", "/v1/templates?includeEndpointBoundTemplates=true", "/v1/pods", "/v1/networkvolumes", "/v1/containerregistryauth"} {
+			req, _ := http.NewRequest("GET", s.url+p, nil)
+			req.Header.Set("Authorization", "Bearer "+s.key)
+			res, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var list []any
+			json.NewDecoder(res.Body).Decode(&list)
+			res.Body.Close()
+			out = append(out, fmt.Sprint(len(list)))
+		}
+		return strings.Join(out, "/")
+	}
+	ep := func(v2 map[string]any) map[string]any {
+		b := map[string]any{"name": "ep", "type": "QUEUE", "templateId": tid, "scaling": map[string]any{"type": "QUEUE_DELAY", "queueDelay": 4}}
+		if _, cpu := v2["cpu"]; !cpu {
+			b["gpu"] = map[string]any{"pools": []string{"ADA_24"}}
+		}
+		for k, v := range v2 {
+			if k == "gpu" && b["gpu"] != nil {
+				g := map[string]any{"pools": []string{"ADA_24"}}
+				for gk, gv := range v.(map[string]any) {
+					g[gk] = gv
+				}
+				v = g
+			}
+			b[k] = v
+		}
+		return b
+	}
+	long := strings.Repeat("n", 300)
+	type send struct {
+		method, path string
+		body         any
+	}
+	for _, c := range []struct {
+		name    string
+		v1, v2  send
+		gql     string
+		fields  [3]string // v1, v2, GraphQL names of the refused field; "" = accepted
+		cleanup bool
+	}{
+		// Endpoints.
+		{"a GPU endpoint", send{"POST", "/v1/endpoints", map[string]any{"templateId": tid, "gpuTypeIds": []string{"ADA_24"}, "workersMax": 2}},
+			send{"POST", "/v2/serverless", ep(map[string]any{"workers": map[string]any{"max": 2}})},
+			`mutation { saveEndpoint(input: {name: "ep", templateId: "` + tid + `", gpuIds: "ADA_24", workersMax: 2}) { id } }`, [3]string{}, true},
+		{"a CPU endpoint", send{"POST", "/v1/endpoints", map[string]any{"templateId": tid, "computeType": "CPU", "cpuFlavorIds": []string{"cpu3c"}, "vcpuCount": 4}},
+			send{"POST", "/v2/serverless", ep(map[string]any{"cpu": []map[string]any{{"id": "cpu3c", "vcpuCount": 4}}})},
+			`mutation { saveEndpoint(input: {name: "ep", templateId: "` + tid + `", instanceIds: ["cpu3c-4-8"]}) { id } }`, [3]string{}, true},
+		{"an unknown CPU flavour", send{"POST", "/v1/endpoints", map[string]any{"templateId": tid, "computeType": "CPU", "cpuFlavorIds": []string{"bogus"}}},
+			send{"POST", "/v2/serverless", ep(map[string]any{"cpu": []map[string]any{{"id": "bogus", "vcpuCount": 2}}})},
+			`mutation { saveEndpoint(input: {name: "ep", templateId: "` + tid + `", instanceIds: ["bogus-2-4"]}) { id } }`,
+			[3]string{"cpuFlavorIds", "cpu.id", "instanceIds"}, false},
+		{"1 vCPU on a CPU endpoint", send{"POST", "/v1/endpoints", map[string]any{"templateId": tid, "computeType": "CPU", "cpuFlavorIds": []string{"cpu3c"}, "vcpuCount": 1}},
+			send{"POST", "/v2/serverless", ep(map[string]any{"cpu": []map[string]any{{"id": "cpu3c", "vcpuCount": 1}}})},
+			`mutation { saveEndpoint(input: {name: "ep", templateId: "` + tid + `", instanceIds: ["cpu3c-1-2"]}) { id } }`,
+			[3]string{"vcpuCount", "vcpuCount", "instanceIds"}, false},
+		{"not a CUDA version", send{"POST", "/v1/endpoints", map[string]any{"templateId": tid, "allowedCudaVersions": []string{"not-a-version"}}},
+			send{"POST", "/v2/serverless", ep(map[string]any{"gpu": map[string]any{"allowedCudaVersions": []string{"not-a-version"}}})},
+			`mutation { saveEndpoint(input: {name: "ep", templateId: "` + tid + `", allowedCudaVersions: "not-a-version"}) { id } }`,
+			[3]string{"allowedCudaVersions", "allowedCudaVersions", "allowedCudaVersions"}, false},
+		{"CPU flavours on a GPU endpoint", send{"POST", "/v1/endpoints", map[string]any{"templateId": tid, "computeType": "GPU", "cpuFlavorIds": []string{"cpu3c"}}},
+			send{"POST", "/v2/serverless", ep(map[string]any{"gpu": map[string]any{}, "cpu": []map[string]any{{"id": "cpu3c", "vcpuCount": 2}}})},
+			`mutation { saveEndpoint(input: {name: "ep", templateId: "` + tid + `", gpuIds: "ADA_24", instanceIds: ["cpu3c-2-4"]}) { id } }`,
+			[3]string{"cpuFlavorIds", "gpu", "instanceIds"}, false},
+		{"2000 workers", send{"POST", "/v1/endpoints", map[string]any{"templateId": tid, "workersMax": 2000}},
+			send{"POST", "/v2/serverless", ep(map[string]any{"workers": map[string]any{"max": 2000}})},
+			`mutation { saveEndpoint(input: {name: "ep", templateId: "` + tid + `", workersMax: 2000}) { id } }`,
+			[3]string{"workersMax", "workers.max", "workersMax"}, false},
+		{"more min than max workers", send{"POST", "/v1/endpoints", map[string]any{"templateId": tid, "workersMin": 3, "workersMax": 1}},
+			send{"POST", "/v2/serverless", ep(map[string]any{"workers": map[string]any{"min": 3, "max": 1}})},
+			`mutation { saveEndpoint(input: {name: "ep", templateId: "` + tid + `", workersMin: 3, workersMax: 1}) { id } }`,
+			[3]string{"workersMin", "workers.min", "workersMin"}, false},
+		{"idleTimeout past an hour", send{"POST", "/v1/endpoints", map[string]any{"templateId": tid, "idleTimeout": 4000}},
+			send{"POST", "/v2/serverless", ep(map[string]any{"workers": map[string]any{"idleTimeout": 4000}})},
+			`mutation { saveEndpoint(input: {name: "ep", templateId: "` + tid + `", idleTimeout: 4000}) { id } }`,
+			[3]string{"idleTimeout", "idleTimeout", "idleTimeout"}, false},
+		{"a 300-character name", send{"POST", "/v1/endpoints", map[string]any{"templateId": tid, "name": long}},
+			send{"POST", "/v2/serverless", ep(map[string]any{"name": long})},
+			`mutation { saveEndpoint(input: {name: "` + long + `", templateId: "` + tid + `"}) { id } }`,
+			[3]string{"name", "name", "name"}, false},
+		{"a missing template", send{"POST", "/v1/endpoints", map[string]any{"templateId": "nosuchtpl1"}},
+			send{"POST", "/v2/serverless", ep(map[string]any{"templateId": "nosuchtpl1"})},
+			`mutation { saveEndpoint(input: {name: "ep", templateId: "nosuchtpl1"}) { id } }`,
+			[3]string{"templateId", "templateId", "templateId"}, false},
+		{"a 10 ms timeout", send{"POST", "/v1/endpoints", map[string]any{"templateId": tid, "executionTimeoutMs": 10}},
+			send{"POST", "/v2/serverless", ep(map[string]any{"timeout": 10})},
+			`mutation { saveEndpoint(input: {name: "ep", templateId: "` + tid + `", executionTimeoutMs: 10}) { id } }`,
+			[3]string{"executionTimeoutMs", "timeout", "executionTimeoutMs"}, false},
+		{"a malformed data centre", send{"POST", "/v1/endpoints", map[string]any{"templateId": tid, "dataCenterIds": []string{"eu ro 1"}}},
+			send{"POST", "/v2/serverless", ep(map[string]any{"dataCenterIds": []string{"eu ro 1"}})},
+			`mutation { saveEndpoint(input: {name: "ep", templateId: "` + tid + `", locations: "eu ro 1"}) { id } }`,
+			[3]string{"dataCenterIds", "dataCenterIds", "locations"}, false},
+		// Templates.
+		{"a template", send{"POST", "/v1/templates", map[string]any{"name": "t1", "imageName": "a:1", "ports": []string{"8000/http"}}},
+			send{"POST", "/v2/templates", map[string]any{"name": "t2", "image": "a:1", "ports": []string{"8000/http"}}},
+			`mutation { saveTemplate(input: {name: "t3", imageName: "a:1", ports: "8000/http"}) { id } }`, [3]string{}, true},
+		{"no container disk", send{"POST", "/v1/templates", map[string]any{"name": "t", "imageName": "a:1", "containerDiskInGb": 0}},
+			send{"POST", "/v2/templates", map[string]any{"name": "t", "image": "a:1", "disk": 0}},
+			`mutation { saveTemplate(input: {name: "t", imageName: "a:1", containerDiskInGb: 0}) { id } }`,
+			[3]string{"containerDiskInGb", "disk", "containerDiskInGb"}, false},
+		{"a 5 GB pod volume", send{"POST", "/v1/templates", map[string]any{"name": "t", "imageName": "a:1", "volumeInGb": 5}},
+			send{"POST", "/v2/templates", map[string]any{"name": "t", "image": "a:1", "mounts": map[string]any{"persistent": map[string]any{"size": 5, "path": "/w"}}}},
+			`mutation { saveTemplate(input: {name: "t", imageName: "a:1", volumeInGb: 5}) { id } }`,
+			[3]string{"volumeInGb", "mounts.persistent.size", "volumeInGb"}, false},
+		{"a malformed port", send{"POST", "/v1/templates", map[string]any{"name": "t", "imageName": "a:1", "ports": []string{"x"}}},
+			send{"POST", "/v2/templates", map[string]any{"name": "t", "image": "a:1", "ports": []string{"x"}}},
+			`mutation { saveTemplate(input: {name: "t", imageName: "a:1", ports: "x"}) { id } }`,
+			[3]string{"ports", "ports", "ports"}, false},
+		{"an env name with =", send{"POST", "/v1/templates", map[string]any{"name": "t", "imageName": "a:1", "env": map[string]string{"A=B": "1"}}},
+			send{"POST", "/v2/templates", map[string]any{"name": "t", "image": "a:1", "env": map[string]string{"A=B": "1"}}},
+			`mutation { saveTemplate(input: {name: "t", imageName: "a:1", env: [{key: "A=B", value: "1"}]}) { id } }`,
+			[3]string{"env", "env", "env"}, false},
+		{"a 600-character image", send{"POST", "/v1/templates", map[string]any{"name": "t", "imageName": strings.Repeat("i", 600)}},
+			send{"POST", "/v2/templates", map[string]any{"name": "t", "image": strings.Repeat("i", 600)}},
+			`mutation { saveTemplate(input: {name: "t", imageName: ` + q(strings.Repeat("i", 600)) + `}) { id } }`,
+			[3]string{"imageName", "image", "imageName"}, false},
+		// Pods.
+		{"100 GPUs", send{"POST", "/v1/pods", map[string]any{"imageName": "a:1", "gpuCount": 100}},
+			send{"POST", "/v2/pods", map[string]any{"name": "p", "image": "a:1", "gpu": map[string]any{"id": "NVIDIA GeForce RTX 4090", "count": 100}}},
+			`mutation { podFindAndDeployOnDemand(input: {name: "p", imageName: "a:1", gpuTypeId: "NVIDIA GeForce RTX 4090", gpuCount: 100}) { id } }`,
+			[3]string{"gpuCount", "gpu.count", "gpuCount"}, false},
+		{"3 vCPUs on a CPU pod", send{"POST", "/v1/pods", map[string]any{"imageName": "a:1", "computeType": "CPU", "vcpuCount": 3}},
+			send{"POST", "/v2/pods", map[string]any{"name": "p", "image": "a:1", "cpu": map[string]any{"id": "cpu3c", "vcpuCount": 3}}},
+			`mutation { deployCpuPod(input: {name: "p", imageName: "a:1", instanceId: "cpu3c-3-6"}) { id } }`,
+			[3]string{"vcpuCount", "vcpuCount", "instanceId"}, false},
+		// Registry credentials.
+		{"no password", send{"POST", "/v1/containerregistryauth", map[string]any{"name": "r", "username": "u", "password": ""}},
+			send{"POST", "/v2/registries", map[string]any{"name": "r", "username": "u", "password": ""}},
+			`mutation { saveRegistryAuth(input: {name: "r", username: "u", password: ""}) { id } }`,
+			[3]string{"password", "password", "password"}, false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			s.t = t
+			before := counts()
+			got := [3]outcome{s.rest(c.v1.method, c.v1.path, c.v1.body), s.rest(c.v2.method, c.v2.path, c.v2.body), s.graphql(c.gql)}
+			for i, surface := range []string{"v1", "v2", "GraphQL"} {
+				switch {
+				case c.fields[i] == "" && got[i].refused:
+					t.Errorf("%s refused a valid input: %d %s", surface, got[i].status, got[i].text)
+				case c.fields[i] != "" && !got[i].refused:
+					t.Errorf("%s accepted what the others refuse (%s)", surface, c.fields[0])
+				case c.fields[i] != "" && !strings.Contains(got[i].text, c.fields[i]):
+					t.Errorf("%s's refusal does not name %q: %d %s", surface, c.fields[i], got[i].status, got[i].text)
+				case got[i].status >= 500:
+					t.Errorf("%s answered %d: %s", surface, got[i].status, got[i].text)
+				}
+			}
+			if c.fields[0] != "" && counts() != before {
+				t.Errorf("refusals stored something: records %s, then %s", before, counts())
+			}
+		})
+	}
+	s.t = t
+}
