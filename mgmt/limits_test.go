@@ -1,7 +1,9 @@
 package mgmt_test
 
 import (
+	"fmt"
 	"math"
+	"os"
 	"strings"
 	"testing"
 
@@ -54,5 +56,46 @@ func TestShortIDAndClip(t *testing.T) {
 	msg := mgmt.ClipMessage(strings.Repeat("x", 1<<20))
 	if len(msg) > 2100 || !strings.HasSuffix(msg, "bytes)") {
 		t.Errorf("ClipMessage: %d bytes", len(msg))
+	}
+}
+
+// TestLimitsDocumented: docs/management.md's Limits table lists every
+// entry of the table with its range.
+func TestLimitsDocumented(t *testing.T) {
+	raw, err := os.ReadFile("../docs/management.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	doc := string(raw)
+	i := strings.Index(doc, "\n## Limits\n")
+	if i < 0 {
+		t.Fatal("docs/management.md has no Limits section")
+	}
+	section := doc[i:]
+	section = section[:strings.Index(section[1:], "\n## ")+1]
+	var rows []string
+	for _, line := range strings.Split(section, "\n") {
+		if strings.HasPrefix(line, "| ") {
+			rows = append(rows, line)
+		}
+	}
+	names := map[string]string{"name": "every name", "size": "network volume `size`", "username": "registry `username`",
+		"password": "registry `password`", "keys": "SSH keys", "id": "any id"}
+	for _, l := range mgmt.AllLimits {
+		name, ok := names[l.Field]
+		if !ok {
+			name = "`" + l.Field + "`"
+		}
+		want := fmt.Sprintf("%d–%d", l.Min, l.Max)
+		if l.Min == 0 && (l.Unit == "entries" || l.Unit == "characters" || l.Unit == "words") {
+			want = fmt.Sprintf("≤ %d", l.Max)
+		}
+		found := false
+		for _, r := range rows {
+			found = found || strings.Contains(r, name) && strings.Contains(r, want)
+		}
+		if !found {
+			t.Errorf("the Limits table has no row naming %s with %q", name, want)
+		}
 	}
 }
