@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"os"
 	goruntime "runtime"
 	"time"
@@ -9,6 +10,7 @@ import (
 	"github.com/coreos/go-systemd/v22/daemon"
 
 	"berth/app"
+	"berth/apply"
 	"berth/cli"
 	"berth/store"
 )
@@ -23,7 +25,11 @@ func serve(ctx context.Context, o cli.ServeOptions) error {
 	if os.Getenv("GOMAXPROCS") == "" {
 		goruntime.GOMAXPROCS(store.Procs())
 	}
-	a, err := app.New(serveConfig(o))
+	cfg := serveConfig(o)
+	if o.Apply != "" {
+		cfg.BeforeServe = func(ctx context.Context, a *app.App) error { return applyAtStart(ctx, a, o) }
+	}
+	a, err := app.New(cfg)
 	if err != nil {
 		return err
 	}
@@ -51,6 +57,28 @@ func serve(ctx context.Context, o cli.ServeOptions) error {
 	log.Info("shutting down")
 	daemon.SdNotify(false, daemon.SdNotifyStopping)
 	return stop(a)
+}
+
+// applyAtStart makes serve's --apply file true before Berth answers its
+// first request, so a CI script that waits for an answer finds the records.
+func applyAtStart(ctx context.Context, a *app.App, o cli.ServeOptions) error {
+	f, err := os.Open(o.Apply)
+	if err != nil {
+		return fmt.Errorf("--apply: %w", err)
+	}
+	defer f.Close()
+	file, err := apply.Parse(f, nil)
+	if err != nil {
+		return fmt.Errorf("--apply %s: %w", o.Apply, err)
+	}
+	res, err := apply.Apply(ctx, a.Mgmt(), file, o.ApplyPrune, false)
+	for _, act := range res.Actions {
+		o.Logger.Info("apply", "action", act.String())
+	}
+	if err != nil {
+		return fmt.Errorf("--apply %s: %w", o.Apply, err)
+	}
+	return nil
 }
 
 // stop gives requests in flight 10 s to finish.

@@ -84,6 +84,11 @@ type Config struct {
 	// instead of Docker containers (berth serve --runtime kubernetes;
 	// Docker is then not used).
 	Kubernetes *Kubernetes
+	// BeforeServe runs in Start once the queue, balancer and runtime run
+	// and before the listeners accept: berth serve --apply makes its file
+	// true there, so the first answer already sees it. An error fails
+	// Start.
+	BeforeServe func(ctx context.Context, a *App) error
 
 	// Settings of the services. Their dependencies (store, queue, runtime,
 	// clock, logger, callbacks into other services) are the composition's
@@ -131,7 +136,8 @@ type App struct {
 	startMu          sync.Mutex
 	started, stopped bool
 	qRunning, lbRun  bool
-	closers          []func() // undo New, last first
+	closers          []func()       // undo New, last first
+	podExits         sync.WaitGroup // pod exits being recorded (runtime.go)
 }
 
 // Addr is the API's address (the port chosen when Addr ends in ":0").
@@ -193,6 +199,11 @@ func (a *App) Start(ctx context.Context) error {
 			return fmt.Errorf("start the container runtime: %w", err)
 		}
 	}
+	if a.cfg.BeforeServe != nil {
+		if err := a.cfg.BeforeServe(ctx, a); err != nil {
+			return err
+		}
+	}
 	if a.workerLn != nil {
 		a.log.Info("worker protocol for containers", "addr", a.workerLn.Addr().String())
 		go a.serve(a.workerSrv, a.workerLn)
@@ -227,6 +238,7 @@ func (a *App) Stop(ctx context.Context) error {
 	var errs []error
 	if a.sup != nil {
 		a.sup.Stop()
+		a.podExits.Wait()
 		if a.cfg.RemoveContainersOnStop {
 			errs = append(errs, a.removeContainers(ctx))
 		}

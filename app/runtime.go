@@ -150,6 +150,22 @@ func (a *App) newSupervisor(log *slog.Logger, base string) error {
 			log.Error("usage record", "err", err)
 		}
 	}
+	// A pod container's own end reaches its record (mgmt, made once the
+	// runtime exists; events come only after Start). mgmt waits for any
+	// action under way on the pod, and the runtime calls with the pod's
+	// lock held: hence a goroutine.
+	rc.OnPodExit = func(e runtime.PodExit) {
+		if e.Requested {
+			return // the action that stopped it records the pod's state
+		}
+		a.podExits.Add(1)
+		go func() {
+			defer a.podExits.Done()
+			if err := a.mg.PodExited(context.Background(), e.ID, mgmt.PodExit{ExitCode: e.ExitCode, OOMKilled: e.OOMKilled, Reason: e.Reason(), At: e.FinishedAt}); err != nil {
+				log.Error("record pod exit", "pod", e.ID, "err", err)
+			}
+		}()
+	}
 	var err error
 	a.sup, err = runtime.New(rc)
 	return err
@@ -219,7 +235,7 @@ func podErr(err error) error {
 // memory limit on Berth: it can use the host's memory, which is what its
 // memoryInGb shows (RunPod's is the pod's RAM).
 func podState(st runtime.PodState) mgmt.PodState {
-	out := mgmt.PodState{PortMappings: st.PortMappings, PublicIP: st.PublicIP, StartedAt: st.StartedAt, MemoryInGb: hostMemoryGB()}
+	out := mgmt.PodState{PortMappings: st.PortMappings, PublicIP: st.PublicIP, StartedAt: st.StartedAt, MemoryInGb: hostMemoryGB(), Warnings: st.Warnings}
 	if st.GPUCount > 0 {
 		out.GPU = &store.PodGPU{ID: st.GPUTypeID, Count: st.GPUCount, DisplayName: st.GPUTypeID, UUIDs: st.GPUs}
 	}
@@ -266,3 +282,12 @@ var hostMemoryGB = sync.OnceValue(func() float64 {
 	}
 	return 0
 })
+
+// PodRunning implements mgmt.PodChecker.
+func (p podRuntime) PodRunning(ctx context.Context, id string) (bool, error) {
+	st, err := p.s.PodState(ctx, id)
+	if errors.Is(err, runtime.ErrUnknownPod) {
+		return false, nil
+	}
+	return st.DesiredStatus == runtime.PodRunning, err
+}

@@ -193,6 +193,12 @@ func serveCommand(a *app) *cobra.Command {
 		}
 		return def
 	}
+	envBool := func(name string, def bool) bool {
+		if b, err := strconv.ParseBool(a.o.Getenv(name)); err == nil {
+			return b
+		}
+		return def
+	}
 	var o ServeOptions
 	var limits, logFormat, logLevel, webhookAllow string
 	cmd := &cobra.Command{Use: "serve", Short: "Run the Berth server", Args: exactArgs(0, "no arguments"),
@@ -257,5 +263,7 @@ default socket). Every flag has an environment variable (in brackets).`,
 	f.StringVar(&o.ServiceType, "service-type", env("BERTH_SERVICE_TYPE", "NodePort"), "kubernetes: Service type of a pod's ports: NodePort, LoadBalancer or ClusterIP [BERTH_SERVICE_TYPE]")
 	f.StringVar(&logFormat, "log-format", env("BERTH_LOG_FORMAT", "text"), "log format: text or json [BERTH_LOG_FORMAT]")
 	f.StringVar(&logLevel, "log-level", env("BERTH_LOG_LEVEL", "info"), "log level: debug, info, warn or error [BERTH_LOG_LEVEL]")
+	f.StringVar(&o.Apply, "apply", env("BERTH_APPLY", ""), "a declarative file (see `berth apply`) made true at start-up, before Berth answers its first request [BERTH_APPLY]")
+	f.BoolVar(&o.ApplyPrune, "apply-prune", envBool("BERTH_APPLY_PRUNE", false), "with --apply: delete the templates, endpoints, network volumes and registry auths the file does not name [BERTH_APPLY_PRUNE]")
 	return cmd
 }

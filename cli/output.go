@@ -24,6 +24,7 @@ func isTerminal(w io.Writer) bool {
 type printer struct {
 	w    io.Writer
 	json bool
+	ids  bool // -o id: only the "id" of each object
 }
 
 // column is one table column: a header and a dotted path into the object
@@ -46,6 +47,14 @@ func (p *printer) JSON(v any) error {
 
 // List prints a list of objects: JSON as is, or a table with cols.
 func (p *printer) List(items []any, cols []column) error {
+	if p.ids {
+		for _, it := range items {
+			if err := p.Object(it); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
 	if p.json {
 		if items == nil {
 			items = []any{}
@@ -73,6 +82,14 @@ func (p *printer) List(items []any, cols []column) error {
 // top-level field (nested values as compact JSON).
 func (p *printer) Object(v any) error {
 	obj, ok := v.(map[string]any)
+	if p.ids {
+		id, _ := obj["id"].(string)
+		if id == "" {
+			return fmt.Errorf("-o id: the answer has no id")
+		}
+		_, err := fmt.Fprintln(p.w, id)
+		return err
+	}
 	if p.json || !ok {
 		return p.JSON(v)
 	}

@@ -44,8 +44,7 @@ func resources() []resource {
 		{noun: "template", plural: "templates", aliases: []string{"templates", "tpl"}, path: "/v1/templates",
 			create: reflect.TypeFor[v1input.TemplateInput](), update: reflect.TypeFor[v1input.TemplateInput](),
 			cols: []column{{header: "ID", path: "id"}, {header: "NAME", path: "name"}, {header: "IMAGE", path: "imageName"},
-				{header: "SERVERLESS", path: "isServerless"}, {header: "CREATED", path: "createdAt"}},
-			getQuery: map[string]string{"all": "includeEndpointBoundTemplates"}},
+				{header: "SERVERLESS", path: "isServerless"}, {header: "ENDPOINTS", fn: boundTo}, {header: "CREATED", path: "createdAt"}}},
 		{noun: "endpoint", plural: "endpoints", aliases: []string{"endpoints", "ep"}, path: "/v1/endpoints",
 			create: reflect.TypeFor[v1input.EndpointInput](), update: reflect.TypeFor[v1input.EndpointInput](),
 			cols: []column{{header: "ID", path: "id"}, {header: "NAME", path: "name"}, {header: "TEMPLATE", path: "templateId"},
@@ -79,23 +78,43 @@ func resourceCommands(a *app) []*cobra.Command {
 func (r resource) command(a *app) *cobra.Command {
 	cmd := &cobra.Command{Use: r.noun, Aliases: r.aliases, Short: "Manage " + r.plural, RunE: unknownVerb}
 	one := strings.ToUpper(r.noun) + "_ID"
+	getArg := one + "|NAME"
 
 	var listQuery map[string]*bool
 	list := &cobra.Command{Use: "list", Aliases: []string{"ls"}, Short: "List " + r.plural, Args: exactArgs(0, "no arguments"),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			var items []any
-			if err := a.client().Do(cmd.Context(), http.MethodGet, r.path+query(listQuery), nil, &items); err != nil {
+			path := r.path + query(listQuery)
+			if r.noun == "template" {
+				// Berth's own CLI lists every template, those an endpoint
+				// holds too (the v1 list hides them by RunPod's rule).
+				path = r.path + "?includeEndpointBoundTemplates=true"
+			}
+			if err := a.client().Do(cmd.Context(), http.MethodGet, path, nil, &items); err != nil {
 				return err
+			}
+			if r.noun == "template" {
+				if err := a.markBound(cmd.Context(), items); err != nil {
+					return err
+				}
 			}
 			return a.printer().List(items, r.cols)
 		}}
 	listQuery = boolQueryFlags(list.Flags(), r.getQuery)
 
 	var getQuery map[string]*bool
-	get := &cobra.Command{Use: "get " + one, Short: "Show one " + r.noun, Args: exactArgs(1, one),
+	get := &cobra.Command{Use: "get " + getArg, Short: "Show one " + r.noun + " (by id, or by its name when no record has that id)", Args: exactArgs(1, getArg),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			var obj any
-			if err := a.client().Do(cmd.Context(), http.MethodGet, r.path+"/"+url.PathEscape(args[0])+query(getQuery), nil, &obj); err != nil {
+			err := a.client().Do(cmd.Context(), http.MethodGet, r.path+"/"+url.PathEscape(args[0])+query(getQuery), nil, &obj)
+			if ExitCode(err) == ExitNotFound {
+				// Not an id: a name (unique among the records).
+				var id string
+				if id, err = a.idByName(cmd.Context(), r, args[0], err); err == nil {
+					err = a.client().Do(cmd.Context(), http.MethodGet, r.path+"/"+url.PathEscape(id)+query(getQuery), nil, &obj)
+				}
+			}
+			if err != nil {
 				return err
 			}
 			return a.printer().Object(obj)
@@ -127,6 +146,33 @@ func (r resource) command(a *app) *cobra.Command {
 		cmd.AddCommand(podCommands(a)...)
 	}
 	return cmd
+}
+
+// idByName finds the one record of r named name (notFound is the error to
+// return when none is).
+func (a *app) idByName(ctx context.Context, r resource, name string, notFound error) (string, error) {
+	path := r.path
+	if r.noun == "template" {
+		path += "?includeEndpointBoundTemplates=true"
+	}
+	var items []map[string]any
+	if err := a.client().Do(ctx, http.MethodGet, path, nil, &items); err != nil {
+		return "", err
+	}
+	var ids []string
+	for _, it := range items {
+		if it["name"] == name {
+			id, _ := it["id"].(string)
+			ids = append(ids, id)
+		}
+	}
+	switch len(ids) {
+	case 0:
+		return "", notFound
+	case 1:
+		return ids[0], nil
+	}
+	return "", &exitError{ExitConflict, fmt.Errorf("%d %s are named %q (%s): give the id", len(ids), r.plural, name, strings.Join(ids, ", "))}
 }
 
 // unknownVerb is a noun's own action: help when bare, exit 2 for a verb
@@ -374,4 +420,42 @@ func (in *inputFlags) body(cmd *cobra.Command, file string, stdin io.Reader) (ma
 		}
 	}
 	return body, nil
+}
+
+// markBound adds "endpoints" to each template: the endpoints using it, as
+// {"id", "name"} (Berth's CLI only; the API's templates have no such field).
+func (a *app) markBound(ctx context.Context, templates []any) error {
+	var eps []map[string]any
+	if err := a.client().Do(ctx, http.MethodGet, "/v1/endpoints", nil, &eps); err != nil {
+		return err
+	}
+	for _, t := range templates {
+		tm, ok := t.(map[string]any)
+		if !ok {
+			continue
+		}
+		bound := []any{}
+		for _, e := range eps {
+			if e["templateId"] == tm["id"] {
+				bound = append(bound, map[string]any{"id": e["id"], "name": e["name"]})
+			}
+		}
+		tm["endpoints"] = bound
+	}
+	return nil
+}
+
+// boundTo is a template's ENDPOINTS cell: "name (id)" of each endpoint
+// using it, "-" for none.
+func boundTo(obj map[string]any) string {
+	list, _ := obj["endpoints"].([]any)
+	if len(list) == 0 {
+		return "-"
+	}
+	var out []string
+	for _, e := range list {
+		em, _ := e.(map[string]any)
+		out = append(out, fmt.Sprintf("%v (%v)", em["name"], em["id"]))
+	}
+	return strings.Join(out, ", ")
 }

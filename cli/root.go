@@ -143,7 +143,7 @@ func (a *app) client() *Client {
 // on a terminal, JSON otherwise (so `berth … | jq` works without a flag).
 func (a *app) printer() *printer {
 	js := a.asJSON || a.output == "json" || (a.output == "auto" && !a.o.IsTerminal(a.o.Stdout))
-	return &printer{w: a.o.Stdout, json: js}
+	return &printer{w: a.o.Stdout, json: js && a.output != "id", ids: a.output == "id"}
 }
 
 // progress is where spinners and progress lines go: stderr, animated only
@@ -183,19 +183,19 @@ unreachable.`,
 	}
 	pf := root.PersistentFlags()
 	pf.StringVar(&a.url, "url", url, "Berth's address (env BERTH_URL)")
-	pf.StringVarP(&a.output, "output", "o", "auto", "output format: auto (table on a terminal, else JSON), table or json")
+	pf.StringVarP(&a.output, "output", "o", "auto", "output format: auto (table on a terminal, else JSON), table, json, or id (only the id of each record, one a line: ID=$(berth endpoint get NAME -o id))")
 	pf.BoolVar(&a.asJSON, "json", false, "print JSON (same as -o json)")
 	root.PersistentPreRunE = func(cmd *cobra.Command, _ []string) error {
 		switch a.output {
-		case "auto", "table", "json":
+		case "auto", "table", "json", "id":
 			return nil
 		}
-		return usageErr("--output must be auto, table or json, got %q", a.output)
+		return usageErr("--output must be auto, table, json or id, got %q", a.output)
 	}
 
 	root.AddGroup(&cobra.Group{ID: "jobs", Title: "Jobs:"}, &cobra.Group{ID: "manage", Title: "Management:"},
 		&cobra.Group{ID: "host", Title: "This host:"})
-	for _, c := range resourceCommands(a) {
+	for _, c := range append(resourceCommands(a), applyCommand(a)) {
 		c.GroupID = "manage"
 		root.AddCommand(c)
 	}
@@ -226,6 +226,11 @@ type ServeOptions struct {
 	// available (0: never). See docs/flashboot.md.
 	FlashMaxFrozen time.Duration
 	FlashMinMemMiB int
+	// Apply is a declarative file (package apply) made true once Berth
+	// runs, before it reports ready; ApplyPrune deletes what it does not
+	// name.
+	Apply      string
+	ApplyPrune bool
 	// Runtime is where workers and pods run: "docker" or "kubernetes".
 	// The others are the Kubernetes runtime's: the kubeconfig file ("":
 	// in-cluster, else the default loading rules), the namespace ("": the

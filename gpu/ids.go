@@ -151,6 +151,9 @@ func CheckID(id string) (warning string, err error) {
 		}
 		return "", nil
 	}
+	if strings.EqualFold(name, "CPU") {
+		return fmt.Sprintf("%q is not a GPU type: it matches no GPU; a CPU endpoint or pod is computeType CPU (REST) or instanceIds (GraphQL)", name), nil
+	}
 	if _, ok := LookupModel(name); !ok {
 		return fmt.Sprintf("GPU type %q is not one Berth knows; it matches only a local GPU of that exact name", name), nil
 	}

@@ -11,7 +11,10 @@ import (
 )
 
 // The documents runpodctl sends (testdata/runpodctl), with the variables
-// objects it builds: {"query", "variables"}, Bearer key.
+// objects it builds: {"query", "variables"}, Bearer key. They are runpodctl
+// 2e2df89's (v2.0.0-beta.1): testdata/clients.json records it and the
+// source file of each, and TestFixturesMatchClients finds each verbatim
+// there in ../shared/thirdparty.
 
 type J = map[string]any
 

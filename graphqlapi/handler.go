@@ -104,6 +104,10 @@ func New(cfg Config) (*Handler, error) {
 	return &Handler{schema: s, log: cfg.Logger, limits: cfg.Limits, shape: shape, timeout: cfg.Timeout}, nil
 }
 
+// Validate checks a document against the schema without running it (the
+// errors a request with it would get before any resolver ran).
+func (h *Handler) Validate(doc string) []*gqlerrors.QueryError { return h.schema.Validate(doc) }
+
 // request is a GraphQL-over-HTTP request body.
 type request struct {
 	Query         string         `json:"query"`
@@ -116,6 +120,8 @@ type request struct {
 type response struct {
 	Data   json.RawMessage         `json:"data"`
 	Errors []*gqlerrors.QueryError `json:"errors,omitempty"`
+	// Extensions holds "warnings" (warnings.go).
+	Extensions map[string]any `json:"extensions,omitempty"`
 }
 
 // ServeHTTP runs one request. GraphQL errors (syntax, validation, a
@@ -168,9 +174,16 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		ctx, stop = context.WithTimeoutCause(ctx, h.timeout, errTimeout)
 		defer stop()
 	}
+	ctx, warnings := withWarnings(ctx)
 	budget := &resolveBudget{max: int64(h.limits.Resolved), cancel: cancel}
 	res := h.schema.Exec(context.WithValue(ctx, budgetKey{}, budget), req.Query, req.OperationName, req.Variables)
 	out := response{Data: res.Data, Errors: res.Errors}
+	if ws := warnings.all(); len(ws) > 0 {
+		out.Extensions = map[string]any{"warnings": ws}
+		for _, w := range ws {
+			h.log.WarnContext(ctx, "graphql: accepted with a warning", "warning", w)
+		}
+	}
 	switch cause := context.Cause(ctx); {
 	case r.Context().Err() != nil:
 		return // nobody to answer
@@ -195,21 +208,13 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // errTimeout is the cause of a request stopped by Config.Timeout.
 var errTimeout = errors.New("graphql request timeout")
 
-// refusedFields are RunPod operations the schema leaves out on purpose:
-// asked for, they answer why instead of graphql-go's "Cannot query field".
+// refusedFields are RunPod operations the schema leaves out on purpose
+// (the Hub and the model repository are declared in the schema and refused
+// by their resolvers, refused.go): asked for, they answer why instead of
+// graphql-go's "Cannot query field".
 var refusedFields = map[string]string{
-	"myModels":                 "model repositories: Berth has none; put the model in the image or on a network volume",
-	"myModel":                  "model repositories: Berth has none; put the model in the image or on a network volume",
-	"addModelToRepo":           "model repositories: Berth has none; put the model in the image or on a network volume",
-	"removeModelFromRepo":      "model repositories: Berth has none; put the model in the image or on a network volume",
-	"createModelRepoUpload":    "model repositories: Berth has none; put the model in the image or on a network volume",
-	"completeModelRepoUpload":  "model repositories: Berth has none; put the model in the image or on a network volume",
-	"updateModelVersionStatus": "model repositories: Berth has none; put the model in the image or on a network volume",
-	"listings":                 "the RunPod Hub is not available on Berth; create a template with the image and an endpoint from it",
-	"listing":                  "the RunPod Hub is not available on Berth; create a template with the image and an endpoint from it",
-	"listingFromRepo":          "the RunPod Hub is not available on Berth; create a template with the image and an endpoint from it",
-	"secretCreate":             "secrets: Berth keeps none; put the value in the template's or endpoint's env",
-	"secretDelete":             "secrets: Berth keeps none; put the value in the template's or endpoint's env",
+	"secretCreate": "secrets: Berth keeps none; put the value in the template's or endpoint's env",
+	"secretDelete": "secrets: Berth keeps none; put the value in the template's or endpoint's env",
 }
 
 var unknownRootRe = regexp.MustCompile(`^Cannot query field "([A-Za-z0-9_]+)" on type "(Query|Mutation)"`)

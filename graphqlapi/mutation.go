@@ -293,6 +293,7 @@ func (a *endpointInput) mgmt(create bool) (mgmt.EndpointInput, error) {
 
 // endpoint is the view of one endpoint just saved.
 func (r *resolver) endpoint(ctx context.Context, e store.Endpoint) (*endpointView, error) {
+	noteWarnings(ctx, "endpoint "+e.ID, renameWarnings(e.Warnings, endpointFields))
 	sn, err := r.mg().Snapshot(ctx)
 	if err != nil {
 		return nil, wrap(err)

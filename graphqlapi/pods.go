@@ -2,6 +2,7 @@ package graphqlapi
 
 import (
 	"context"
+	"fmt"
 
 	"berth/mgmt"
 )
@@ -45,6 +46,7 @@ type podDeployInput struct {
 	TerminateAfter          *string
 	BidPerGpu               *float64
 	Compliance              *[]string
+	DeployCost              *float64
 }
 
 // cpuDeployInput is deployCpuPodInput: the same Go fields, minus the GPU
@@ -209,11 +211,25 @@ func (r *resolver) deployPod(ctx context.Context, a *podDeployInput, cpu bool) (
 	if err != nil {
 		return nil, err
 	}
+	if a.DeployCost != nil && *a.DeployCost <= 0 {
+		return nil, invalid("deployCost", "deployCost must be a positive price per hour, got %g", *a.DeployCost)
+	}
 	p, err := r.mg().CreatePod(ctx, in)
 	if err != nil {
 		return nil, wrap(err)
 	}
-	return r.podView(p, r.mg().PricesOrZero()), nil
+	prices := r.mg().PricesOrZero()
+	if cost := prices.PodHourly(p); a.DeployCost != nil && cost > *a.DeployCost {
+		// RunPod finds no machine under the ceiling; this host is the
+		// only machine, and its price is known once the GPUs are chosen.
+		if err := r.mg().DeletePod(ctx, p.ID); err != nil {
+			return nil, wrap(err)
+		}
+		return nil, wrap(&mgmt.Error{Kind: mgmt.Conflict, Field: "deployCost",
+			Msg: fmt.Sprintf("deployCost: this host's price for the pod is $%.4g/hr (prices.json), above the ceiling of $%.4g/hr; the pod was not created", cost, *a.DeployCost)})
+	}
+	noteWarnings(ctx, "pod "+p.ID, renameWarnings(p.Warnings, podFields))
+	return r.podView(p, prices), nil
 }
 
 func (r *resolver) PodFindAndDeployOnDemand(ctx context.Context, args struct{ Input *podDeployInput }) (*podView, error) {
@@ -231,6 +247,9 @@ func (r *resolver) podAction(ctx context.Context, id, action string) (*podView, 
 	p, err := r.mg().DoPodAction(ctx, id, action)
 	if err != nil {
 		return nil, wrap(err)
+	}
+	if action != "stop" {
+		noteWarnings(ctx, "pod "+p.ID, renameWarnings(p.Warnings, podFields))
 	}
 	return r.podView(p, r.mg().PricesOrZero()), nil
 }

@@ -228,6 +228,7 @@ func (v endpointView) Env() []envVar               { return envList(v.e.Env) }
 func (v endpointView) Version() int32              { return i32(v.e.Version) }
 func (v endpointView) CreatedAt() string           { return v.e.CreatedAt.UTC().Format(time.RFC3339) }
 func (v endpointView) AiKey() *string              { return nil }
+func (v endpointView) Warnings() []string          { return renameWarnings(v.e.Warnings, endpointFields) }
 func (v endpointView) ModelReferences() []string   { return []string{} }
 func (v endpointView) FlashBootType() string {
 	if v.e.Flashboot {
@@ -346,6 +347,24 @@ func (v podView) TemplateId() *string        { return emptyNil(v.p.TemplateID) }
 func (v podView) NetworkVolumeId() *string   { return emptyNil(v.p.NetworkVolumeID) }
 func (v podView) Locked() bool               { return v.p.Locked }
 func (v podView) Interruptible() bool        { return v.p.Interruptible }
+func (v podView) Warnings() []string         { return renameWarnings(v.p.Warnings, podFields) }
+
+// LastExit is how the container last ended on its own (Berth).
+func (v podView) LastExit() *podExitView {
+	if v.p.LastExit == nil {
+		return nil
+	}
+	e := v.p.LastExit
+	return &podExitView{ExitCode: i32(e.ExitCode), Reason: e.Reason, OomKilled: e.OOMKilled, At: e.At.UTC().Format(time.RFC3339)}
+}
+
+type podExitView struct {
+	ExitCode  int32
+	Reason    string
+	OomKilled bool
+	At        string
+}
+
 func (v podView) ContainerRegistryAuthId() *string {
 	return emptyNil(v.p.ContainerRegistryAuthID)
 }
@@ -372,7 +391,7 @@ func (v podView) UptimeSeconds() int32 {
 // Machine is this host.
 func (v podView) Machine() podMachine {
 	host, _ := os.Hostname()
-	m := podMachine{PodHostId: v.p.ID, Location: "local (" + host + ")", DataCenterId: mgmt.DataCenterID,
+	m := podMachine{PodHostId: v.p.ID, Location: "local (" + host + ")", DataCenterId: mgmt.PodDataCenter(v.p),
 		SecureCloud: true, CpuCount: i32(runtime.NumCPU())}
 	if v.p.GPU != nil {
 		m.GpuDisplayName, m.GpuTypeId = emptyNil(v.p.GPU.DisplayName), emptyNil(v.p.GPU.ID)
@@ -419,6 +438,7 @@ type lowestPriceArgs struct {
 	Input *struct {
 		GpuCount            *int32
 		MinDisk             *int32
+		TotalDisk           *int32
 		MinMemoryInGb       *int32
 		MinVcpuCount        *int32
 		SecureCloud         *bool

@@ -387,9 +387,10 @@ func TestOpenAPIDocument(t *testing.T) {
 	if v := v1["info"].(map[string]any)["version"]; v != "test" {
 		t.Errorf("info.version = %v, want the server's version", v)
 	}
-	for _, p := range []string{"/v1/openapi.json", "/v2/openapi.json"} {
-		if code, _ := e.callWith("GET", p, nil, nil); code != http.StatusUnauthorized {
-			t.Errorf("GET %s without a key: %d, want 401", p, code)
+	// Served without a key, as RunPod serves its documents.
+	for _, p := range []string{"/v1/openapi.json", "/v2/openapi.json", "/v1/docs"} {
+		if code, _ := e.callWith("GET", p, nil, nil); code != http.StatusOK {
+			t.Errorf("GET %s without a key: %d, want 200", p, code)
 		}
 	}
 	if code, _ := e.callWith("GET", "/v1/openapi.json", nil, map[string]string{"Authorization": testKey}); code != http.StatusOK {

@@ -232,8 +232,10 @@ func (s *Server) routes() {
 
 	// REST v1 management and Berth's /v1 extensions (package v1api); the
 	// document of every route outside REST v2 (openapi.go).
-	r.Handle("/v1/openapi.json", admin("openapi", s.openapiDoc)).Methods(http.MethodGet)
-	r.Handle("/v1/docs", admin("docs", s.docsPage)).Methods(http.MethodGet)
+	// The documents are served without a key, as RunPod serves its own
+	// (generators and editors fetch them without one); they hold no data.
+	r.Handle("/v1/openapi.json", s.instrument("openapi", http.HandlerFunc(s.openapiDoc))).Methods(http.MethodGet)
+	r.Handle("/v1/docs", s.instrument("docs", http.HandlerFunc(s.docsPage))).Methods(http.MethodGet)
 	s.v1.Mount(r)
 
 	// The web dashboard: a static page without data (every datum it shows

@@ -164,6 +164,9 @@ func TestV2RoutesDoNotShadowTheJobAPI(t *testing.T) {
 func TestV2NeedsTheKey(t *testing.T) {
 	e := newValidatingServer(t)
 	for route := range e.api.V2Routes() {
+		if route == "GET /v2/openapi.json" {
+			continue // served without a key (TestOpenAPIDocument)
+		}
 		method, path, _ := strings.Cut(route, " ")
 		path = pathParamRe.ReplaceAllString(path, "x")
 		var body any

@@ -68,6 +68,24 @@ type PodState struct {
 	PublicIP     string         // address the mapped ports are reachable on
 	MachineID    string         // host name; "" keeps the record's
 	StartedAt    time.Time      // zero: now
+	// Warnings are the host's conditions of this container (no GPU on this
+	// host for a GPU pod…): they replace the pod's HostWarnings.
+	Warnings []string
+}
+
+// PodChecker is implemented by a PodRuntime that can say whether a pod's
+// container runs now; PodExited asks it before recording an exit, so a
+// late report of an old container's end does not mark a running pod.
+type PodChecker interface {
+	PodRunning(ctx context.Context, podID string) (bool, error)
+}
+
+// PodExit is how a pod's container ended on its own (the runtime's report).
+type PodExit struct {
+	ExitCode  int
+	OOMKilled bool
+	Reason    string // "exit code 1", "OOM killed (exit code 137)", "container removed"
+	At        time.Time
 }
 
 // Errors a PodRuntime wraps to choose the Kind of the answer; any other
@@ -465,7 +483,92 @@ func (s *Service) applyState(p *store.Pod, st PodState) {
 	if st.StartedAt.IsZero() {
 		p.LastStartedAt = s.now()
 	}
+	p.LastExit = nil
+	p.Warnings = slices.DeleteFunc(slices.Clone(p.Warnings), func(w string) bool { return slices.Contains(p.HostWarnings, w) })
+	p.HostWarnings = nil
+	for _, w := range st.Warnings {
+		p.HostWarnings = append(p.HostWarnings, w)
+		p.Warnings = append(p.Warnings, w)
+		s.cfg.Logger.Warn("pod runs with a warning", "pod", p.ID, "warning", w)
+	}
 }
+
+// PodDataCenter is the data centre pod p was placed in (see
+// store.Pod.DataCenterID): every surface shows this one.
+func PodDataCenter(p store.Pod) string {
+	if p.DataCenterID != "" {
+		return p.DataCenterID
+	}
+	if len(p.DataCenterIDs) > 0 {
+		return p.DataCenterIDs[0]
+	}
+	return DataCenterID
+}
+
+// placePod picks the pod's data centre: its network volume's (RunPod
+// places a pod with the volume), else the first it asked for. Every data
+// centre is this host; the id is kept so the pod reads the same on every
+// surface.
+func placePod(tx *store.Tx, p *store.Pod) {
+	p.DataCenterID = ""
+	if p.NetworkVolumeID != "" {
+		var v store.NetworkVolume
+		if tx.Get(store.Volumes, p.NetworkVolumeID, &v) == nil && v.DataCenterID != "" {
+			p.DataCenterID = v.DataCenterID
+			return
+		}
+	}
+	p.DataCenterID = PodDataCenter(*p)
+}
+
+// PodExited records that pod id's container ended on its own: a RUNNING
+// record becomes EXITED, with the exit in lastExit and lastStatusChange,
+// its ports cleared. It waits for any action under way on the pod and
+// asks the runtime (PodChecker) whether a container runs now, so an exit
+// reported during a start or restart does not mark the new container.
+// A pod already stopped, or deleted, is left as it is.
+func (s *Service) PodExited(ctx context.Context, id string, e PodExit) error {
+	unlock := s.podLocks.lock(id)
+	defer unlock()
+	if pc, ok := s.cfg.Pods.(PodChecker); ok {
+		running, err := pc.PodRunning(noCancel(ctx), id)
+		if err != nil {
+			return fmt.Errorf("pod %s: check its container: %w", id, err)
+		}
+		if running {
+			return nil
+		}
+	}
+	at := e.At.UTC()
+	if at.IsZero() {
+		at = s.now()
+	}
+	reason := e.Reason
+	if reason == "" {
+		reason = fmt.Sprintf("exit code %d", e.ExitCode)
+	}
+	err := store.UpdatePod(s.cfg.Store, id, func(p *store.Pod) error {
+		if p.DesiredStatus != store.PodRunning {
+			return errUnchanged
+		}
+		p.DesiredStatus = store.PodExited
+		p.PortMappings, p.PublicIP = nil, ""
+		p.LastExit = &store.PodExit{ExitCode: e.ExitCode, Reason: reason, OOMKilled: e.OOMKilled, At: at}
+		p.LastStatusChange = statusLine("Exited: "+reason, at)
+		p.StatusMessage = "the container exited on its own (" + reason + "); start the pod to run it again"
+		return nil
+	})
+	switch {
+	case errors.Is(err, errUnchanged), errors.Is(err, store.ErrNotFound):
+		return nil
+	case err != nil:
+		return err
+	}
+	s.cfg.Logger.Warn("pod exited", "pod", id, "reason", reason)
+	return nil
+}
+
+var errUnchanged = errors.New("unchanged")
 
 // CreatePod validates in, stores the pod and starts its container. When it
 // cannot start, nothing is left behind and the error says why.
@@ -508,7 +611,19 @@ func (s *Service) CreatePod(ctx context.Context, in PodInput) (store.Pod, error)
 		if err := injectAccess(tx, &p, ssh, jupyter); err != nil {
 			return err
 		}
-		return checkPodRefs(tx, &p)
+		if err := checkPodRefs(tx, &p); err != nil {
+			return err
+		}
+		if p.NetworkVolumeID != "" {
+			// RunPod mounts the network volume at volumeMountPath in place
+			// of the pod volume: there is none.
+			if in.VolumeInGb != nil && *in.VolumeInGb > 0 {
+				p.Warnings = append(p.Warnings, fmt.Sprintf("volumeInGb: ignored: network volume %s is mounted at %s in place of the pod volume", p.NetworkVolumeID, p.VolumeMountPath))
+			}
+			p.VolumeInGb = 0
+		}
+		placePod(tx, &p)
+		return nil
 	})
 	if err != nil {
 		return store.Pod{}, err

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"maps"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -60,7 +61,10 @@ type PodSpec struct {
 	// The size is not enforced.
 	VolumeGB        int
 	VolumeMountPath string
-	NetworkVolumeID string // mounted at /runpod-volume
+	// NetworkVolumeID is mounted at VolumeMountPath in place of the pod
+	// volume (VolumeGB is then ignored), as RunPod mounts a pod's network
+	// volume; workers get theirs at /runpod-volume.
+	NetworkVolumeID string
 	RegistryAuthID  string
 }
 
@@ -85,7 +89,40 @@ type PodState struct {
 	StartedAt     time.Time      `json:"startedAt,omitzero"`
 	FinishedAt    time.Time      `json:"finishedAt,omitzero"`
 	VolumeDir     string         `json:"volumeDir,omitempty"` // host dir of volumeInGb
-	Warning       string         `json:"warning,omitempty"`
+	// Warnings are standing conditions of the container that do not stop
+	// it (no GPU on this host, a disk size not enforced…); Warning is
+	// them joined with "; ".
+	Warning  string   `json:"warning,omitempty"`
+	Warnings []string `json:"warnings,omitempty"`
+}
+
+// PodExit says how a pod's container stopped (Config.OnPodExit).
+type PodExit struct {
+	ID string
+	// Requested: an operation stopped or removed it (StopPod, ResetPod,
+	// RemovePod…); false when the container ended on its own (its command
+	// exited, it was killed or removed behind Berth's back).
+	Requested bool
+	// Gone: the container no longer exists (no exit code).
+	Gone       bool
+	ExitCode   int
+	OOMKilled  bool
+	Error      string // the backend's reason, e.g. a failed start
+	FinishedAt time.Time
+}
+
+// Reason is a short human account of the exit: "exit code 1",
+// "OOM killed (exit code 137)", "container removed".
+func (e PodExit) Reason() string {
+	switch {
+	case e.Gone:
+		return "container removed"
+	case e.OOMKilled:
+		return fmt.Sprintf("OOM killed (exit code %d)", e.ExitCode)
+	case e.Error != "":
+		return fmt.Sprintf("exit code %d: %s", e.ExitCode, e.Error)
+	}
+	return fmt.Sprintf("exit code %d", e.ExitCode)
 }
 
 // PodRuntime runs pods as long-lived containers. *Supervisor implements it.
@@ -133,7 +170,7 @@ type podState struct {
 	gpuType    string
 	running    bool      // the instance is alive (running or pending): GPUs held
 	startedAt  time.Time // it runs since (OnRun start reported); zero while pending
-	warning    string
+	warnings   []string
 }
 
 // podLock serialises operations on one pod (and keeps reconcile out).
@@ -213,7 +250,7 @@ func (s *Supervisor) createPodLocked(ctx context.Context, spec PodSpec) (PodStat
 	var devs []gpu.Device
 	if !strings.EqualFold(spec.ComputeType, "CPU") {
 		if s.cfg.GPUs == nil || len(s.cfg.GPUs.Types()) == 0 {
-			p.warning = "no GPUs on this machine: the pod runs without a GPU"
+			p.warnings = append(p.warnings, "no GPUs on this machine: the pod runs without a GPU")
 		} else {
 			if devs, err = s.allocatePodGPUs(ctx, spec.ID, spec.GPUTypeIDs, max(spec.GPUCount, 1)); err != nil {
 				return PodState{}, err
@@ -251,19 +288,21 @@ func (s *Supervisor) createPodLocked(ctx context.Context, spec PodSpec) (PodStat
 		Ports: spec.Ports, Publish: true, GPUs: devs, ContainerDiskGB: spec.ContainerDiskGB,
 		StopGrace: s.cfg.PodStopGrace,
 	}
-	if spec.VolumeGB > 0 {
-		mp := spec.VolumeMountPath
-		if mp == "" {
-			mp = "/workspace"
-		}
-		is.Mounts = append(is.Mounts, Mount{Kind: MountPod, ID: spec.ID, SizeGB: spec.VolumeGB, Target: mp})
+	mp := spec.VolumeMountPath
+	if mp == "" {
+		mp = "/workspace"
 	}
-	if spec.NetworkVolumeID != "" {
+	switch {
+	case spec.NetworkVolumeID != "":
+		// RunPod mounts a pod's network volume at its volumeMountPath, in
+		// place of the pod volume.
 		if !s.caps.NetworkVolumes {
-			p.warning = joinNote(p.warning, "network volume "+spec.NetworkVolumeID+" is not mounted: Berth has no volume directory configured")
+			p.warnings = append(p.warnings, "network volume "+spec.NetworkVolumeID+" is not mounted: Berth has no volume directory configured")
 		} else {
-			is.Mounts = append(is.Mounts, Mount{Kind: MountNetwork, ID: spec.NetworkVolumeID, Target: "/runpod-volume"})
+			is.Mounts = append(is.Mounts, Mount{Kind: MountNetwork, ID: spec.NetworkVolumeID, Target: mp})
 		}
+	case spec.VolumeGB > 0:
+		is.Mounts = append(is.Mounts, Mount{Kind: MountPod, ID: spec.ID, SizeGB: spec.VolumeGB, Target: mp})
 	}
 	res, err := s.b.Create(ctx, is, func(msg string) {
 		s.log.Info("pod image pull", "pod", spec.ID, "image", spec.Image, "progress", msg)
@@ -292,7 +331,9 @@ func (s *Supervisor) createPodLocked(ctx context.Context, spec PodSpec) (PodStat
 		release()
 		return PodState{}, err
 	}
-	p.warning = joinNote(p.warning, res.Warning)
+	if res.Warning != "" {
+		p.warnings = append(p.warnings, res.Warning)
+	}
 	p.instanceID, p.running = res.ID, true
 	s.mu.Lock()
 	s.pods[p.id] = p
@@ -462,10 +503,10 @@ func (s *Supervisor) StopPod(ctx context.Context, id string) (PodState, error) {
 		delete(s.pods, p.id)
 		delete(s.podByInstance, p.instanceID)
 		s.mu.Unlock()
-		s.podExitedLocked(p, true)
+		s.podExitedLocked(p, true, true)
 		return PodState{ID: p.id, DesiredStatus: PodExited, PortMappings: map[string]int{}, PublicIP: s.cfg.PublicIP, GPUCount: len(p.gpus)}, nil
 	}
-	s.podExitedLocked(p, false)
+	s.podExitedLocked(p, false, true)
 	return s.podStateOf(ctx, p)
 }
 
@@ -491,7 +532,7 @@ func (s *Supervisor) RestartPod(ctx context.Context, id string) (PodState, error
 		return PodState{}, err
 	}
 	if _, err := s.b.Start(ctx, p.instanceID); err != nil {
-		s.podExitedLocked(p, false)
+		s.podExitedLocked(p, false, true)
 		return PodState{}, err
 	}
 	return s.podStateOf(ctx, p)
@@ -538,7 +579,7 @@ func (s *Supervisor) removePodContainer(ctx context.Context, p *podState) error 
 	if err := s.b.Remove(ctx, p.instanceID); err != nil {
 		return err
 	}
-	s.podExitedLocked(p, true)
+	s.podExitedLocked(p, true, true)
 	s.mu.Lock()
 	delete(s.pods, p.id)
 	delete(s.podByInstance, p.instanceID)
@@ -563,8 +604,9 @@ func (s *Supervisor) podRuns(p *podState, t time.Time) {
 // podExitedLocked records that the pod's container is not running (the
 // caller holds the pod's lock): GPUs freed, usage closed, owner told. With
 // gone the container no longer exists.
-func (s *Supervisor) podExitedLocked(p *podState, gone bool) {
+func (s *Supervisor) podExitedLocked(p *podState, gone, requested bool) {
 	end := s.clock.Now()
+	exit := PodExit{ID: p.id, Requested: requested, Gone: gone}
 	if !gone {
 		info, err := s.b.Inspect(s.ctx, p.instanceID)
 		if err == nil && info.Alive() {
@@ -573,7 +615,13 @@ func (s *Supervisor) podExitedLocked(p *podState, gone bool) {
 		if err == nil && !info.FinishedAt.IsZero() {
 			end = info.FinishedAt
 		}
+		if err == nil {
+			exit.ExitCode, exit.OOMKilled, exit.Error = info.ExitCode, info.OOMKilled, info.Error
+		} else if IsNotFound(err) {
+			exit.Gone = true
+		}
 	}
+	exit.FinishedAt = end
 	s.mu.Lock()
 	was := p.running
 	p.running = false
@@ -584,12 +632,16 @@ func (s *Supervisor) podExitedLocked(p *podState, gone bool) {
 	if !was {
 		return
 	}
-	s.log.Info("pod stopped", "pod", p.id, "container", shortID(p.instanceID))
+	if requested {
+		s.log.Info("pod stopped", "pod", p.id, "container", shortID(p.instanceID))
+	} else {
+		s.log.Warn("pod container ended", "pod", p.id, "container", shortID(p.instanceID), "reason", exit.Reason())
+	}
 	if s.cfg.OnRun != nil && !start.IsZero() {
 		s.cfg.OnRun(KindPod, p.id, "", p.gpuType, len(p.gpus), start, end)
 	}
 	if s.cfg.OnPodExit != nil {
-		s.cfg.OnPodExit(p.id)
+		s.cfg.OnPodExit(exit)
 	}
 }
 
@@ -610,7 +662,7 @@ func (s *Supervisor) podExited(p *podState, instanceID string) {
 	current := s.pods[p.id] == p && p.instanceID == instanceID
 	s.mu.Unlock()
 	if current {
-		s.podExitedLocked(p, false)
+		s.podExitedLocked(p, false, false)
 	}
 }
 
@@ -629,7 +681,7 @@ func (s *Supervisor) podVanished(p *podState) {
 	}
 	s.mu.Unlock()
 	if current {
-		s.podExitedLocked(p, true)
+		s.podExitedLocked(p, true, false)
 	}
 }
 
@@ -669,7 +721,8 @@ func (s *Supervisor) resyncPod(ctx context.Context, info Instance) {
 		_ = s.b.Remove(ctx, info.ID)
 		return
 	}
-	if p == nil {
+	found := p == nil
+	if found {
 		p = &podState{id: id, instanceID: info.ID, gpus: info.GPUs}
 		p.version, _ = strconv.Atoi(info.Labels[LabelVersion])
 		s.pods[id] = p
@@ -698,7 +751,12 @@ func (s *Supervisor) resyncPod(ctx context.Context, info Instance) {
 		}
 	}
 	if missed {
-		s.podExitedLocked(p, false)
+		s.podExitedLocked(p, false, false)
+	}
+	if found && !info.Alive() && s.cfg.OnPodExit != nil {
+		// Stopped while Berth was down (or before it first looked): the
+		// record may still say RUNNING.
+		s.cfg.OnPodExit(PodExit{ID: id, ExitCode: info.ExitCode, OOMKilled: info.OOMKilled, Error: info.Error, FinishedAt: info.FinishedAt})
 	}
 }
 
@@ -762,7 +820,8 @@ func (s *Supervisor) podStateFrom(p *podState, info Instance) PodState {
 		VolumeDir: info.VolumeDir,
 	}
 	s.mu.Lock()
-	st.Warning = p.warning
+	st.Warnings = slices.Clone(p.warnings)
+	st.Warning = strings.Join(p.warnings, "; ")
 	s.mu.Unlock()
 	st.GPUTypeID = s.gpuTypeOf(st.GPUs)
 	st.Version, _ = strconv.Atoi(info.Labels[LabelVersion])

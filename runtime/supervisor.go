@@ -61,9 +61,12 @@ type Config struct {
 	// it pod containers are never removed by reconcile.
 	PodExists func(podID string) (bool, error)
 	// OnPodExit is told when a pod's container stops for any reason
-	// (stop, crash, daemon restart), so the pod record can follow. Optional;
-	// called from a goroutine of the Supervisor, it must not block long.
-	OnPodExit func(podID string)
+	// (stop, crash, daemon restart, found stopped at start-up), so the pod
+	// record can follow; PodExit.Requested tells an operation's stop from
+	// the container's own end. Optional; called with the pod's lock held,
+	// so it must not block long nor call back into the Supervisor for
+	// that pod (hand the work to a goroutine).
+	OnPodExit func(PodExit)
 
 	// OnRun records usage: called when a worker or pod container starts or
 	// is adopted after a restart (end is zero; adoption passes the

@@ -84,8 +84,29 @@ type Pod struct {
 	// empty when it did.
 	StatusMessage string    `json:"statusMessage,omitempty"`
 	CreatedAt     time.Time `json:"createdAt"`
-	// Warnings (Berth) name ids accepted but unknown to Berth.
+	// Warnings (Berth) name ids accepted but unknown to Berth, and the
+	// host's conditions of the running container (HostWarnings).
 	Warnings []string `json:"warnings,omitempty"`
+	// HostWarnings (Berth) are the warnings the runtime gave at the
+	// container's last start (no GPU on this host for a GPU pod, a disk
+	// size not enforced…), also in Warnings; replaced at each start.
+	HostWarnings []string `json:"hostWarnings,omitempty"`
+	// DataCenterID (Berth) is the data centre the pod was placed in: its
+	// network volume's, else the first of DataCenterIDs, else this host's
+	// (mgmt.PodDataCenter reads it, with that fallback for older records).
+	DataCenterID string `json:"dataCenterId,omitempty"`
+	// LastExit (Berth) is how the pod's container last ended on its own
+	// (its command exited, it was OOM-killed or removed behind Berth's
+	// back); cleared when the pod is started again.
+	LastExit *PodExit `json:"lastExit,omitempty"`
+}
+
+// PodExit is how a pod's container ended.
+type PodExit struct {
+	ExitCode  int       `json:"exitCode"`
+	Reason    string    `json:"reason"` // "exit code 1", "OOM killed (exit code 137)", "container removed"
+	OOMKilled bool      `json:"oomKilled,omitempty"`
+	At        time.Time `json:"at"`
 }
 
 // NetworkVolume is persistent storage shared by pods and workers: a

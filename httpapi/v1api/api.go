@@ -155,6 +155,7 @@ func (a *API) Mount(r *mux.Router) {
 	route(get, "/endpoints/{endpointId}/jobs", "endpoints.jobs", a.listJobs)
 	route(get, "/endpoints/{endpointId}/jobs/{jobId}", "endpoints.job", a.getJob)
 	route(get, "/endpoints/{endpointId}/queue", "endpoints.queue", a.getQueue)
+	route(post, "/apply", "apply", a.applyFile) // apply.go
 }
 
 func (a *API) auth(h http.HandlerFunc) http.HandlerFunc {

@@ -56,7 +56,7 @@ func (a *API) viewPod(p store.Pod, flags map[string]bool, refs podRefs, prices m
 	v.CostPerHr = prices.PodHourly(p)
 	v.AdjustedCostPerHr = v.CostPerHr
 	if flags["includeMachine"] {
-		m := &machineView{DataCenterID: mgmt.DataCenterID, Location: "local", CPUCount: goruntime.NumCPU(), SecureCloud: true, SupportPublicIP: true}
+		m := &machineView{DataCenterID: mgmt.PodDataCenter(p), Location: "local", CPUCount: goruntime.NumCPU(), SecureCloud: true, SupportPublicIP: true}
 		if p.GPU != nil {
 			m.GPUTypeID, m.GPUDisplayName = p.GPU.ID, p.GPU.DisplayName
 		}

@@ -169,7 +169,12 @@ func (a *API) Mount(r *mux.Router) {
 	}
 	sub := r.MatcherFunc(func(req *http.Request, _ *mux.RouteMatch) bool { return tops[topSegment(req.URL.Path)] }).Subrouter()
 	for _, rt := range a.routes() {
-		sub.Handle(rt.path, a.cfg.Instrument("v2."+rt.id, a.auth(a.checkParams(rt.h)))).Methods(rt.method).Name(rt.id)
+		h := a.auth(a.checkParams(rt.h))
+		if rt.id == "getOpenAPI" {
+			// Served without a key, as RunPod serves its documents.
+			h = a.checkParams(rt.h)
+		}
+		sub.Handle(rt.path, a.cfg.Instrument("v2."+rt.id, h)).Methods(rt.method).Name(rt.id)
 	}
 }
 

@@ -49,6 +49,8 @@ type Pod struct {
 	// but unknown here.
 	StatusMessage string   `json:"statusMessage,omitempty"`
 	Warnings      []string `json:"warnings,omitempty"`
+	// Berth: how the container last ended on its own (status EXITED).
+	LastExit *store.PodExit `json:"lastExit,omitempty"`
 }
 
 // Mounts is v2's Mounts: the pod volume or one network volume.
@@ -105,7 +107,7 @@ func (a *API) viewPod(p store.Pod, prices mgmt.Prices) Pod {
 		ID: p.ID, Name: p.Name, Status: p.DesiredStatus, Image: p.ImageName, Args: joinArgs(p.DockerStartCmd),
 		Disk: p.ContainerDiskInGb, Ports: nonNil(p.Ports), Env: p.Env, Cloud: p.CloudType, Locked: p.Locked,
 		GlobalNetworking: GlobalNetworking{Enabled: p.GlobalNetworking}, CreatedAt: p.CreatedAt,
-		StatusMessage: p.StatusMessage, Warnings: p.Warnings, DataCenterID: ptr(mgmt.DataCenterID),
+		StatusMessage: p.StatusMessage, Warnings: p.Warnings, DataCenterID: ptr(mgmt.PodDataCenter(p)), LastExit: p.LastExit,
 	}
 	if v.Env == nil {
 		v.Env = map[string]string{}

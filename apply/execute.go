@@ -1,0 +1,199 @@
+package apply
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+
+	"berth/mgmt"
+	"berth/v1input"
+)
+
+// Result is what Apply did: every action (created records with their new
+// ids) and the id of every record the file names, by kind and name.
+type Result struct {
+	Actions []Action                     `json:"actions"`
+	IDs     map[string]map[string]string `json:"ids"` // "templates" → name → id
+	DryRun  bool                         `json:"dryRun,omitempty"`
+}
+
+// idKeys are Result.IDs' keys by kind (the file's own names).
+var idKeys = map[string]string{KindRegistryAuth: "registryAuths", KindVolume: "networkVolumes", KindTemplate: "templates", KindEndpoint: "endpoints"}
+
+// Apply plans f against m's records and, unless dryRun, executes the plan.
+// On an error the actions before it have been done (applying again
+// converges) and the Result says which.
+func Apply(ctx context.Context, m *mgmt.Service, f File, prune, dryRun bool) (Result, error) {
+	sn, err := m.Snapshot(ctx)
+	if err != nil {
+		return Result{}, err
+	}
+	actions, err := Plan(f, StateOf(sn), prune)
+	if err != nil {
+		return Result{}, PlanError{err}
+	}
+	if dryRun {
+		return result(actions, true), nil
+	}
+	done, err := Execute(ctx, m, actions)
+	return result(done, false), err
+}
+
+func result(actions []Action, dry bool) Result {
+	r := Result{Actions: actions, IDs: map[string]map[string]string{}, DryRun: dry}
+	for _, k := range idKeys {
+		r.IDs[k] = map[string]string{}
+	}
+	for _, a := range actions {
+		if a.Op != OpDelete && a.ID != "" {
+			r.IDs[idKeys[a.Kind]][a.Name] = a.ID
+		}
+	}
+	return r
+}
+
+// PlanError is a file the server's records make impossible to plan: a
+// name two records have, a reference to nothing.
+type PlanError struct{ Err error }
+
+func (e PlanError) Error() string { return e.Err.Error() }
+func (e PlanError) Unwrap() error { return e.Err }
+
+// Execute carries out actions in order through m; references to records
+// the plan creates are replaced by their new ids. It stops at the first
+// error, returning the actions done.
+func Execute(ctx context.Context, m *mgmt.Service, actions []Action) ([]Action, error) {
+	created := map[string]string{} // newRef → id
+	var done []Action
+	for _, a := range actions {
+		fields := resolve(a.fields, created).(map[string]any)
+		var id string
+		var err error
+		switch a.Op {
+		case OpUnchanged:
+			done = append(done, a)
+			continue
+		case OpCreate, OpUpdate:
+			id, err = save(ctx, m, a, fields)
+		case OpDelete:
+			err = remove(ctx, m, a)
+		}
+		if err != nil {
+			return done, fmt.Errorf("%s %s %s: %w", a.Op, a.Kind, a.Name, err)
+		}
+		if a.Op == OpCreate {
+			a.ID = id
+			created[newRef(a.Kind, a.Name)] = id
+		}
+		done = append(done, a)
+	}
+	return done, nil
+}
+
+// resolve replaces newRef strings in v by the ids made.
+func resolve(v any, created map[string]string) any {
+	switch v := v.(type) {
+	case nil:
+		return map[string]any{}
+	case string:
+		if strings.HasPrefix(v, "(new ") {
+			if id, ok := created[v]; ok {
+				return id
+			}
+		}
+		return v
+	case []any:
+		out := make([]any, len(v))
+		for i := range v {
+			out[i] = resolve(v[i], created)
+		}
+		return out
+	case map[string]any:
+		out := make(map[string]any, len(v))
+		for k, x := range v {
+			out[k] = resolve(x, created)
+		}
+		return out
+	}
+	return v
+}
+
+// into decodes REST v1 fields into a v1input body.
+func into[T any](fields map[string]any) (T, error) {
+	var v T
+	b, err := json.Marshal(fields)
+	if err != nil {
+		return v, err
+	}
+	err = json.Unmarshal(b, &v)
+	return v, err
+}
+
+func save(ctx context.Context, m *mgmt.Service, a Action, fields map[string]any) (string, error) {
+	create := a.Op == OpCreate
+	switch a.Kind {
+	case KindRegistryAuth:
+		in, err := into[v1input.RegistryAuthInput](fields)
+		if err != nil {
+			return "", err
+		}
+		if create {
+			r, err := m.CreateRegistryAuth(ctx, in.Mgmt())
+			return r.ID, err
+		}
+		if in.Password == nil {
+			return "", fmt.Errorf("its username changes: give its password too")
+		}
+		_, err = m.UpdateRegistryAuth(ctx, a.ID, in.Mgmt())
+		return a.ID, err
+	case KindVolume:
+		in, err := into[v1input.VolumeInput](fields)
+		if err != nil {
+			return "", err
+		}
+		if create {
+			v, err := m.CreateVolume(ctx, in.Mgmt())
+			return v.ID, err
+		}
+		_, err = m.UpdateVolume(ctx, a.ID, in.Mgmt())
+		return a.ID, err
+	case KindTemplate:
+		in, err := into[v1input.TemplateInput](fields)
+		if err != nil {
+			return "", err
+		}
+		if create {
+			t, err := m.CreateTemplate(ctx, in.Mgmt())
+			return t.ID, err
+		}
+		_, err = m.UpdateTemplate(ctx, a.ID, in.Mgmt())
+		return a.ID, err
+	case KindEndpoint:
+		in, err := into[v1input.EndpointInput](fields)
+		if err != nil {
+			return "", err
+		}
+		if create {
+			e, err := m.CreateEndpoint(ctx, in.Mgmt())
+			return e.ID, err
+		}
+		_, err = m.UpdateEndpoint(ctx, a.ID, in.Mgmt())
+		return a.ID, err
+	}
+	return "", fmt.Errorf("unknown kind %q", a.Kind)
+}
+
+func remove(ctx context.Context, m *mgmt.Service, a Action) error {
+	switch a.Kind {
+	case KindRegistryAuth:
+		return m.DeleteRegistryAuth(ctx, a.ID)
+	case KindVolume:
+		return m.DeleteVolume(ctx, a.ID)
+	case KindTemplate:
+		return m.DeleteTemplate(ctx, a.ID)
+	case KindEndpoint:
+		return m.DeleteEndpoint(ctx, a.ID)
+	}
+	return fmt.Errorf("unknown kind %q", a.Kind)
+}

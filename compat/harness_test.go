@@ -1,0 +1,319 @@
+package compat
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/moby/moby/client"
+
+	"berth/internal/clientkit"
+	"berth/internal/dockertest"
+	"berth/runtime"
+)
+
+// waitLong bounds every wait for a container-level event (generous: the
+// tests run on a loaded machine).
+const waitLong = 2 * time.Minute
+
+var (
+	binDir    string
+	buildOnce sync.Once
+	berthBin  string
+	buildErr  error
+)
+
+func TestMain(m *testing.M) {
+	var err error
+	if binDir, err = os.MkdirTemp("", "berth-compat-"); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	code := m.Run()
+	os.RemoveAll(binDir)
+	if baseRef != "" {
+		if err := dockertest.RemoveImage(baseRef); err != nil {
+			fmt.Fprintln(os.Stderr, "remove the SDK base image:", err)
+		}
+	}
+	os.Exit(code)
+}
+
+// berthBinary builds the berth command once per test binary (with -race
+// when the tests run with it, so the build shares the test's compiled
+// packages).
+func berthBinary(t testing.TB) string {
+	t.Helper()
+	buildOnce.Do(func() {
+		root := clientkit.ModuleRoot(t)
+		berthBin = filepath.Join(binDir, "berth")
+		args := []string{"build", "-o", berthBin}
+		if raceEnabled {
+			args = append(args, "-race")
+		}
+		cmd := exec.Command("go", append(args, ".")...)
+		cmd.Dir = root
+		cmd.Env = append(os.Environ(), "CGO_CFLAGS=-O2 -g -Wno-deprecated-declarations")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			buildErr = fmt.Errorf("go build berth: %v\n%s", err, out)
+		}
+	})
+	if buildErr != nil {
+		t.Fatal(buildErr)
+	}
+	return berthBin
+}
+
+// server is one `berth serve` process on a fresh data directory.
+type server struct {
+	t    testing.TB
+	URL  string // http://127.0.0.1:PORT
+	Addr string
+	Key  string
+	Data string
+	args []string
+	env  []string // added to berth serve's environment
+	inst string   // the runtime's instance label of its containers
+	cmd  *exec.Cmd
+	logs *syncBuffer
+	done chan error
+}
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// startBerth runs `berth serve` with Docker (required: the test skips or
+// fails without a daemon), extra serve flags appended. Its containers are
+// removed when the test ends.
+func startBerth(t testing.TB, extra ...string) *server {
+	t.Helper()
+	return startBerthEnv(t, nil, extra...)
+}
+
+// startBerthEnv is startBerth with variables added to berth serve's
+// environment.
+func startBerthEnv(t testing.TB, env []string, extra ...string) *server {
+	t.Helper()
+	docker := dockertest.Require(t)
+	_ = berthBinary(t)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	data := filepath.Join(t.TempDir(), "data")
+	abs, _ := filepath.Abs(data)
+	sum := sha256.Sum256([]byte(abs))
+	s := &server{t: t, env: env, URL: "http://" + addr, Addr: addr, Key: "compat-" + dockertest.Unique(""), Data: data,
+		inst: hex.EncodeToString(sum[:6]), logs: &syncBuffer{}}
+	s.args = append([]string{"serve", "--addr", addr, "--data", data, "--rate-limits", "off"}, extra...)
+	// Registered first, so it runs last: whatever this Berth left.
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		list, err := docker.ContainerList(ctx, client.ContainerListOptions{All: true})
+		if err != nil {
+			t.Errorf("list containers: %v", err)
+			return
+		}
+		for _, c := range list.Items {
+			if c.Labels[runtime.LabelDataDir] == s.inst {
+				_, _ = docker.ContainerRemove(ctx, c.ID, client.ContainerRemoveOptions{Force: true})
+			}
+		}
+	})
+	t.Cleanup(func() {
+		s.stop()
+		if t.Failed() {
+			t.Logf("berth log:\n%s", s.logs.String())
+		}
+	})
+	s.start()
+	return s
+}
+
+func (s *server) start() {
+	s.t.Helper()
+	s.cmd = exec.Command(berthBin, s.args...)
+	s.cmd.Env = append(append(os.Environ(), "BERTH_API_KEY="+s.Key), s.env...)
+	s.cmd.Stdout, s.cmd.Stderr = s.logs, s.logs
+	if err := s.cmd.Start(); err != nil {
+		s.t.Fatal(err)
+	}
+	s.done = make(chan error, 1)
+	go func(cmd *exec.Cmd, done chan error) { done <- cmd.Wait() }(s.cmd, s.done)
+	deadline := time.Now().Add(waitLong)
+	for {
+		code, _ := s.do("GET", "/v1/templates", nil)
+		if code == http.StatusOK {
+			return
+		}
+		select {
+		case err := <-s.done:
+			s.cmd = nil
+			s.t.Fatalf("berth serve exited: %v\n%s", err, s.logs.String())
+		case <-time.After(50 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			s.t.Fatalf("berth serve not answering after %s\n%s", waitLong, s.logs.String())
+		}
+	}
+}
+
+// stop sends SIGTERM and waits for the process.
+func (s *server) stop() {
+	if s.cmd == nil {
+		return
+	}
+	_ = s.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-s.done:
+	case <-time.After(time.Minute):
+		_ = s.cmd.Process.Kill()
+		<-s.done
+		s.t.Errorf("berth serve did not stop on SIGTERM within a minute")
+	}
+	s.cmd = nil
+}
+
+var httpClient = &http.Client{Timeout: 5 * time.Minute}
+
+// do sends a request with the key and returns the status and body.
+func (s *server) do(method, path string, body any) (int, []byte) {
+	var rd io.Reader
+	if body != nil {
+		b, err := json.Marshal(body)
+		if err != nil {
+			s.t.Fatal(err)
+		}
+		rd = bytes.NewReader(b)
+	}
+	req, err := http.NewRequest(method, s.URL+path, rd)
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	req.Header.Set("Authorization", "Bearer "+s.Key)
+	req.Header.Set("Content-Type", "application/json")
+	res, err := httpClient.Do(req)
+	if err != nil {
+		return 0, []byte(err.Error())
+	}
+	defer res.Body.Close()
+	b, _ := io.ReadAll(res.Body)
+	return res.StatusCode, b
+}
+
+// rest sends a request, wants status want and decodes the body into out
+// (when not nil).
+func (s *server) rest(method, path string, body any, want int, out any) []byte {
+	s.t.Helper()
+	code, b := s.do(method, path, body)
+	if code != want {
+		s.t.Fatalf("%s %s: status %d, want %d: %s", method, path, code, want, b)
+	}
+	if out != nil {
+		if err := json.Unmarshal(b, out); err != nil {
+			s.t.Fatalf("%s %s: %v\n%s", method, path, err, b)
+		}
+	}
+	return b
+}
+
+type gqlResponse struct {
+	Data   map[string]json.RawMessage `json:"data"`
+	Errors []struct {
+		Message    string         `json:"message"`
+		Extensions map[string]any `json:"extensions"`
+	} `json:"errors"`
+	Extensions map[string]any `json:"extensions"`
+}
+
+// gql posts a GraphQL document.
+func (s *server) gql(doc string, vars map[string]any) gqlResponse {
+	s.t.Helper()
+	code, b := s.do("POST", "/graphql", map[string]any{"query": doc, "variables": vars})
+	var r gqlResponse
+	if err := json.Unmarshal(b, &r); err != nil || code != http.StatusOK {
+		s.t.Fatalf("graphql: status %d: %v\n%s", code, err, b)
+	}
+	return r
+}
+
+// cli runs the berth binary as a client of this server.
+func (s *server) cli(args ...string) (stdout, stderr string, code int) {
+	s.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), waitLong)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, berthBin, args...)
+	cmd.Env = append(os.Environ(), "BERTH_URL="+s.URL, "BERTH_API_KEY="+s.Key)
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	err := cmd.Run()
+	return out.String(), errb.String(), clientkit.ExitCode(err)
+}
+
+// eventually polls cond until it holds or waitLong passes.
+func eventually(t testing.TB, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(waitLong)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not within %s", what, waitLong)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// podCommand sends one line to a podprog pod's port 8888 and returns the
+// answer.
+func podCommand(t testing.TB, port int, line string) string {
+	t.Helper()
+	var answer string
+	eventually(t, fmt.Sprintf("pod port %d answers %q", port, line), func() bool {
+		c, err := net.DialTimeout("tcp", fmt.Sprintf("127.0.0.1:%d", port), 2*time.Second)
+		if err != nil {
+			return false
+		}
+		defer c.Close()
+		_ = c.SetDeadline(time.Now().Add(5 * time.Second))
+		if _, err := fmt.Fprintln(c, line); err != nil {
+			return false
+		}
+		b, err := io.ReadAll(c)
+		if err != nil || len(b) == 0 {
+			return false // docker-proxy accepts before the program listens
+		}
+		answer = string(b)
+		return true
+	})
+	return strings.TrimSpace(answer)
+}

@@ -1,0 +1,5 @@
+//go:build !race
+
+package compat
+
+const raceEnabled = false
