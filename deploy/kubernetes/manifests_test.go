@@ -1,0 +1,182 @@
+package kubernetes_test
+
+import (
+	"context"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+
+	"berth/internal/kubetest"
+)
+
+func TestMain(m *testing.M) { kubetest.Main(m) }
+
+// What the kustomization renders to, without a cluster.
+func TestManifestsRender(t *testing.T) {
+	objs, err := kubetest.RenderManifests()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var kinds []string
+	for _, o := range objs {
+		kinds = append(kinds, o.GetKind()+"/"+o.GetName())
+		if o.GetKind() != "Namespace" && o.GetKind() != "ClusterRole" && o.GetKind() != "ClusterRoleBinding" && o.GetNamespace() != "berth" {
+			t.Errorf("%s/%s in namespace %q, want berth", o.GetKind(), o.GetName(), o.GetNamespace())
+		}
+		if o.GetLabels()["app.kubernetes.io/part-of"] != "berth" {
+			t.Errorf("%s/%s lacks app.kubernetes.io/part-of=berth", o.GetKind(), o.GetName())
+		}
+	}
+	slices.Sort(kinds)
+	want := []string{"ClusterRole/berth-nodes", "ClusterRoleBinding/berth-nodes", "Namespace/berth", "Role/berth",
+		"RoleBinding/berth", "Service/berth", "Service/berth-worker", "ServiceAccount/berth", "StatefulSet/berth"}
+	if !slices.Equal(kinds, want) {
+		t.Fatalf("rendered %v, want %v", kinds, want)
+	}
+
+	var ss appsv1.StatefulSet
+	for _, o := range objs {
+		if o.GetKind() == "StatefulSet" {
+			if err := runtime.DefaultUnstructuredConverter.FromUnstructured(o.Object, &ss); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if *ss.Spec.Replicas != 1 {
+		t.Errorf("replicas %d, want 1: one control plane", *ss.Spec.Replicas)
+	}
+	pod := ss.Spec.Template.Spec
+	if pod.ServiceAccountName != "berth" {
+		t.Errorf("serviceAccountName %q, want berth", pod.ServiceAccountName)
+	}
+	ctr := pod.Containers[0]
+	if ctr.Image != "berth:local" {
+		t.Errorf("image %q, want the kustomization's berth:local", ctr.Image)
+	}
+	args := strings.Join(ctr.Args, " ")
+	for _, a := range []string{"serve", "--runtime=kubernetes", "--data=/var/lib/berth", "--advertise-url=http://berth-worker.$(POD_NAMESPACE).svc:8080"} {
+		if !strings.Contains(args, a) {
+			t.Errorf("args %q lack %q", args, a)
+		}
+	}
+	var key *corev1.EnvVar
+	for i := range ctr.Env {
+		if ctr.Env[i].Name == "BERTH_API_KEY" {
+			key = &ctr.Env[i]
+		}
+	}
+	if key == nil || key.ValueFrom == nil || key.ValueFrom.SecretKeyRef == nil || key.ValueFrom.SecretKeyRef.Name != "berth-api-key" {
+		t.Errorf("BERTH_API_KEY is not read from the berth-api-key Secret: %+v", key)
+	}
+	if len(ss.Spec.VolumeClaimTemplates) != 1 || ctr.VolumeMounts[0].MountPath != "/var/lib/berth" {
+		t.Errorf("the data directory is not a PersistentVolumeClaim mounted at /var/lib/berth")
+	}
+	for name, p := range map[string]*corev1.Probe{"startup": ctr.StartupProbe, "readiness": ctr.ReadinessProbe, "liveness": ctr.LivenessProbe} {
+		if p == nil || p.HTTPGet == nil || p.HTTPGet.Path != "/" {
+			t.Errorf("%s probe %+v, want GET / (the dashboard shell, served without a key)", name, p)
+		}
+	}
+}
+
+// `kubectl apply -k deploy/kubernetes` against a real API server, with
+// its controllers: the objects are admitted, the StatefulSet controller
+// makes berth-0 and its claim, the claim binds, the scheduler places the
+// pod, and both Services select it once it is ready.
+func TestManifestsApplyToAPIServer(t *testing.T) {
+	c := kubetest.Shared(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	objs, err := kubetest.RenderManifests()
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.AddNode(t, kubetest.NodeSpec{}) // where berth-0 runs
+
+	// The claim's volume: the test cluster has no provisioner, so a
+	// pre-made PersistentVolume stands in for the default StorageClass.
+	pv := &corev1.PersistentVolume{
+		ObjectMeta: metav1.ObjectMeta{Name: "berth-data"},
+		Spec: corev1.PersistentVolumeSpec{
+			Capacity:               corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("10Gi")},
+			AccessModes:            []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
+			PersistentVolumeSource: corev1.PersistentVolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: "/var/lib/berth-test"}},
+		},
+	}
+	if _, err := c.AdminClient.CoreV1().PersistentVolumes().Create(ctx, pv, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+
+	if err := kubetest.Apply(ctx, c.Admin, objs, false); err != nil {
+		t.Fatalf("apply: %v", err)
+	}
+	// Applying again changes nothing and fails nothing (kubectl apply is
+	// run again on upgrades).
+	if err := kubetest.Apply(ctx, c.Admin, objs, false); err != nil {
+		t.Fatalf("second apply: %v", err)
+	}
+
+	p, err := c.WaitPod(ctx, "berth", "berth-0", 2*time.Minute, func(p *corev1.Pod) bool {
+		return kubetest.Condition(p, corev1.PodReady) != nil && kubetest.Condition(p, corev1.PodReady).Status == corev1.ConditionTrue
+	})
+	if err != nil {
+		t.Fatalf("berth-0 never ready: %v", err)
+	}
+	if p.Spec.ServiceAccountName != "berth" {
+		t.Errorf("berth-0 runs as %q", p.Spec.ServiceAccountName)
+	}
+	pvc, err := c.AdminClient.CoreV1().PersistentVolumeClaims("berth").Get(ctx, "data-berth-0", metav1.GetOptions{})
+	if err != nil || pvc.Status.Phase != corev1.ClaimBound {
+		t.Fatalf("claim data-berth-0: %v, phase %v; want Bound", err, pvc.Status.Phase)
+	}
+	for _, svc := range []string{"berth", "berth-worker"} {
+		_, err := c.WaitEndpoints(ctx, "berth", svc, time.Minute, func(eps []discoveryv1.Endpoint) bool {
+			return len(eps) == 1 && len(eps[0].Addresses) == 1 && eps[0].Addresses[0] == p.Status.PodIP
+		})
+		if err != nil {
+			t.Errorf("Service %s does not select berth-0 (%s): %v", svc, p.Status.PodIP, err)
+		}
+	}
+
+	// Berth's identity, as the manifests bind it: its namespace's objects,
+	// nodes read-only, nothing elsewhere. This is the identity
+	// kubetest.Namespace impersonates in every kubernetes-runtime test.
+	sa, saNS, err := c.ManifestsServiceAccount()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sa != p.Spec.ServiceAccountName || saNS != "berth" {
+		t.Fatalf("kubetest impersonates %s/%s, the StatefulSet runs as berth/%s", saNS, sa, p.Spec.ServiceAccountName)
+	}
+	as := rest.CopyConfig(c.Admin)
+	as.Impersonate = rest.ImpersonationConfig{UserName: "system:serviceaccount:berth:berth"}
+	cl, err := kubernetes.NewForConfig(as)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cl.CoreV1().Pods("berth").GetLogs("berth-0", &corev1.PodLogOptions{}).DoRaw(ctx); apierrors.IsForbidden(err) {
+		t.Errorf("pods/log forbidden to berth: %v", err)
+	}
+	if _, err := cl.CoreV1().Secrets("berth").List(ctx, metav1.ListOptions{}); err != nil {
+		t.Errorf("list secrets in berth: %v", err)
+	}
+	if _, err := cl.CoreV1().Nodes().List(ctx, metav1.ListOptions{}); err != nil {
+		t.Errorf("list nodes: %v", err)
+	}
+	if _, err := cl.CoreV1().Secrets("kube-system").List(ctx, metav1.ListOptions{}); !apierrors.IsForbidden(err) {
+		t.Errorf("list secrets in kube-system: %v, want Forbidden", err)
+	}
+	if _, err := cl.AppsV1().StatefulSets("berth").Get(ctx, "berth", metav1.GetOptions{}); !apierrors.IsForbidden(err) {
+		t.Errorf("get its own StatefulSet: %v, want Forbidden (Berth does not manage itself)", err)
+	}
+}
