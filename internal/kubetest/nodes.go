@@ -14,14 +14,15 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
-// The resource and labels NVIDIA's device plugin and GPU Feature Discovery
-// put on a GPU node.
+// GPUResource is what NVIDIA's device plugin makes allocatable.
+const GPUResource corev1.ResourceName = "nvidia.com/gpu"
+
+// The labels NVIDIA's GPU Feature Discovery puts on a GPU node.
 const (
-	GPUResource     corev1.ResourceName = "nvidia.com/gpu"
-	LabelGPUProduct                     = "nvidia.com/gpu.product" // e.g. NVIDIA-GeForce-RTX-4090 (spaces as dashes)
-	LabelGPUMemory                      = "nvidia.com/gpu.memory"  // MiB per GPU, e.g. 24564
-	LabelGPUCount                       = "nvidia.com/gpu.count"
-	LabelGPUPresent                     = "nvidia.com/gpu.present"
+	LabelGPUProduct = "nvidia.com/gpu.product" // e.g. NVIDIA-GeForce-RTX-4090 (spaces as dashes)
+	LabelGPUMemory  = "nvidia.com/gpu.memory"  // MiB per GPU, e.g. 24564
+	LabelGPUCount   = "nvidia.com/gpu.count"
+	LabelGPUPresent = "nvidia.com/gpu.present"
 )
 
 // NodeSpec describes a fake node. The zero value is a CPU-only node with
