@@ -49,11 +49,12 @@ type Cluster struct {
 	// StartupTime is how long Start took, binaries to a usable cluster.
 	StartupTime time.Duration
 
-	dir   string
-	sp    *spawner
-	mu    sync.Mutex
-	procs []*process // in start order; stopped in reverse
-	seq   atomic.Int64
+	dir     string
+	sp      *spawner
+	kubelet *kubeletServer // pods/log of every node
+	mu      sync.Mutex
+	procs   []*process // in start order; stopped in reverse
+	seq     atomic.Int64
 
 	rbacOnce sync.Once
 	rbac     *rbacObjects
@@ -183,6 +184,16 @@ func start(binDir string) (c *Cluster, err error) {
 	if err != nil {
 		return c, err
 	}
+	// The API server calls kubelets (pods/log) with a client certificate
+	// and checks theirs: both from the cluster's CA (see kubeletServer).
+	kubeletClientCert, kubeletClientKey, err := ca.writeKeyPair(dir, "apiserver-kubelet-client", "kube-apiserver-kubelet-client", []string{"kubeadm:cluster-admins"})
+	if err != nil {
+		return c, err
+	}
+	kubeletCert, kubeletKey, err := ca.writeKeyPair(dir, "kubelet", "kubelet", nil, "127.0.0.1")
+	if err != nil {
+		return c, err
+	}
 
 	// etcd, with data on the temp dir and fsync off: the cluster lives for
 	// one test binary.
@@ -227,6 +238,10 @@ func start(binDir string) (c *Cluster, err error) {
 			"--service-account-key-file="+saPub, "--service-account-signing-key-file="+saKey,
 			"--service-cluster-ip-range=10.96.0.0/16",
 			"--allow-privileged=true", // as kubeadm and k3s
+			"--kubelet-client-certificate="+kubeletClientCert, "--kubelet-client-key="+kubeletClientKey,
+			"--kubelet-certificate-authority="+caFile,
+			// A node's InternalIP (127.0.0.1), never its name: no DNS.
+			"--kubelet-preferred-address-types=InternalIP",
 			"--cert-dir="+filepath.Join(dir, "apiserver-certs"),
 			"--profiling=false", "--v=1")
 		if err != nil {
@@ -247,6 +262,9 @@ func start(binDir string) (c *Cluster, err error) {
 		UserAgent: "kubetest-admin",
 	}
 	if c.AdminClient, err = kubernetes.NewForConfig(c.Admin); err != nil {
+		return c, err
+	}
+	if c.kubelet, err = startKubeletServer(c.AdminClient, ca, kubeletCert, kubeletKey); err != nil {
 		return c, err
 	}
 
@@ -463,6 +481,11 @@ func (c *Cluster) Stop() error {
 			}
 		}
 		c.sp.close()
+		if c.kubelet != nil {
+			if err := c.kubelet.close(); err != nil {
+				errs = append(errs, err)
+			}
+		}
 		if err := os.RemoveAll(c.dir); err != nil {
 			errs = append(errs, err)
 		}

@@ -1,8 +1,11 @@
 package kubetest_test
 
 import (
+	"bufio"
 	"context"
 	"errors"
+	"fmt"
+	"io"
 	"net"
 	"net/url"
 	"os"
@@ -313,3 +316,71 @@ func processesMentioning(t *testing.T, s string) []int {
 	}
 	return pids
 }
+
+// pods/log as Berth reads it: through the API server, as the berth
+// ServiceAccount, from the node's kubelet endpoint (the kit's log server),
+// follow included; the follow ends when the container terminates.
+func TestPodLogsThroughTheAPIServer(t *testing.T) {
+	c := kubetest.Shared(t)
+	ns := c.Namespace(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	kl := c.Kubelet()
+	c.AddNode(t, kubetest.NodeSpec{TestKubelet: true})
+	if _, err := ns.Client.CoreV1().Pods(ns.Name).Create(ctx, pod("logger", 0, nil), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.WaitPod(ctx, ns.Name, "logger", time.Minute, func(p *corev1.Pod) bool { return p.Spec.NodeName != "" }); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kl.Running(ctx, ns.Name, "logger", ""); err != nil {
+		t.Fatal(err)
+	}
+	log := kl.Log(ns.Name, "logger", "worker")
+	fmt.Fprintln(log, "first")
+
+	logs := func(opts *corev1.PodLogOptions) string {
+		t.Helper()
+		b, err := ns.Client.CoreV1().Pods(ns.Name).GetLogs("logger", opts).DoRaw(ctx)
+		if err != nil {
+			t.Fatalf("pods/log %+v: %v", opts, err)
+		}
+		return string(b)
+	}
+	if got := logs(&corev1.PodLogOptions{}); got != "first\n" {
+		t.Fatalf("log %q, want %q", got, "first\n")
+	}
+
+	stream, err := ns.Client.CoreV1().Pods(ns.Name).GetLogs("logger", &corev1.PodLogOptions{Follow: true}).Stream(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stream.Close()
+	r := bufio.NewReader(stream)
+	readLine := func() string {
+		t.Helper()
+		s, err := r.ReadString('\n')
+		if err != nil {
+			t.Fatalf("follow: %v after %q", err, s)
+		}
+		return s
+	}
+	if got := readLine(); got != "first\n" {
+		t.Fatalf("follow read %q first", got)
+	}
+	fmt.Fprintln(log, "second")
+	if got := readLine(); got != "second\n" {
+		t.Fatalf("follow read %q, want the line written after it began", got)
+	}
+	if got := logs(&corev1.PodLogOptions{TailLines: ptr(int64(1))}); got != "second\n" {
+		t.Errorf("tailLines=1: %q", got)
+	}
+	if _, err := kl.Terminated(ctx, ns.Name, "logger", 0, "Completed", ""); err != nil {
+		t.Fatal(err)
+	}
+	if rest, err := io.ReadAll(r); err != nil || len(rest) != 0 {
+		t.Errorf("follow after the container ended: %q, %v; want the end of the stream", rest, err)
+	}
+}
+
+func ptr[T any](v T) *T { return &v }

@@ -19,10 +19,13 @@ import (
 // writes — when the pod is bound to a NodeSpec.TestKubelet node or carries
 // KubeletAnnotation (TakeOver adds it). On kwok's own pods kwok may write
 // after the test.
-type Kubelet struct{ client kubernetes.Interface }
+type Kubelet struct {
+	client kubernetes.Interface
+	logs   *kubeletServer
+}
 
 // Kubelet returns the cluster's kubelet stand-in.
-func (c *Cluster) Kubelet() *Kubelet { return &Kubelet{client: c.AdminClient} }
+func (c *Cluster) Kubelet() *Kubelet { return &Kubelet{client: c.AdminClient, logs: c.kubelet} }
 
 // TakeOver marks a pod as the test's to run (KubeletAnnotation), so kwok
 // stops writing its status. A pod bound to a kwok node may already have

@@ -129,8 +129,13 @@ func (c *Cluster) CreateNode(ctx context.Context, spec NodeSpec) (*corev1.Node, 
 			Labels:      labels,
 			Annotations: map[string]string{"kwok.x-k8s.io/node": "fake"},
 		},
-		Spec:   corev1.NodeSpec{Taints: spec.Taints},
-		Status: corev1.NodeStatus{Capacity: alloc, Allocatable: alloc.DeepCopy()},
+		Spec: corev1.NodeSpec{Taints: spec.Taints},
+		Status: corev1.NodeStatus{
+			Capacity: alloc, Allocatable: alloc.DeepCopy(),
+			// pods/log reaches the kit's kubelet log server (kwok adds
+			// the InternalIP, 127.0.0.1).
+			DaemonEndpoints: corev1.NodeDaemonEndpoints{KubeletEndpoint: corev1.DaemonEndpoint{Port: int32(c.kubelet.port)}},
+		},
 	}
 	if _, err := c.AdminClient.CoreV1().Nodes().Create(ctx, node, metav1.CreateOptions{}); err != nil {
 		return nil, fmt.Errorf("create node %s: %w", name, err)
