@@ -21,6 +21,8 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
 
 	"berth/internal/kubetest"
 )
@@ -251,6 +253,26 @@ func TestNamespaceActsAsTheManifestsServiceAccount(t *testing.T) {
 		if !apierrors.IsForbidden(err) {
 			t.Errorf("%s as the berth ServiceAccount: %v, want Forbidden", what, err)
 		}
+	}
+
+	// The same identity through a kubeconfig file (berth serve --kubeconfig).
+	path := filepath.Join(t.TempDir(), "kubeconfig")
+	if err := ns.WriteKubeconfig(path); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := clientcmd.BuildConfigFromFlags("", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kc, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kc.CoreV1().Pods(ns.Name).List(ctx, metav1.ListOptions{}); err != nil {
+		t.Errorf("kubeconfig: list pods in its namespace: %v", err)
+	}
+	if _, err := kc.CoreV1().Pods("default").List(ctx, metav1.ListOptions{}); !apierrors.IsForbidden(err) {
+		t.Errorf("kubeconfig: list pods in default: %v, want Forbidden", err)
 	}
 }
 

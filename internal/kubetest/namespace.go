@@ -15,6 +15,8 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 )
 
 // Namespace is a test's own namespace, holding the ServiceAccount, Role
@@ -204,4 +206,20 @@ func (c *Cluster) deleteNamespace(tb testing.TB, name string, crbs []string) {
 	if err != nil && !apierrors.IsNotFound(err) {
 		tb.Errorf("kubetest: delete namespace %s: %v", name, err)
 	}
+}
+
+// WriteKubeconfig writes a kubeconfig for Config — the admin certificate
+// with `as: system:serviceaccount:…` (impersonation) and the namespace as
+// its context's default — for a process under test (berth serve
+// --kubeconfig) that must have exactly the manifests' permissions.
+func (n *Namespace) WriteKubeconfig(path string) error {
+	cfg := clientcmdapi.NewConfig()
+	cfg.Clusters["kubetest"] = &clientcmdapi.Cluster{Server: n.Config.Host, CertificateAuthority: n.Config.CAFile}
+	cfg.AuthInfos["berth"] = &clientcmdapi.AuthInfo{
+		ClientCertificate: n.Config.CertFile, ClientKey: n.Config.KeyFile,
+		Impersonate: n.Config.Impersonate.UserName,
+	}
+	cfg.Contexts["kubetest"] = &clientcmdapi.Context{Cluster: "kubetest", AuthInfo: "berth", Namespace: n.Name}
+	cfg.CurrentContext = "kubetest"
+	return clientcmd.WriteToFile(*cfg, path)
 }
