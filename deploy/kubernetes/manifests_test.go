@@ -9,10 +9,10 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
-	discoveryv1 "k8s.io/api/discovery/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
@@ -139,12 +139,33 @@ func TestManifestsApplyToAPIServer(t *testing.T) {
 	if err != nil || pvc.Status.Phase != corev1.ClaimBound {
 		t.Fatalf("claim data-berth-0: %v, phase %v; want Bound", err, pvc.Status.Phase)
 	}
-	for _, svc := range []string{"berth", "berth-worker"} {
-		_, err := c.WaitEndpoints(ctx, "berth", svc, time.Minute, func(eps []discoveryv1.Endpoint) bool {
-			return len(eps) == 1 && len(eps[0].Addresses) == 1 && eps[0].Addresses[0] == p.Status.PodIP
-		})
+	// Both Services select berth-0 and name its port. (Their
+	// EndpointSlices stay empty here: the test cluster's pod IPs are
+	// loopback addresses, which Kubernetes refuses in endpoints, so the
+	// selection is checked as the EndpointSlice controller makes it.)
+	for _, name := range []string{"berth", "berth-worker"} {
+		svc, err := c.AdminClient.CoreV1().Services("berth").Get(ctx, name, metav1.GetOptions{})
 		if err != nil {
-			t.Errorf("Service %s does not select berth-0 (%s): %v", svc, p.Status.PodIP, err)
+			t.Fatal(err)
+		}
+		if !labels.SelectorFromSet(svc.Spec.Selector).Matches(labels.Set(p.Labels)) || len(svc.Spec.Selector) == 0 {
+			t.Errorf("Service %s selector %v does not select berth-0 (labels %v)", name, svc.Spec.Selector, p.Labels)
+		}
+		for _, port := range svc.Spec.Ports {
+			if !slices.ContainsFunc(p.Spec.Containers[0].Ports, func(cp corev1.ContainerPort) bool {
+				return cp.Name == port.TargetPort.StrVal && cp.ContainerPort == 8080
+			}) {
+				t.Errorf("Service %s targets port %q, which berth-0 does not name", name, port.TargetPort.String())
+			}
+		}
+	}
+	// A worker-like Pod in the namespace (berth.* labels, no
+	// app.kubernetes.io labels) is selected by neither Service.
+	worker := labels.Set{"berth.endpoint": "e1", "app.kubernetes.io/part-of": "berth"}
+	for _, name := range []string{"berth", "berth-worker"} {
+		svc, _ := c.AdminClient.CoreV1().Services("berth").Get(ctx, name, metav1.GetOptions{})
+		if labels.SelectorFromSet(svc.Spec.Selector).Matches(worker) {
+			t.Errorf("Service %s would select worker Pods", name)
 		}
 	}
 

@@ -10,6 +10,11 @@
 // exactly the permissions the manifests grant. Set-up and acting as the
 // kubelet use the admin config (Cluster.Admin, Kubelet).
 //
+// Node and pod IPs are loopback addresses (127.0.0.1, 127.16.0.0/16): code
+// under test that dials a pod IP stays on the machine, and a test can serve
+// a pod's port itself on that IP. Kubernetes refuses loopback addresses in
+// EndpointSlices, so Services list no endpoints for these pods.
+//
 //	func TestMain(m *testing.M) { kubetest.Main(m) }
 //
 //	func TestX(t *testing.T) {
@@ -231,6 +236,10 @@ func start(binDir string) (c *Cluster, err error) {
 		p, err := startProcess(c.sp, dir, "kube-apiserver", bin("kube-apiserver"),
 			"--etcd-servers="+etcdURL,
 			"--bind-address=127.0.0.1", "--advertise-address=127.0.0.1", "--secure-port="+strconv.Itoa(port),
+			// The kubernetes Service's endpoints would have to be a
+			// non-loopback address; nothing in a test reaches the API
+			// server through it.
+			"--endpoint-reconciler-type=none",
 			"--tls-cert-file="+servingCert, "--tls-private-key-file="+servingKey,
 			"--client-ca-file="+caFile,
 			"--authorization-mode=Node,RBAC",

@@ -67,7 +67,9 @@ func TestGPUPodsOnKwokNodes(t *testing.T) {
 
 	const product = "NVIDIA-GeForce-RTX-4090"
 	gpuNode := c.AddNode(t, kubetest.NodeSpec{GPUs: 2, GPUProduct: product, GPUMemoryMiB: 24564})
-	c.AddNode(t, kubetest.NodeSpec{}) // CPU only
+	cpuNode := c.AddNode(t, kubetest.NodeSpec{}) // CPU only
+	// Pods without GPUs go to it, not to the test-kubelet node added below.
+	onCPU := map[string]string{"kubernetes.io/hostname": cpuNode.Name}
 	if got := gpuNode.Status.Allocatable[kubetest.GPUResource]; got.Value() != 2 {
 		t.Fatalf("GPU node allocatable nvidia.com/gpu = %s, want 2", got.String())
 	}
@@ -124,7 +126,7 @@ func TestGPUPodsOnKwokNodes(t *testing.T) {
 	}
 
 	// A pod kwok already runs, taken over by the test, then crashing.
-	create(pod("crashes", 0, nil))
+	create(pod("crashes", 0, onCPU))
 	if _, err := c.WaitPod(ctx, ns.Name, "crashes", time.Minute, running); err != nil {
 		t.Fatal(err)
 	}
@@ -134,7 +136,7 @@ func TestGPUPodsOnKwokNodes(t *testing.T) {
 	if _, err := kl.Terminated(ctx, ns.Name, "crashes", 1, "Error", ""); err != nil {
 		t.Fatal(err)
 	}
-	create(pod("oom", 0, nil))
+	create(pod("oom", 0, onCPU))
 	if _, err := c.WaitPod(ctx, ns.Name, "oom", time.Minute, running); err != nil {
 		t.Fatal(err)
 	}
@@ -148,7 +150,7 @@ func TestGPUPodsOnKwokNodes(t *testing.T) {
 	// kwok has acted on everything before this pod (one informer, in
 	// order) once it runs it: the statuses the test wrote must still be
 	// there.
-	create(pod("later", 0, nil))
+	create(pod("later", 0, onCPU))
 	if _, err := c.WaitPod(ctx, ns.Name, "later", time.Minute, running); err != nil {
 		t.Fatal(err)
 	}

@@ -6,7 +6,6 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	discoveryv1 "k8s.io/api/discovery/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -207,29 +206,4 @@ func (c *Cluster) WaitPodGone(ctx context.Context, namespace, name string, timeo
 		}
 		return false, err
 	})
-}
-
-// WaitEndpoints polls the Service's EndpointSlices until cond holds for
-// their ready endpoints, or the timeout ends; it returns those endpoints.
-func (c *Cluster) WaitEndpoints(ctx context.Context, namespace, service string, timeout time.Duration, cond func([]discoveryv1.Endpoint) bool) ([]discoveryv1.Endpoint, error) {
-	ctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
-	var ready []discoveryv1.Endpoint
-	err := waitFor(ctx, fmt.Sprintf("endpoints of Service %s/%s", namespace, service), func(ctx context.Context) (bool, error) {
-		slices, err := c.AdminClient.DiscoveryV1().EndpointSlices(namespace).List(ctx,
-			metav1.ListOptions{LabelSelector: discoveryv1.LabelServiceName + "=" + service})
-		if err != nil {
-			return false, err
-		}
-		ready = ready[:0]
-		for _, s := range slices.Items {
-			for _, e := range s.Endpoints {
-				if e.Conditions.Ready == nil || *e.Conditions.Ready {
-					ready = append(ready, e)
-				}
-			}
-		}
-		return cond(ready), nil
-	})
-	return ready, err
 }
