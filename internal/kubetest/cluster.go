@@ -33,6 +33,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -51,8 +52,10 @@ type Cluster struct {
 	Admin *rest.Config
 	// AdminClient is a clientset for Admin.
 	AdminClient kubernetes.Interface
-	// StartupTime is how long Start took, binaries to a usable cluster.
-	StartupTime time.Duration
+	// StartupTime is how long Start took, binaries to a usable cluster;
+	// StartupPhases says where it went.
+	StartupTime   time.Duration
+	StartupPhases string
 
 	dir     string
 	sp      *spawner
@@ -93,7 +96,7 @@ func Start(tb testing.TB) *Cluster {
 			tb.Errorf("kubetest: %v", err)
 		}
 	})
-	tb.Logf("kubetest: cluster started in %s", c.StartupTime.Round(time.Millisecond))
+	tb.Logf("kubetest: cluster started in %s (%s)", c.StartupTime.Round(time.Millisecond), c.StartupPhases)
 	return c
 }
 
@@ -141,7 +144,7 @@ func Shared(tb testing.TB) *Cluster {
 		shared.started = true
 		shared.c, shared.err = start(dir)
 		if shared.err == nil {
-			tb.Logf("kubetest: shared cluster started in %s", shared.c.StartupTime.Round(time.Millisecond))
+			tb.Logf("kubetest: shared cluster started in %s (%s)", shared.c.StartupTime.Round(time.Millisecond), shared.c.StartupPhases)
 		}
 	}
 	if shared.err != nil {
@@ -222,6 +225,10 @@ func start(binDir string) (c *Cluster, err error) {
 		return c, err
 	}
 	_ = etcd
+	phase := func(name string) {
+		c.StartupPhases += fmt.Sprintf("%s %s, ", name, time.Since(began).Round(10*time.Millisecond))
+	}
+	phase("etcd")
 
 	adminPair, err := tls.LoadX509KeyPair(adminCert, adminKey)
 	if err != nil {
@@ -264,6 +271,7 @@ func start(binDir string) (c *Cluster, err error) {
 		return c, err
 	}
 
+	phase("kube-apiserver")
 	c.Admin = &rest.Config{
 		Host:            apiURL,
 		TLSClientConfig: rest.TLSClientConfig{CAFile: caFile, CertFile: adminCert, KeyFile: adminKey},
@@ -382,6 +390,7 @@ func start(binDir string) (c *Cluster, err error) {
 	if err := errors.Join(errs...); err != nil {
 		return c, err
 	}
+	phase("scheduler+controller-manager+kwok")
 
 	// The controller-manager is working once the default namespace has
 	// its default ServiceAccount.
@@ -394,6 +403,8 @@ func start(binDir string) (c *Cluster, err error) {
 	}); err != nil {
 		return c, fmt.Errorf("%w; controller-manager log ends:\n%s", err, c.proc("kube-controller-manager").tail(30))
 	}
+	phase("default ServiceAccount")
+	c.StartupPhases = strings.TrimSuffix(c.StartupPhases, ", ")
 	c.StartupTime = time.Since(began)
 	return c, nil
 }
