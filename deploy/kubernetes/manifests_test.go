@@ -2,6 +2,9 @@ package kubernetes_test
 
 import (
 	"context"
+	"io/fs"
+	"path"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -12,22 +15,102 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+	"sigs.k8s.io/kustomize/api/krusty"
+	"sigs.k8s.io/kustomize/kyaml/filesys"
+
+	manifests "berth/deploy/kubernetes"
 
 	"berth/internal/kubetest"
 )
 
 func TestMain(m *testing.M) { kubetest.Main(m) }
 
-// What the kustomization renders to, without a cluster.
-func TestManifestsRender(t *testing.T) {
-	objs, err := kubetest.RenderManifests()
+// render renders the kustomization as `kubectl apply -k` does, with
+// kustomize's Go API (krusty). Only this package links kustomize (see
+// kubetest.ManifestObjects).
+func render(t *testing.T) []*unstructured.Unstructured {
+	t.Helper()
+	mem := filesys.MakeFsInMemory()
+	const root = "/deploy/kubernetes"
+	err := fs.WalkDir(manifests.Files, ".", func(p string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		b, err := manifests.Files.ReadFile(p)
+		if err != nil {
+			return err
+		}
+		return mem.WriteFile(path.Join(root, p), b)
+	})
 	if err != nil {
 		t.Fatal(err)
 	}
+	rm, err := krusty.MakeKustomizer(krusty.MakeDefaultOptions()).Run(mem, root)
+	if err != nil {
+		t.Fatalf("kustomize deploy/kubernetes: %v", err)
+	}
+	var objs []*unstructured.Unstructured
+	for _, r := range rm.Resources() {
+		m, err := r.Map()
+		if err != nil {
+			t.Fatalf("kustomize deploy/kubernetes: %s: %v", r.CurId(), err)
+		}
+		objs = append(objs, &unstructured.Unstructured{Object: m})
+	}
+	return objs
+}
+
+// kubetest reads the manifests without kustomize; what it reads for the
+// objects it uses (the Namespace's labels, the ServiceAccount, the roles
+// and bindings) must be what kustomize renders, less the labels the
+// kustomization adds to everything.
+func TestKubetestReadsWhatKustomizeRenders(t *testing.T) {
+	mine, err := kubetest.ManifestObjects()
+	if err != nil {
+		t.Fatal(err)
+	}
+	theirs := map[string]*unstructured.Unstructured{}
+	for _, o := range render(t) {
+		theirs[o.GetKind()+"/"+o.GetNamespace()+"/"+o.GetName()] = o
+	}
+	n := 0
+	for _, o := range mine {
+		key := o.GetKind() + "/" + o.GetNamespace() + "/" + o.GetName()
+		k, ok := theirs[key]
+		if !ok {
+			t.Errorf("kubetest reads %s, which kustomize does not render", key)
+			continue
+		}
+		switch o.GetKind() {
+		case "Namespace", "ServiceAccount", "Role", "RoleBinding", "ClusterRole", "ClusterRoleBinding":
+		default:
+			continue
+		}
+		n++
+		k = k.DeepCopy()
+		l := k.GetLabels()
+		delete(l, "app.kubernetes.io/part-of")
+		if len(l) == 0 {
+			l = nil
+		}
+		k.SetLabels(l)
+		if !reflect.DeepEqual(o.Object, k.Object) {
+			t.Errorf("%s: kubetest reads\n%v\nkustomize renders\n%v", key, o.Object, k.Object)
+		}
+	}
+	if n != 6 || len(mine) != len(theirs) {
+		t.Errorf("compared %d RBAC objects of %d read, kustomize renders %d objects", n, len(mine), len(theirs))
+	}
+}
+
+// What the kustomization renders to, without a cluster.
+func TestManifestsRender(t *testing.T) {
+	objs := render(t)
 	var kinds []string
 	for _, o := range objs {
 		kinds = append(kinds, o.GetKind()+"/"+o.GetName())
@@ -97,10 +180,7 @@ func TestManifestsApplyToAPIServer(t *testing.T) {
 	c := kubetest.Shared(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	objs, err := kubetest.RenderManifests()
-	if err != nil {
-		t.Fatal(err)
-	}
+	objs := render(t)
 	c.AddNode(t, kubetest.NodeSpec{}) // where berth-0 runs
 
 	// The claim's volume: the test cluster has no provisioner, so a

@@ -46,7 +46,7 @@ type rbacObjects struct {
 
 func (c *Cluster) rbacFromManifests() (*rbacObjects, error) {
 	c.rbacOnce.Do(func() {
-		objs, err := RenderManifests()
+		objs, err := ManifestObjects()
 		if err != nil {
 			c.rbacErr = err
 			return
