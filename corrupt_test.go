@@ -44,6 +44,28 @@ func TestServeRefusesDamagedDatabase(t *testing.T) {
 		damage func(path string, size int64) error
 		want   string
 	}{
+		// The page tree stays whole; one record's bytes are zeroed (every
+		// /v2/registries call answered 500 when this passed serve and check).
+		{"zeroed inside a record", func(path string, _ int64) error {
+			raw, err := os.ReadFile(path)
+			if err != nil {
+				return err
+			}
+			at := strings.Index(string(raw), "[[SECRET]]")
+			if at < 0 {
+				return errors.New("record not found in the file")
+			}
+			f, err := os.OpenFile(path, os.O_WRONLY, 0)
+			if err != nil {
+				return err
+			}
+			defer f.Close()
+			if _, err = f.WriteAt(make([]byte, 4096), int64(at+8192)); err != nil {
+				return err
+			}
+			later := time.Now().Add(2 * time.Second)
+			return os.Chtimes(path, later, later)
+		}, "bucket registry_auths key reg1: the record does not decode"},
 		{"truncated", func(path string, _ int64) error { return os.Truncate(path, 8*page) }, "truncated"},
 		{"zeroed pages", func(path string, size int64) error {
 			f, err := os.OpenFile(path, os.O_WRONLY, 0)
@@ -73,6 +95,8 @@ func TestServeRefusesDamagedDatabase(t *testing.T) {
 			for i := 0; i < 4000; i++ {
 				db.WriteAsync(store.PutRaw(store.Meta, fmt.Sprintf("filler-%06d", i), []byte(strings.Repeat("y", 200))))
 			}
+			// A record over several pages.
+			db.WriteAsync(store.Put(store.RegistryAuths, "reg1", store.RegistryAuth{ID: "reg1", Username: "u", Password: "[[SECRET]]" + strings.Repeat("s", 20000)}))
 			if err := db.Close(); err != nil {
 				t.Fatal(err)
 			}

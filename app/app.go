@@ -20,9 +20,11 @@ import (
 	"net"
 	"net/http"
 	"sync"
+	"time"
 
 	"github.com/jonboulle/clockwork"
 
+	"berth/cleaner"
 	"berth/gpu"
 	"berth/httpapi"
 	"berth/httplimit"
@@ -128,7 +130,11 @@ type App struct {
 	dock    *docker.Docker      // nil without Docker
 	backend runtime.Backend     // nil without a runtime
 	sup     *runtime.Supervisor // nil without Docker
+	cleaner *cleaner.Service
 	inst    string
+
+	verifyStop context.CancelFunc // the background check of the file
+	verified   chan struct{}
 
 	ln, workerLn     net.Listener // workerLn: nil when Addr listens on every interface, or without Docker
 	srv, workerSrv   *httplimit.Server
@@ -194,11 +200,19 @@ func (a *App) Start(ctx context.Context) error {
 	a.qRunning = true
 	a.lb.Start()
 	a.lbRun = true
+	if a.sup != nil || a.cfg.Docker == DockerOff {
+		// Before the runtime adopts what runs: close what stopped meanwhile.
+		if err := a.repairUsage(ctx, a.backend); err != nil {
+			a.log.Error("repair open usage intervals", "err", err)
+		}
+	}
 	if a.sup != nil {
 		if err := a.sup.Start(ctx); err != nil {
 			return fmt.Errorf("start the container runtime: %w", err)
 		}
 	}
+	a.cleaner.Start(context.Background())
+	a.verifyInBackground()
 	if a.cfg.BeforeServe != nil {
 		if err := a.cfg.BeforeServe(ctx, a); err != nil {
 			return err
@@ -211,6 +225,35 @@ func (a *App) Start(ctx context.Context) error {
 	go a.serve(a.srv, a.ln)
 	a.log.Info("berth serving", "addr", a.ln.Addr().String(), "data", a.cfg.DataDir, "version", a.cfg.Version, "rateLimits", a.cfg.RateLimits)
 	return nil
+}
+
+// verifyInBackground decodes every record and, when the clean-close marker
+// let the open skip it, walks every page, while Berth serves (store.Verify):
+// what it finds is logged with its bucket and key and counted on /metrics;
+// a broken page stops writes. A million jobs take seconds, so the start
+// does not wait for it.
+func (a *App) verifyInBackground() {
+	ctx, cancel := context.WithCancel(context.Background())
+	a.verifyStop, a.verified = cancel, make(chan struct{})
+	go func() {
+		defer close(a.verified)
+		start := time.Now()
+		problems := 0
+		n, err := a.db.Verify(ctx, func(p store.Problem) {
+			if problems++; problems <= 100 {
+				a.log.Error("database damage found", "bucket", p.Bucket, "key", p.Key, "page", p.Page, "err", p.Err)
+			}
+		})
+		switch {
+		case err != nil && ctx.Err() == nil:
+			a.log.Error("database check", "err", err)
+		case problems > 0:
+			a.log.Error("database check found damage: run 'berth check' (with Berth stopped) for the full list, then restore a backup",
+				"records", n, "problems", problems, "took", time.Since(start).Round(time.Millisecond))
+		case err == nil:
+			a.log.Info("database checked", "records", n, "took", time.Since(start).Round(time.Millisecond))
+		}
+	}()
 }
 
 func (a *App) serve(srv *httplimit.Server, ln net.Listener) {
@@ -236,6 +279,16 @@ func (a *App) Stop(ctx context.Context) error {
 	}
 	a.stopped = true
 	var errs []error
+	if a.verifyStop != nil {
+		a.verifyStop()
+		<-a.verified
+	}
+	if a.started {
+		a.cleaner.Stop()
+		if err := store.StampAlive(a.db, a.cfg.Clock.Now()); err != nil {
+			a.log.Warn("stamp the stop time", "err", err)
+		}
+	}
 	if a.sup != nil {
 		a.sup.Stop()
 		a.podExits.Wait()

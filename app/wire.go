@@ -132,6 +132,7 @@ func New(cfg Config) (_ *App, err error) {
 	}
 	a.api = httpapi.New(hc)
 	api.Store(a.api)
+	a.cleaner = a.newCleaner(log.With("component", "cleaner")) // clean.go
 
 	h := a.api.Handler()
 	if cfg.WrapHandler != nil {

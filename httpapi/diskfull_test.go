@@ -1,10 +1,13 @@
 package httpapi_test
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 
 	"berth/internal/disktest"
 )
@@ -13,40 +16,118 @@ func withDataDir(dir string) envOpt {
 	return func(e *env) { e.cfg.DataDir = dir }
 }
 
-// On a full disk a write is refused with a retryable 503 (Retry-After), not
-// a 500: it is the server's condition and nothing was changed; the failure
-// is counted on /metrics; once space frees the same request goes through.
-func TestE2EDiskFullAnswers503(t *testing.T) {
-	dir := disktest.Tmpfs(t, 4<<20)
+// A full disk while clients submit and two workers run jobs: /run is
+// refused with a retryable 503 (Retry-After, the cause named), not a 500;
+// the failures are counted on /metrics; once space frees everything goes
+// through again, every acknowledged job completes, and what Berth serves
+// from memory is what it reads back from disk after a restart (the writes
+// that failed meanwhile — job takes, results — were kept and written).
+func TestE2EDiskFullLosesNothing(t *testing.T) {
+	dir := disktest.Tmpfs(t, 6<<20)
 	e := newEnv(t, withDataDir(dir))
 	ep := e.endpoint(nil)
-	filler := filepath.Join(dir, "filler")
-	disktest.Fill(t, filler)
-	input := `{"pad":"` + strings.Repeat("x", 3000) + `"}`
-	var r resp
-	for i := 0; i < 2000; i++ {
-		if r = e.call("POST", "/v2/"+ep+"/run", "Bearer "+adminKey, `{"input":`+input+`}`); r.code != 200 {
-			break
+	var acked []string
+	submit := func() resp {
+		input := fmt.Sprintf(`{"n":%d,"pad":"%s"}`, len(acked), strings.Repeat("x", 2000))
+		r := e.call("POST", "/v2/"+ep+"/run", "Bearer "+adminKey, `{"input":`+input+`}`)
+		if r.code == 200 {
+			acked = append(acked, r.json(t)["id"].(string))
+		}
+		return r
+	}
+	// Queued work, then the disk fills, then workers come: their takes
+	// and results meet the full disk.
+	for range 300 {
+		if r := submit(); r.code != 200 {
+			t.Fatalf("/run: %d %s", r.code, r.body)
 		}
 	}
-	if r.code != 503 {
-		t.Fatalf("/run on a full disk: %d %s, want 503", r.code, r.body)
+	filler := filepath.Join(dir, "filler")
+	size := disktest.Fill(t, filler)
+	if err := os.Truncate(filler, size-256<<10); err != nil { // the last 256 KiB fill as jobs come
+		t.Fatal(err)
 	}
-	if r.hdr.Get("Retry-After") == "" {
+	workers := []*workerProc{e.startWorker(ep), e.startWorker(ep)}
+
+	// Submit until the disk refuses twenty in a row.
+	var refused resp
+	for fails := 0; fails < 20 && len(acked) < 5000; {
+		r := submit()
+		switch r.code {
+		case 200:
+			fails = 0
+		case 503:
+			refused = r
+			fails++
+		default:
+			t.Fatalf("/run on a filling disk: %d %s", r.code, r.body)
+		}
+	}
+	if refused.code != 503 || len(acked) == 0 {
+		t.Fatalf("no 503 after %d acknowledged jobs", len(acked))
+	}
+	if refused.hdr.Get("Retry-After") == "" {
 		t.Error("503 without Retry-After")
 	}
-	if msg := r.json(t)["error"]; !strings.Contains(msg.(string), "no space left on device") {
+	if msg := refused.json(t)["error"].(string); !strings.Contains(msg, "no space left on device") {
 		t.Errorf("error %q does not say why", msg)
 	}
-	m := e.call("GET", "/metrics", "Bearer "+adminKey, nil)
-	if !strings.Contains(string(m.body), `berth_store_write_failures_total{kept="false"}`) ||
-		strings.Contains(string(m.body), `berth_store_write_failures_total{kept="false"} 0`) {
-		t.Errorf("/metrics does not count the failed writes:\n%s", grepLines(string(m.body), "berth_store_write"))
+	m := string(e.call("GET", "/metrics", "Bearer "+adminKey, nil).body)
+	if strings.Contains(m, `berth_store_write_failures_total{kept="false"} 0`) {
+		t.Errorf("/metrics does not count the failed writes:\n%s", grepLines(m, "berth_store_write"))
 	}
+	// The workers' writes fail too (kept: their changes are in memory).
+	for deadline := time.Now().Add(60 * time.Second); e.db.Stats().Kept < 20; time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the workers' writes never met the full disk: %+v", e.db.Stats())
+		}
+	}
+	t.Logf("%d jobs acknowledged before the disk filled; writes: %+v", len(acked), e.db.Stats())
+
 	if err := os.Remove(filler); err != nil {
 		t.Fatal(err)
 	}
-	e.run(ep, input)
+	// Every acknowledged job completes, and no failed write is left.
+	seen := map[string]string{}
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	for i, id := range acked {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			out := e.waitStatus(ep, id, "COMPLETED")
+			if !strings.Contains(fmt.Sprint(out["output"]), fmt.Sprintf("n:%d ", i)) {
+				t.Errorf("job %s: output %v is not its own", id, out["output"])
+			}
+			mu.Lock()
+			seen[id] = fmt.Sprint(out["output"])
+			mu.Unlock()
+		}()
+		if i%64 == 63 {
+			wg.Wait()
+		}
+	}
+	wg.Wait()
+	for deadline := time.Now().Add(30 * time.Second); e.db.Stats().Retrying > 0; time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("failed writes never written: %+v", e.db.Stats())
+		}
+	}
+	e.run(ep, `{"after":"recovery"}`)
+
+	// Memory and disk agree: what was served is what a restart reads.
+	for _, w := range workers {
+		w.cmd.Process.Kill()
+		w.cmd.Wait()
+	}
+	e.stop()
+	e.start()
+	for _, id := range acked {
+		r := e.admin("GET", "/v2/"+ep+"/status/"+id, nil, 200)
+		if r["status"] != "COMPLETED" || fmt.Sprint(r["output"]) != seen[id] {
+			t.Fatalf("job %s after a restart: %v, served before as COMPLETED %s", id, r, seen[id])
+		}
+	}
 }
 
 func grepLines(s, sub string) string {

@@ -472,7 +472,7 @@ func TestE2ERunsyncWaitElapses(t *testing.T) {
 		got <- m
 	}()
 	// runsync holds on the fake clock until it moves past the wait.
-	e.clock.BlockUntilContext(context.Background(), 2) // the job's ttl + the wait
+	e.clock.BlockUntilContext(context.Background(), 3) // the cleaner's ticker, the job's ttl + the wait
 	e.clock.Advance(time.Second)
 	m := <-got
 	if m["status"] != "IN_QUEUE" || m["id"] == nil || len(m) != 2 {
@@ -834,9 +834,9 @@ func TestE2EConcurrencyCap(t *testing.T) {
 	for i := 0; i < 400; i++ {
 		<-started
 	}
-	// Every held request is inside the handler once 400 stream holds and
-	// the job's ttl wait on the fake clock.
-	e.clock.BlockUntilContext(context.Background(), 401)
+	// Every held request is inside the handler once 400 stream holds, the
+	// job's ttl and the cleaner's ticker wait on the fake clock.
+	e.clock.BlockUntilContext(context.Background(), 402)
 	r := e.call("GET", "/v2/"+ep+"/stream/"+id+"?wait=0", adminKey, nil)
 	if r.code != 429 || r.hdr.Get("Retry-After") != "1" || !strings.Contains(string(r.body), "concurrent") {
 		t.Fatalf("401st stream: %d %v %s", r.code, r.hdr, r.body)

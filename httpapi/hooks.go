@@ -15,6 +15,11 @@ func (s *Server) EndpointChanged(id string) {
 // cancelled its jobs through the queue): the runtime is told.
 func (s *Server) EndpointDeleted(id string) {
 	s.forgetEndpoint(id)
+	if s.cfg.Metrics != nil {
+		// Its series go now; a job finishing later is pruned by the
+		// cleaner (Metrics.PruneEndpoints).
+		s.cfg.Metrics.ForgetEndpoint(id)
+	}
 	if s.cfg.EndpointDeleted != nil {
 		s.cfg.EndpointDeleted(id)
 	}

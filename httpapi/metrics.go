@@ -3,6 +3,7 @@ package httpapi
 import (
 	"os"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -24,6 +25,11 @@ type Metrics struct {
 	pullTime prometheus.Histogram
 	commit   prometheus.Histogram
 	writes   prometheus.Histogram
+
+	cleaned *prometheus.CounterVec
+
+	mu        sync.Mutex
+	endpoints map[string]bool // endpoints with series, for PruneEndpoints
 }
 
 // jobBuckets span a fast handler (10 ms) to an hour-long job.
@@ -31,7 +37,7 @@ var jobBuckets = []float64{.01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 1
 
 // NewMetrics makes the series, registered on their own registry.
 func NewMetrics() *Metrics {
-	m := &Metrics{reg: prometheus.NewRegistry()}
+	m := &Metrics{reg: prometheus.NewRegistry(), endpoints: map[string]bool{}}
 	m.delay = prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Name: "berth_job_delay_seconds", Help: "Jobs' delayTime: from submission to a worker taking the job, by endpoint (observed when the job ends).",
 		Buckets: jobBuckets,
@@ -61,26 +67,74 @@ func NewMetrics() *Metrics {
 		Name: "berth_store_commit_writes", Help: "Writes carried by one group-commit transaction.",
 		Buckets: prometheus.ExponentialBuckets(1, 4, 8),
 	})
-	m.reg.MustRegister(m.delay, m.exec, m.scale, m.webhooks, m.pulls, m.pullTime, m.commit, m.writes)
+	m.cleaned = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "berth_cleaner_removed_total", Help: "What the cleaner removed, by task: workers (unused worker identities), endpoints (a deleted endpoint's queue state and series), rate-limits (idle buckets).",
+	}, []string{"task"})
+	m.reg.MustRegister(m.delay, m.exec, m.scale, m.webhooks, m.pulls, m.pullTime, m.commit, m.writes, m.cleaned)
 	for _, r := range []string{"ok", "error"} {
 		m.pulls.WithLabelValues(r) // present from the start, so rate() works from the first pull
 	}
 	return m
 }
 
+// seen notes an endpoint with series.
+func (m *Metrics) seen(endpointID string) {
+	m.mu.Lock()
+	m.endpoints[endpointID] = true
+	m.mu.Unlock()
+}
+
+// ForgetEndpoint deletes an endpoint's series (it was deleted).
+func (m *Metrics) ForgetEndpoint(endpointID string) {
+	m.mu.Lock()
+	delete(m.endpoints, endpointID)
+	m.mu.Unlock()
+	l := prometheus.Labels{"endpoint": endpointID}
+	m.delay.DeletePartialMatch(l)
+	m.exec.DeletePartialMatch(l)
+	m.scale.DeletePartialMatch(l)
+	m.webhooks.DeletePartialMatch(l)
+}
+
+// PruneEndpoints deletes the series of endpoints that no longer exist
+// (live reports false): what a job or webhook finishing after its
+// endpoint's deletion added. The cleaner calls it; it returns how many
+// endpoints' series went.
+func (m *Metrics) PruneEndpoints(live func(endpointID string) bool) int {
+	m.mu.Lock()
+	var ids []string
+	for id := range m.endpoints {
+		ids = append(ids, id)
+	}
+	m.mu.Unlock()
+	n := 0
+	for _, id := range ids {
+		if !live(id) {
+			m.ForgetEndpoint(id)
+			n++
+		}
+	}
+	return n
+}
+
 // JobFinished is queue.Config.OnJobFinished.
 func (m *Metrics) JobFinished(endpointID string, st store.JobStatus, delay, execution time.Duration) {
+	m.seen(endpointID)
 	m.delay.WithLabelValues(endpointID).Observe(delay.Seconds())
 	m.exec.WithLabelValues(endpointID, string(st)).Observe(execution.Seconds())
 }
 
 // Webhook is queue.Config.OnWebhook.
 func (m *Metrics) Webhook(endpointID, result string) {
+	m.seen(endpointID)
 	m.webhooks.WithLabelValues(endpointID, result).Inc()
 }
 
 // Scale is runtime.Config.OnScale.
-func (m *Metrics) Scale(endpointID, action string) { m.scale.WithLabelValues(endpointID, action).Inc() }
+func (m *Metrics) Scale(endpointID, action string) {
+	m.seen(endpointID)
+	m.scale.WithLabelValues(endpointID, action).Inc()
+}
 
 // Pull is docker.Docker.OnPull (runtime/docker).
 func (m *Metrics) Pull(_ string, took time.Duration, err error) {
@@ -90,6 +144,13 @@ func (m *Metrics) Pull(_ string, took time.Duration, err error) {
 	}
 	m.pulls.WithLabelValues(res).Inc()
 	m.pullTime.Observe(took.Seconds())
+}
+
+// Cleaned is cleaner.Config.OnRun.
+func (m *Metrics) Cleaned(task string, removed int, _ time.Duration, _ error) {
+	if removed > 0 {
+		m.cleaned.WithLabelValues(task).Add(float64(removed))
+	}
 }
 
 // Commit is store.Options.OnCommit.
@@ -105,6 +166,7 @@ var (
 	wretryDesc   = prometheus.NewDesc("berth_store_writes_retrying", "Failed writes (by key) waiting to be written again.", nil, nil)
 	wpendDesc    = prometheus.NewDesc("berth_store_writes_pending", "Writes queued for the group commit.", nil, nil)
 	damagedDesc  = prometheus.NewDesc("berth_store_damaged", "1 when a damaged page was found while serving: writes are refused until a restart on a checked file.", nil, nil)
+	dmgRecDesc   = prometheus.NewDesc("berth_store_damaged_records", "Records (or pages) the background check after start-up found damaged; each is logged with its bucket and key.", nil, nil)
 	gpuMemDesc   = prometheus.NewDesc("berth_gpu_memory_used_bytes", "GPU memory in use (NVML), by GPU.", []string{"gpu", "uuid", "name"}, nil)
 	gpuTotalDesc = prometheus.NewDesc("berth_gpu_memory_total_bytes", "GPU memory size (NVML), by GPU.", []string{"gpu", "uuid", "name"}, nil)
 	gpuUtilDesc  = prometheus.NewDesc("berth_gpu_utilization_ratio", "Fraction of the last sample period the GPU was busy (NVML), by GPU.", []string{"gpu", "uuid", "name"}, nil)
@@ -115,7 +177,7 @@ var (
 type hostCollector struct{ s *Server }
 
 func (c *hostCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{oldestDesc, dbSizeDesc, wfailDesc, wretryDesc, wpendDesc, damagedDesc, gpuMemDesc, gpuTotalDesc, gpuUtilDesc} {
+	for _, d := range []*prometheus.Desc{oldestDesc, dbSizeDesc, wfailDesc, wretryDesc, wpendDesc, damagedDesc, dmgRecDesc, gpuMemDesc, gpuTotalDesc, gpuUtilDesc} {
 		ch <- d
 	}
 }
@@ -140,6 +202,7 @@ func (c *hostCollector) Collect(ch chan<- prometheus.Metric) {
 		damaged = 1
 	}
 	ch <- prometheus.MustNewConstMetric(damagedDesc, prometheus.GaugeValue, damaged)
+	ch <- prometheus.MustNewConstMetric(dmgRecDesc, prometheus.GaugeValue, float64(ws.DamagedRecords))
 	if s.cfg.GPUUsage == nil {
 		return
 	}

@@ -101,3 +101,19 @@ func (l *limiter) wrap(op string, h http.HandlerFunc) http.HandlerFunc {
 		h(w, r)
 	}
 }
+
+// prune drops the buckets idle for a minute: a bucket made again later
+// starts full, as an idle one would be by then (10 s refill). It returns
+// how many went.
+func (l *limiter) prune(now time.Time) int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	n := 0
+	for k, b := range l.buckets {
+		if b.inflight == 0 && now.Sub(b.checked) > time.Minute {
+			delete(l.buckets, k)
+			n++
+		}
+	}
+	return n
+}

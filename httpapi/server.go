@@ -336,6 +336,10 @@ func (s *Server) endpoint(id string) (*store.Endpoint, error) {
 	return &rec, nil
 }
 
+// PruneRateLimits drops the rate-limit buckets idle for a minute (deleted
+// endpoints' among them); the cleaner calls it.
+func (s *Server) PruneRateLimits() int { return s.limits.prune(time.Now()) }
+
 func (s *Server) forgetEndpoint(id string) {
 	s.epMu.Lock()
 	delete(s.epCache, id)

@@ -1,21 +1,62 @@
 package queue
 
-import "container/heap"
+import (
+	"container/heap"
+	"encoding/json"
+	"time"
+
+	"berth/store"
+)
 
 // qent is a queued job's place in its endpoint's queue. For a job nobody
 // is looking at (cold) it is all the queue keeps in memory: its full record
 // and input stay in bbolt and are read when the job is handed out or looked
 // up, which keeps a million queued jobs in a few hundred bytes each.
+//
+// A finished job is kept the same way (fin != 0), in its endpoint's done
+// map rather than its queue: its record and output are read from bbolt by
+// a look-up, and the entry goes at its deadline (retention or ttl).
 type qent struct {
 	id       string
 	ep       *endpointQ
 	j        *job // the loaded job (hot), nil when cold
 	seq      uint64
-	queuedAt int64 // Unix ns
-	expires  int64 // Unix ns, the ttl of a cold job
-	hidx     int32 // in the service's expiry heap; -1 when not there
-	low      bool
-	removed  bool // left in the ring as a tombstone
+	queuedAt int64   // Unix ns
+	expires  int64   // Unix ns: the ttl of a cold job, the deadline of a finished one
+	hidx     int32   // in the service's expiry heap; -1 when not there
+	low      bool    // lowPriority
+	removed  bool    // left in the ring as a tombstone
+	fin      uint8   // finished: its status (finStatus); 0 while queued
+	x        *qextra // rarely set: see qextra
+}
+
+// qextra is what few entries need: a finished job's record until its
+// final write is on disk, and the channel of a Watch on the entry.
+type qextra struct {
+	rec     *store.Job
+	input   json.RawMessage
+	changed chan struct{}
+}
+
+// finStatus are the statuses of finished entries, by fin code.
+var finStatus = [...]store.JobStatus{1: store.Completed, 2: store.Failed, 3: store.Cancelled, 4: store.TimedOut}
+
+func finCode(st store.JobStatus) uint8 {
+	for i, s := range finStatus {
+		if s == st && i > 0 {
+			return uint8(i)
+		}
+	}
+	return 0
+}
+
+// deadline is when a finished job goes: its retention end or its ttl,
+// whichever comes first (Unix ns).
+func deadline(expires, retain time.Time) int64 {
+	if !retain.IsZero() && retain.Before(expires) {
+		return retain.UnixNano()
+	}
+	return expires.UnixNano()
 }
 
 // ring is an endpoint's FIFO: a growable ring buffer of entries, with

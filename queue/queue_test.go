@@ -734,9 +734,9 @@ func TestWebhookRetriesTwiceThenGivesUp(t *testing.T) {
 	h.q.Done(ep, "w1", id, done(`{"error":"x"}`)) // failures notify too
 	recv.next(t)
 	for i := 0; i < 2; i++ {
-		// the retry waits on the fake clock: ttl, retention, the worker's
-		// loss timer and the retry
-		h.clock.BlockUntilContext(context.Background(), 4)
+		// the retry waits on the fake clock: the finished job's deadline
+		// (one timer for every entry), the worker's loss timer and the retry
+		h.clock.BlockUntilContext(context.Background(), 3)
 		h.clock.Advance(10 * time.Second)
 		recv.next(t)
 	}

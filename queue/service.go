@@ -22,22 +22,33 @@ import (
 
 // Service is the job queue of every endpoint. Start loads what is stored;
 // Stop ends the timers and webhook deliveries.
+//
+// The lock: one mutex guards the queue's memory, and nothing slow happens
+// while it is held. No bbolt read (a job kept only as its entry is read
+// with the lock released, then checked again under it), no encoding (the
+// writes queued under it carry a snapshot that the store's writer
+// encodes), no callback (OnQueueChange, OnJobFinished and webhook
+// scheduling run after it is released: see unlock).
 type Service struct {
 	cfg   Config
 	st    Store
 	clock clockwork.Clock
 
-	mu        sync.Mutex
-	jobs      map[string]*job  // loaded jobs: running, finished, or queued and looked at
-	cold      map[string]*qent // queued jobs kept only as their queue entry
-	exp       expiryHeap       // the cold entries by ttl
-	expT      clockwork.Timer  // fires at exp's earliest ttl
-	expAt     int64
-	endpoints map[string]*endpointQ
-	workers   map[string]*worker
-	keys      map[string]string // key hash → worker id
-	seq       uint64
-	stopped   bool
+	mu            sync.Mutex
+	deferred      []func()         // run by unlock, after the lock is released
+	jobs          map[string]*job  // loaded jobs: running, or queued and looked at
+	cold          map[string]*qent // queued jobs kept only as their queue entry
+	exp           expiryHeap       // cold and finished entries by their deadline
+	expT          clockwork.Timer  // fires at exp's earliest deadline
+	expAt         int64
+	endpoints     map[string]*endpointQ
+	workers       map[string]*worker
+	keys          map[string]string // key hash → worker id
+	streams       map[string]*streamBuf
+	streamed      int // bytes in streams
+	streamDropped uint64
+	seq           uint64
+	stopped       bool
 
 	hq      hookQueue
 	stopCh  chan struct{}
@@ -48,13 +59,11 @@ type Service struct {
 type job struct {
 	rec     store.Job
 	input   json.RawMessage
-	q       *qent // its queue entry while queued
-	chunks  []json.RawMessage
+	q       *qent         // its queue entry while queued
 	changed chan struct{} // closed on every change, then replaced
 	timers  []clockwork.Timer
 	execT   clockwork.Timer
-	retT    clockwork.Timer
-	gone    bool
+	gone    bool // removed, or retired to a finished entry
 }
 
 type endpointQ struct {
@@ -64,6 +73,9 @@ type endpointQ struct {
 	low     int        // lowPriority jobs in fifo
 	// counts of retained jobs
 	inProgress, completed, failed, retried int
+	// done: finished jobs kept only as their entry (see retireLocked).
+	done    map[string]*qent
+	workers map[string]*worker
 }
 
 type takeWaiter struct {
@@ -89,6 +101,10 @@ func (ep *endpointQ) nextWaiterLocked() *takeWaiter {
 	return first
 }
 
+func (ep *endpointQ) empty() bool {
+	return ep.fifo.len() == 0 && ep.waiters.Len() == 0 && ep.inProgress == 0 && len(ep.done) == 0 && len(ep.workers) == 0
+}
+
 type worker struct {
 	rec      store.Worker
 	lastSeen time.Time
@@ -107,7 +123,7 @@ func New(st Store, cfg Config) *Service {
 	return &Service{
 		cfg: cfg, st: st, clock: cfg.Clock,
 		jobs: map[string]*job{}, cold: map[string]*qent{}, endpoints: map[string]*endpointQ{},
-		workers: map[string]*worker{}, keys: map[string]string{},
+		workers: map[string]*worker{}, keys: map[string]string{}, streams: map[string]*streamBuf{},
 		hq: hookQueue{signal: make(chan struct{}, 1)}, stopCh: make(chan struct{}),
 	}
 }
@@ -120,18 +136,33 @@ func (s *Service) log() interface {
 	return s.cfg.Logger
 }
 
+// unlock releases the lock, then runs the callbacks queued under it.
+func (s *Service) unlock() {
+	post := s.deferred
+	s.deferred = nil
+	s.mu.Unlock()
+	for _, f := range post {
+		f()
+	}
+}
+
+// afterLocked queues f to run once the lock is released.
+func (s *Service) afterLocked(f func()) { s.deferred = append(s.deferred, f) }
+
 // Start loads jobs, workers and pending webhooks from the store and resumes
-// every timer from its stored time. Queued jobs are loaded from the job
-// index alone; the others (running, finished, or queued with a worker that
-// may still answer) in full.
+// every timer from its stored time. Queued and finished jobs are loaded
+// from the job index alone; the others (running, or queued with a worker
+// that may still answer) in full.
 func (s *Service) Start(ctx context.Context) error {
 	now := s.clock.Now()
 	var ws []store.Worker
 	if err := s.st.Scan(store.Workers, func(key string, raw []byte) error {
 		var w store.Worker
-		if err := json.Unmarshal(raw, &w); err == nil {
-			ws = append(ws, w)
+		if err := json.Unmarshal(raw, &w); err != nil {
+			s.log().Error("skipping unreadable worker record", "worker", key, "err", err)
+			return nil
 		}
+		ws = append(ws, w)
 		return nil
 	}); err != nil {
 		return fmt.Errorf("load workers: %w", err)
@@ -139,9 +170,11 @@ func (s *Service) Start(ctx context.Context) error {
 	var hooks []*store.OutboxEntry
 	if err := s.st.Scan(store.Outbox, func(key string, raw []byte) error {
 		var e store.OutboxEntry
-		if err := json.Unmarshal(raw, &e); err == nil {
-			hooks = append(hooks, &e)
+		if err := json.Unmarshal(raw, &e); err != nil {
+			s.log().Error("skipping unreadable webhook outbox record", "key", key, "err", err)
+			return nil
 		}
+		hooks = append(hooks, &e)
 		return nil
 	}); err != nil {
 		return fmt.Errorf("load webhook outbox: %w", err)
@@ -155,18 +188,23 @@ func (s *Service) Start(ctx context.Context) error {
 	// their original order.
 	loaded := 0
 	var slab []qent // entries allocated in blocks: far fewer objects for the GC
+	entry := func() *qent {
+		if len(slab) == 0 {
+			slab = make([]qent, 1024)
+		}
+		q := &slab[0]
+		slab = slab[1:]
+		return q
+	}
 	err := s.st.ScanJobIndex(func(e store.JobEntry, load func() (store.Job, json.RawMessage, error)) error {
 		loaded++
 		if e.Seq > s.seq {
 			s.seq = e.Seq
 		}
 		ep := s.endpointLocked(e.EndpointID)
-		if e.Status == store.InQueue && !e.HasWorker {
-			if len(slab) == 0 {
-				slab = make([]qent, 1024)
-			}
-			q := &slab[0]
-			slab = slab[1:]
+		switch {
+		case e.Status == store.InQueue && !e.HasWorker:
+			q := entry()
 			*q = qent{id: e.ID, ep: ep, seq: e.Seq, queuedAt: e.QueuedAt.UnixNano(), expires: e.ExpiresAt.UnixNano(), low: e.LowPriority, hidx: int32(len(s.exp))}
 			s.cold[e.ID] = q
 			ep.fifo.pushBack(q)
@@ -175,6 +213,13 @@ func (s *Service) Start(ctx context.Context) error {
 				ep.low++
 			}
 			return nil
+		case e.Status.Terminal() && !e.RetainUntil.IsZero():
+			q := entry()
+			*q = qent{id: e.ID, ep: ep, seq: e.Seq, expires: deadline(e.ExpiresAt, e.RetainUntil), fin: finCode(e.Status), hidx: int32(len(s.exp))}
+			ep.done[e.ID] = q
+			s.exp = append(s.exp, q)
+			s.countTerminalLocked(ep, e.Status, +1)
+			return nil
 		}
 		rec, input, err := load()
 		if err != nil {
@@ -182,13 +227,14 @@ func (s *Service) Start(ctx context.Context) error {
 			return nil
 		}
 		j := &job{rec: rec, input: input, changed: make(chan struct{})}
-		s.jobs[j.rec.ID] = j
 		switch j.rec.Status {
 		case store.InQueue:
+			s.jobs[j.rec.ID] = j
 			s.pushLocked(ep, j, false)
 		case store.InProgress:
 			// The worker may still be running it: keep it with its worker,
 			// whose loss timer (or next ping) requeues it if not.
+			s.jobs[j.rec.ID] = j
 			ep.inProgress++
 			w := s.workers[j.rec.WorkerID]
 			if w == nil {
@@ -196,9 +242,13 @@ func (s *Service) Start(ctx context.Context) error {
 			}
 			w.inflight[j.rec.ID] = j
 			s.armExecLocked(j)
-		default:
+		default: // finished, from before the index kept the retention
+			q := entry()
+			*q = qent{id: j.rec.ID, ep: ep, seq: j.rec.Seq, expires: deadline(j.rec.ExpiresAt, j.rec.RetainUntil), fin: finCode(j.rec.Status), hidx: int32(len(s.exp))}
+			ep.done[q.id] = q
+			s.exp = append(s.exp, q)
 			s.countTerminalLocked(ep, j.rec.Status, +1)
-			s.armRetentionLocked(j)
+			return nil
 		}
 		s.armTTLLocked(j)
 		return nil
@@ -210,6 +260,7 @@ func (s *Service) Start(ctx context.Context) error {
 	heap.Init(&s.exp)
 	s.armExpiryLocked()
 	s.started = true
+	s.deferred = nil // nothing changed that a hook needs to hear about
 	s.mu.Unlock()
 
 	for i := 0; i < s.cfg.WebhookWorkers; i++ {
@@ -257,18 +308,17 @@ func (j *job) stopTimers() {
 	for _, t := range j.timers {
 		t.Stop()
 	}
+	j.timers = nil
 	if j.execT != nil {
 		j.execT.Stop()
-	}
-	if j.retT != nil {
-		j.retT.Stop()
+		j.execT = nil
 	}
 }
 
 func (s *Service) endpointLocked(id string) *endpointQ {
 	ep := s.endpoints[id]
 	if ep == nil {
-		ep = &endpointQ{id: id, waiters: list.New()}
+		ep = &endpointQ{id: id, waiters: list.New(), done: map[string]*qent{}, workers: map[string]*worker{}}
 		s.endpoints[id] = ep
 	}
 	return ep
@@ -318,8 +368,9 @@ func (s *Service) queuedLocked(ep *endpointQ, q *qent) {
 	if tw := ep.nextWaiterLocked(); tw != nil {
 		wake(tw.ch)
 	}
-	if s.cfg.OnQueueChange != nil && s.started {
-		s.cfg.OnQueueChange(ep.id)
+	if f := s.cfg.OnQueueChange; f != nil && s.started {
+		id := ep.id
+		s.afterLocked(func() { f(id) })
 	}
 }
 
@@ -334,55 +385,18 @@ func (s *Service) unqueueLocked(ep *endpointQ, j *job) {
 	j.q = nil
 }
 
-// takeFrontLocked removes the endpoint's first queued job and returns it
-// loaded, or nil when the queue is empty.
-func (s *Service) takeFrontLocked(ep *endpointQ) *job {
-	for {
-		q := ep.fifo.front()
-		if q == nil {
-			return nil
-		}
-		if q.j != nil {
-			j := q.j
-			s.unqueueLocked(ep, j)
-			return j
-		}
-		j, err := s.warmLocked(q)
-		if err != nil {
-			continue // warmLocked dropped the entry
-		}
-		s.unqueueLocked(ep, j)
-		return j
-	}
-}
-
-// readLocked loads a cold entry's job from the store.
-func (s *Service) readLocked(q *qent) (*job, error) {
-	rec, input, err := s.st.LoadJob(q.id)
-	if err != nil {
-		s.log().Error("cannot read a queued job's record", "endpoint", q.ep.id, "job", q.id, "err", err)
-		if errors.Is(err, store.ErrNotFound) {
-			s.dropColdLocked(q)
-			return nil, ErrNotFound
-		}
-		return nil, fmt.Errorf("load job: %w", err)
-	}
-	return &job{rec: rec, input: input, changed: make(chan struct{})}, nil
-}
-
-// warmLocked loads a cold entry's job and keeps it loaded, in its place in
-// the queue, with its own timers (the caller changes or watches it).
-func (s *Service) warmLocked(q *qent) (*job, error) {
-	j, err := s.readLocked(q)
-	if err != nil {
-		return nil, err
-	}
+// warmLocked keeps a cold entry's job loaded, in its place in the queue,
+// with its own timers (the caller changes or watches it). rec and input
+// were read from the store while the entry was cold: a cold job changes
+// only by being warmed first, so they are its current state.
+func (s *Service) warmLocked(q *qent, rec store.Job, input json.RawMessage) *job {
+	j := &job{rec: rec, input: input, changed: make(chan struct{})}
 	q.j, j.q = j, q
 	delete(s.cold, q.id)
 	s.unexpireLocked(q)
 	s.jobs[q.id] = j
 	s.armTTLLocked(j)
-	return j, nil
+	return j
 }
 
 // dropColdLocked forgets a cold entry.
@@ -396,7 +410,7 @@ func (s *Service) dropColdLocked(q *qent) {
 }
 
 // unexpireLocked takes q out of the expiry heap; the timer follows the
-// earliest ttl exactly (tests count the fake clock's timers).
+// earliest deadline exactly (tests count the fake clock's timers).
 func (s *Service) unexpireLocked(q *qent) {
 	first := q.hidx == 0
 	s.exp.drop(q)
@@ -407,7 +421,7 @@ func (s *Service) unexpireLocked(q *qent) {
 	}
 }
 
-// armExpiryLocked sets the timer for the earliest cold ttl. A timer set for
+// armExpiryLocked sets the timer for the earliest deadline. A timer set for
 // an entry since loaded or removed fires, finds nothing due and re-arms.
 func (s *Service) armExpiryLocked() {
 	if len(s.exp) == 0 || s.stopped {
@@ -421,14 +435,15 @@ func (s *Service) armExpiryLocked() {
 		s.expT.Stop()
 	}
 	s.expAt = at
-	s.expT = s.clock.AfterFunc(time.Duration(at-s.clock.Now().UnixNano()), s.expireCold)
+	s.expT = s.clock.AfterFunc(time.Duration(at-s.clock.Now().UnixNano()), s.expireEntries)
 }
 
-// expireCold removes the cold jobs whose ttl has passed, a bounded number
-// per lock hold.
-func (s *Service) expireCold() {
+// expireEntries removes the cold queued jobs whose ttl has passed and the
+// finished ones whose retention (or ttl) has, a bounded number per lock
+// hold.
+func (s *Service) expireEntries() {
 	s.mu.Lock()
-	defer s.mu.Unlock()
+	defer s.unlock()
 	s.expT = nil
 	if s.stopped {
 		return
@@ -437,8 +452,12 @@ func (s *Service) expireCold() {
 	var ops []store.Op
 	for n := 0; n < removeBatch && len(s.exp) > 0 && s.exp[0].expires <= now; n++ {
 		q := heap.Pop(&s.exp).(*qent)
-		s.log().Info("job expired (ttl)", "endpoint", q.ep.id, "job", q.id, "status", store.InQueue)
-		s.dropColdLocked(q)
+		if q.fin == 0 {
+			s.log().Info("job expired (ttl)", "endpoint", q.ep.id, "job", q.id, "status", store.InQueue)
+			s.dropColdLocked(q)
+		} else {
+			s.dropDoneLocked(q)
+		}
 		ops = append(ops, store.DeleteJob(q.id, q.seq)...)
 	}
 	if len(ops) > 0 {
@@ -496,6 +515,12 @@ func (s *Service) Submit(req SubmitRequest) (StatusResponse, error) {
 		input:   req.Input,
 		changed: make(chan struct{}),
 	}
+	var inputOp []store.Op
+	if len(j.input) <= inlineInput {
+		j.rec.Input = j.input
+	} else {
+		inputOp = []store.Op{store.PutRaw(store.JobInputs, j.rec.ID, j.input)}
+	}
 	// Back-pressure: new work waits while the disk is behind.
 	if err := s.st.Admit(context.Background()); err != nil {
 		return StatusResponse{}, fmt.Errorf("store job: %w", err)
@@ -505,21 +530,17 @@ func (s *Service) Submit(req SubmitRequest) (StatusResponse, error) {
 		s.mu.Unlock()
 		return StatusResponse{}, ErrStopped
 	}
+	// The sequence and the write are taken under the lock so that the
+	// index's order is the queue's.
 	s.seq++
 	j.rec.Seq = s.seq
-	var done <-chan error
-	if len(j.input) <= inlineInput {
-		j.rec.Input = j.input
-		done = s.st.Enqueue(jobOps(j)...)
-	} else {
-		done = s.st.Enqueue(append([]store.Op{store.PutRaw(store.JobInputs, j.rec.ID, j.input)}, jobOps(j)...)...)
-	}
+	done := s.st.Enqueue(append(inputOp, jobOps(j)...)...)
 	s.mu.Unlock()
 	if err := <-done; err != nil {
 		return StatusResponse{}, fmt.Errorf("store job: %w", err)
 	}
 	s.mu.Lock()
-	defer s.mu.Unlock()
+	defer s.unlock()
 	if s.stopped {
 		// On disk: it is queued again at the next start.
 		return s.viewLocked(j), nil
@@ -547,13 +568,17 @@ func ms(d time.Duration) *int64 {
 	return &v
 }
 
-func (s *Service) viewLocked(j *job) StatusResponse {
+func (s *Service) viewLocked(j *job) StatusResponse { return view(j, s.clock.Now()) }
+
+// view is a job's status body; it reads only j (no lock needed for a job
+// nobody else holds).
+func view(j *job, now time.Time) StatusResponse {
 	r := StatusResponse{ID: j.rec.ID, Status: j.rec.Status, WorkerID: j.rec.WorkerID, Retries: j.rec.Retries, Output: j.rec.Output}
 	if !j.rec.StartedAt.IsZero() {
 		r.DelayTime = ms(j.rec.StartedAt.Sub(j.rec.QueuedAt))
 		end := j.rec.CompletedAt
 		if end.IsZero() {
-			end = s.clock.Now()
+			end = now
 		}
 		r.ExecutionTime = ms(end.Sub(j.rec.StartedAt))
 	} else if j.rec.Status.Terminal() {
@@ -569,51 +594,148 @@ func (s *Service) viewLocked(j *job) StatusResponse {
 	return r
 }
 
-// lookupLocked finds a job, loading a cold one (and keeping it loaded:
-// the caller changes or watches it).
-func (s *Service) lookupLocked(endpointID, id string) (*job, error) {
-	j := s.jobs[id]
-	if j == nil {
-		q := s.cold[id]
-		if q == nil || q.ep.id != endpointID {
+// ---- finding jobs without reading under the lock ----
+
+// lockJob finds a job and keeps it loaded, with the lock held on return
+// (also on error: the caller unlocks). A job kept only as an entry (cold
+// queued, or finished) is read from the store with the lock released,
+// then the entry is checked again and the job loaded in its place; if the
+// entry changed meanwhile the look-up starts over.
+func (s *Service) lockJob(endpointID, id string) (*job, error) {
+	s.mu.Lock()
+	for {
+		if j := s.jobs[id]; j != nil {
+			if j.rec.EndpointID != endpointID {
+				return nil, ErrNotFound
+			}
+			return j, nil
+		}
+		q := s.entryLocked(endpointID, id)
+		if q == nil {
 			return nil, ErrNotFound
 		}
-		return s.warmLocked(q)
+		rec, input, err := s.readEntry(q)
+		if !s.entryStillLocked(q) {
+			continue
+		}
+		if err != nil {
+			return nil, s.unreadableLocked(q, err)
+		}
+		if q.fin == 0 {
+			return s.warmLocked(q, rec, input), nil
+		}
+		return s.reviveLocked(q, rec, input), nil
 	}
-	if j.rec.EndpointID != endpointID {
-		return nil, ErrNotFound
-	}
-	return j, nil
 }
 
-// peekLocked finds a job for reading only: a cold one is read from the
-// store and stays cold.
-func (s *Service) peekLocked(endpointID, id string) (*job, error) {
-	if q := s.cold[id]; q != nil && s.jobs[id] == nil {
+// entryLocked is the entry of a job kept only as one (cold queued or
+// finished), or nil.
+func (s *Service) entryLocked(endpointID, id string) *qent {
+	if q := s.cold[id]; q != nil {
 		if q.ep.id != endpointID {
-			return nil, ErrNotFound
+			return nil
 		}
-		return s.readLocked(q)
+		return q
 	}
-	return s.lookupLocked(endpointID, id)
+	if ep := s.endpoints[endpointID]; ep != nil {
+		if q := ep.done[id]; q != nil {
+			return q
+		}
+	}
+	return nil
+}
+
+// entryStillLocked: q is still where readEntry found it.
+func (s *Service) entryStillLocked(q *qent) bool {
+	if q.fin == 0 {
+		return s.cold[q.id] == q
+	}
+	return q.ep.done[q.id] == q
+}
+
+// readEntry reads an entry's job with the lock released (held on entry and
+// on return). A finished job whose final write is not on disk yet is
+// served from the copy its entry holds.
+func (s *Service) readEntry(q *qent) (store.Job, json.RawMessage, error) {
+	if q.x != nil && q.x.rec != nil {
+		return *q.x.rec, q.x.input, nil
+	}
+	s.unlock()
+	rec, input, err := s.st.LoadJob(q.id)
+	s.mu.Lock()
+	return rec, input, err
+}
+
+// unreadableLocked drops an entry whose record is gone or cannot be read:
+// it cannot be handed out or shown (berth check names the damage).
+func (s *Service) unreadableLocked(q *qent, err error) error {
+	s.log().Error("cannot read a job's record; dropping the job from memory", "endpoint", q.ep.id, "job", q.id, "err", err)
+	if q.fin == 0 {
+		s.dropColdLocked(q)
+	} else {
+		s.dropDoneLocked(q)
+	}
+	if errors.Is(err, store.ErrNotFound) {
+		return ErrNotFound
+	}
+	return fmt.Errorf("load job: %w", err)
+}
+
+// peek returns a job for reading only: a loaded job is viewed under the
+// lock with fn; a job kept as an entry is read from the store (outside the
+// lock) into a private copy that fn views without it. It keeps nothing
+// loaded.
+func (s *Service) peek(endpointID, id string, fn func(j *job, chunks []json.RawMessage)) error {
+	s.mu.Lock()
+	for {
+		if j := s.jobs[id]; j != nil {
+			if j.rec.EndpointID != endpointID {
+				s.unlock()
+				return ErrNotFound
+			}
+			fn(j, s.streamLocked(id))
+			s.unlock()
+			return nil
+		}
+		q := s.entryLocked(endpointID, id)
+		if q == nil {
+			s.unlock()
+			return ErrNotFound
+		}
+		rec, input, err := s.readEntry(q)
+		if !s.entryStillLocked(q) {
+			continue
+		}
+		if err != nil {
+			err = s.unreadableLocked(q, err)
+			s.unlock()
+			return err
+		}
+		chunks := s.streamLocked(id)
+		s.unlock()
+		fn(&job{rec: rec, input: input}, chunks)
+		return nil
+	}
 }
 
 // Status returns a job's status body. A ttl > 0 resets the job's expiry to
 // now + ttl (and keeps a finished job's result at least that long).
 func (s *Service) Status(endpointID, id string, ttl time.Duration) (StatusResponse, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	find := s.peekLocked
-	if ttl > 0 {
-		find = s.lookupLocked
+	if ttl <= 0 {
+		var v StatusResponse
+		now := s.clock.Now()
+		err := s.peek(endpointID, id, func(j *job, _ []json.RawMessage) { v = view(j, now) })
+		return v, err
 	}
-	j, err := find(endpointID, id)
+	if err := s.st.Admit(context.Background()); err != nil {
+		return StatusResponse{}, fmt.Errorf("store ttl: %w", err)
+	}
+	j, err := s.lockJob(endpointID, id)
+	defer s.unlock()
 	if err != nil {
 		return StatusResponse{}, err
 	}
-	if ttl > 0 {
-		s.setTTLLocked(j, ttl)
-	}
+	s.setTTLLocked(j, ttl)
 	return s.viewLocked(j), nil
 }
 
@@ -623,15 +745,10 @@ func (s *Service) Wait(ctx context.Context, endpointID, id string, wait time.Dur
 	timer := s.hold(wait)
 	defer timer.Stop()
 	for {
-		s.mu.Lock()
-		j, err := s.lookupLocked(endpointID, id)
+		v, ch, err := s.watchView(endpointID, id)
 		if err != nil {
-			s.mu.Unlock()
 			return StatusResponse{}, err
 		}
-		v := s.viewLocked(j)
-		ch := j.changed
-		s.mu.Unlock()
 		if v.Status.Terminal() {
 			return v, nil
 		}
@@ -647,95 +764,116 @@ func (s *Service) Wait(ctx context.Context, endpointID, id string, wait time.Dur
 	}
 }
 
-// Stream drains the chunks buffered so far, waiting up to wait while there
-// are none and the job is not finished.
-func (s *Service) Stream(ctx context.Context, endpointID, id string, wait time.Duration) (StreamResponse, error) {
-	timer := s.hold(wait)
-	defer timer.Stop()
-	for {
-		s.mu.Lock()
-		j, err := s.lookupLocked(endpointID, id)
-		if err != nil {
-			s.mu.Unlock()
-			return StreamResponse{}, err
-		}
-		if len(j.chunks) > 0 || j.rec.Status.Terminal() {
-			r := StreamResponse{ID: id, Status: j.rec.Status, Stream: j.chunks}
-			if r.Stream == nil {
-				r.Stream = []json.RawMessage{}
-			}
-			if j.rec.Error != "" {
-				e := j.rec.Error
-				r.Error = &e
-			}
-			j.chunks = nil
-			s.mu.Unlock()
-			return r, nil
-		}
-		st := j.rec.Status
-		ch := j.changed
-		s.mu.Unlock()
-		select {
-		case <-ch:
-			continue
-		case <-timer.C():
-		case <-ctx.Done():
-		case <-s.stopCh:
-		}
-		return StreamResponse{ID: id, Status: st, Stream: []json.RawMessage{}}, nil
+// watchView is the job's view and, while it is not finished, the channel
+// closed at its next change (a cold queued job is loaded to be watched).
+func (s *Service) watchView(endpointID, id string) (StatusResponse, <-chan struct{}, error) {
+	s.mu.Lock()
+	var q *qent
+	if s.jobs[id] == nil {
+		q = s.entryLocked(endpointID, id)
 	}
+	fin := q != nil && q.fin != 0
+	s.unlock()
+	if fin {
+		var v StatusResponse
+		now := s.clock.Now()
+		err := s.peek(endpointID, id, func(j *job, _ []json.RawMessage) { v = view(j, now) })
+		if err == nil && v.Status.Terminal() {
+			return v, nil, nil
+		}
+		if err != nil && !errors.Is(err, ErrNotFound) {
+			return v, nil, err
+		}
+		// Retried or removed meanwhile: look again below.
+	}
+	j, err := s.lockJob(endpointID, id)
+	defer s.unlock()
+	if err != nil {
+		return StatusResponse{}, nil, err
+	}
+	return s.viewLocked(j), j.changed, nil
 }
 
 // Cancel cancels a queued or running job. A finished job is left as is and
 // its status returned.
 func (s *Service) Cancel(endpointID, id string) (StatusResponse, error) {
+	if err := s.st.Admit(context.Background()); err != nil {
+		return StatusResponse{}, fmt.Errorf("store cancel: %w", err)
+	}
 	s.mu.Lock()
-	j, err := s.lookupLocked(endpointID, id)
+	if q := s.entryLocked(endpointID, id); q != nil && q.fin != 0 && s.jobs[id] == nil {
+		// Finished: its status, read like /status reads it.
+		pending := q.x != nil && q.x.rec != nil && s.st.Pending(store.Jobs, id)
+		s.unlock()
+		var v StatusResponse
+		now := s.clock.Now()
+		err := s.peek(endpointID, id, func(j *job, _ []json.RawMessage) { v = view(j, now) })
+		if err == nil && pending {
+			err = s.rewrite(endpointID, id)
+		}
+		return v, err
+	}
+	s.unlock()
+	j, err := s.lockJob(endpointID, id)
 	if err != nil {
-		s.mu.Unlock()
+		s.unlock()
 		return StatusResponse{}, err
 	}
 	if j.rec.Status.Terminal() {
 		v := s.viewLocked(j)
-		if ch := s.rewriteIfPendingLocked(j); ch != nil {
-			s.mu.Unlock()
-			if err := <-ch; err != nil {
-				return StatusResponse{}, fmt.Errorf("store job: %w", err)
-			}
-			return v, nil
-		}
-		s.mu.Unlock()
+		s.unlock()
 		return v, nil
 	}
 	done := s.finishLocked(j, store.Cancelled, nil, "", true)
 	v := s.viewLocked(j)
-	s.mu.Unlock()
+	s.unlock()
 	if err := <-done; err != nil {
 		return StatusResponse{}, fmt.Errorf("store cancel: %w", err)
 	}
 	return StatusResponse{ID: v.ID, Status: v.Status}, nil
 }
 
+// rewrite writes a finished job's record again when its last write failed
+// and is still waiting to be retried, and waits for it: a request about to
+// acknowledge the job's state (a repeated cancel or job-done) must not do
+// so before it is on disk.
+func (s *Service) rewrite(endpointID, id string) error {
+	s.mu.Lock()
+	q := s.entryLocked(endpointID, id)
+	if q == nil || q.x == nil || q.x.rec == nil || !s.st.Pending(store.Jobs, id) {
+		s.unlock()
+		return nil
+	}
+	ch := s.st.EnqueueState(store.PutJob(q.x.rec)...)
+	s.unlock()
+	if err := <-ch; err != nil {
+		return fmt.Errorf("store job: %w", err)
+	}
+	return nil
+}
+
 // Retry requeues a FAILED or TIMED_OUT job under the same id with its
 // original input; its previous output and error are removed.
 func (s *Service) Retry(endpointID, id string) (StatusResponse, error) {
-	s.mu.Lock()
-	j, err := s.lookupLocked(endpointID, id)
+	if err := s.st.Admit(context.Background()); err != nil {
+		return StatusResponse{}, fmt.Errorf("store retry: %w", err)
+	}
+	j, err := s.lockJob(endpointID, id)
 	if err != nil {
-		s.mu.Unlock()
+		s.unlock()
 		return StatusResponse{}, err
 	}
 	if j.rec.Status != store.Failed && j.rec.Status != store.TimedOut {
 		v := s.viewLocked(j)
-		s.mu.Unlock()
+		if j.rec.Status.Terminal() {
+			// Loaded back for nothing: it goes back to its entry.
+			s.reretireLocked(j)
+		}
+		s.unlock()
 		return v, ErrNotRetryable
 	}
 	ep := s.endpointLocked(endpointID)
 	s.countTerminalLocked(ep, j.rec.Status, -1)
-	if j.retT != nil {
-		j.retT.Stop()
-		j.retT = nil
-	}
 	now := s.clock.Now()
 	j.rec.Status = store.InQueue
 	j.rec.Output, j.rec.Error, j.rec.WorkerID = nil, "", ""
@@ -743,12 +881,13 @@ func (s *Service) Retry(endpointID, id string) (StatusResponse, error) {
 	j.rec.QueuedAt = now
 	j.rec.Attempts = 0
 	j.rec.Retries++
-	j.chunks = nil
+	s.dropStreamLocked(id)
 	ep.retried++
 	done := s.st.EnqueueState(jobOps(j)...)
 	s.pushLocked(ep, j, false)
+	s.armTTLLocked(j)
 	j.changedLocked()
-	s.mu.Unlock()
+	s.unlock()
 	if err := <-done; err != nil {
 		return StatusResponse{}, fmt.Errorf("store retry: %w", err)
 	}
@@ -757,10 +896,10 @@ func (s *Service) Retry(endpointID, id string) (StatusResponse, error) {
 
 // CancelEndpoint cancels every job of the endpoint that is not finished,
 // as Cancel does one: running jobs first (their workers are told to stop),
-// then the queue, cold entries included, in batches of removeBatch per
-// lock hold, as Purge works. Webhooks fire with CANCELLED. It returns the
-// number cancelled once every write is on disk; used when an endpoint is
-// deleted.
+// then the queue, cold entries included (read with the lock released, as
+// Take reads them), in batches of removeBatch per lock hold, as Purge
+// works. Webhooks fire with CANCELLED. It returns the number cancelled once
+// every write is on disk; used when an endpoint is deleted.
 func (s *Service) CancelEndpoint(endpointID string) (int, error) {
 	n := 0
 	var firstErr error
@@ -773,45 +912,37 @@ func (s *Service) CancelEndpoint(endpointID string) (int, error) {
 	}
 	s.mu.Lock()
 	var dones []<-chan error
-	for _, w := range s.workers {
-		if w.rec.EndpointID != endpointID {
-			continue
-		}
-		for _, j := range w.inflight { // finishLocked removes j from inflight
-			dones = append(dones, s.finishLocked(j, store.Cancelled, nil, "", true))
-			n++
+	if ep := s.endpoints[endpointID]; ep != nil {
+		for _, w := range ep.workers {
+			for _, j := range w.inflight { // finishLocked removes j from inflight
+				dones = append(dones, s.finishLocked(j, store.Cancelled, nil, "", true))
+				n++
+			}
 		}
 	}
-	s.mu.Unlock()
+	s.unlock()
 	wait(dones)
 	for {
 		s.mu.Lock()
 		ep := s.endpoints[endpointID]
 		dones = nil
+		if ep != nil {
+			s.loadFrontLocked(ep, removeBatch)
+		}
 		for k := 0; ep != nil && k < removeBatch; k++ {
 			q := ep.fifo.front()
-			if q == nil {
-				break
+			if q == nil || q.j == nil {
+				break // empty, or cold again: read the next batch
 			}
-			j := q.j
-			if j == nil {
-				var err error
-				if j, err = s.warmLocked(q); errors.Is(err, ErrNotFound) {
-					continue // its record is gone; warmLocked dropped the entry
-				} else if err != nil {
-					s.mu.Unlock()
-					wait(dones)
-					return n, err
-				}
-			}
-			dones = append(dones, s.finishLocked(j, store.Cancelled, nil, "", true))
+			dones = append(dones, s.finishLocked(q.j, store.Cancelled, nil, "", true))
 			n++
 		}
-		s.mu.Unlock()
-		if len(dones) == 0 {
+		empty := ep == nil || ep.fifo.len() == 0
+		s.unlock()
+		wait(dones)
+		if empty || (len(dones) == 0 && firstErr != nil) {
 			return n, firstErr
 		}
-		wait(dones)
 	}
 }
 
@@ -839,11 +970,11 @@ func (s *Service) Purge(endpointID string) (int, error) {
 			n++
 		}
 		if len(ops) == 0 {
-			s.mu.Unlock()
+			s.unlock()
 			return n, nil
 		}
 		done := s.st.EnqueueState(ops...)
-		s.mu.Unlock()
+		s.unlock()
 		if err := <-done; err != nil {
 			return n, fmt.Errorf("store purge: %w", err)
 		}
@@ -854,13 +985,15 @@ func (s *Service) Purge(endpointID string) (int, error) {
 // workers (idle / running); the runtime adds container states.
 func (s *Service) Health(endpointID string) Health {
 	s.mu.Lock()
-	defer s.mu.Unlock()
+	defer s.unlock()
 	var h Health
-	if ep := s.endpoints[endpointID]; ep != nil {
-		h.Jobs = JobCounts{Completed: ep.completed, Failed: ep.failed, InProgress: ep.inProgress, InQueue: ep.fifo.len(), Retried: ep.retried}
+	ep := s.endpoints[endpointID]
+	if ep == nil {
+		return h
 	}
-	for _, w := range s.workers {
-		if w.rec.EndpointID != endpointID || w.lost || w.lastSeen.IsZero() {
+	h.Jobs = JobCounts{Completed: ep.completed, Failed: ep.failed, InProgress: ep.inProgress, InQueue: ep.fifo.len(), Retried: ep.retried}
+	for _, w := range ep.workers {
+		if w.lost || w.lastSeen.IsZero() {
 			continue
 		}
 		if w.frozen && len(w.inflight) == 0 {
@@ -887,7 +1020,7 @@ type QueueStats struct {
 // Stats returns the autoscaler's view of an endpoint's queue.
 func (s *Service) Stats(endpointID string) QueueStats {
 	s.mu.Lock()
-	defer s.mu.Unlock()
+	defer s.unlock()
 	ep := s.endpoints[endpointID]
 	if ep == nil {
 		return QueueStats{}
@@ -905,7 +1038,8 @@ func (s *Service) Stats(endpointID string) QueueStats {
 }
 
 // finishLocked moves j to a terminal state, records it, queues its webhook
-// in the same write, and tells its worker to stop if it was running.
+// in the same write, tells its worker to stop if it was running, and
+// retires it to a finished entry (see retireLocked).
 func (s *Service) finishLocked(j *job, st store.JobStatus, output json.RawMessage, errMsg string, stop bool) <-chan error {
 	ep := s.endpointLocked(j.rec.EndpointID)
 	now := s.clock.Now()
@@ -922,12 +1056,9 @@ func (s *Service) finishLocked(j *job, st store.JobStatus, output json.RawMessag
 			}
 		}
 	}
-	if j.execT != nil {
-		j.execT.Stop()
-		j.execT = nil
-	}
 	if f := s.cfg.OnJobFinished; f != nil && !j.rec.StartedAt.IsZero() {
-		f(j.rec.EndpointID, st, j.rec.StartedAt.Sub(j.rec.QueuedAt), now.Sub(j.rec.StartedAt))
+		id, delay, exec := j.rec.EndpointID, j.rec.StartedAt.Sub(j.rec.QueuedAt), now.Sub(j.rec.StartedAt)
+		s.afterLocked(func() { f(id, st, delay, exec) })
 	}
 	j.rec.Status = st
 	j.rec.CompletedAt = now
@@ -941,27 +1072,106 @@ func (s *Service) finishLocked(j *job, st store.JobStatus, output json.RawMessag
 	}
 	j.rec.RetainUntil = now.Add(ret)
 	s.countTerminalLocked(ep, st, +1)
-	s.armRetentionLocked(j)
 	ops := jobOps(j)
+	var hook *store.OutboxEntry
 	if j.rec.Webhook != "" {
-		body, _ := json.Marshal(s.viewLocked(j))
-		h := &store.OutboxEntry{ID: uuid.NewString(), JobID: j.rec.ID, EndpointID: j.rec.EndpointID, URL: j.rec.Webhook, Body: body, NextAt: now}
-		ops = append(ops, store.Put(store.Outbox, h.ID, h))
-		defer s.scheduleHook(h)
+		// The body is encoded by the store's writer, with the entry.
+		body := s.viewLocked(j)
+		hook = &store.OutboxEntry{ID: uuid.NewString(), JobID: j.rec.ID, EndpointID: j.rec.EndpointID, URL: j.rec.Webhook, NextAt: now}
+		h := *hook
+		ops = append(ops, store.Op{Bucket: store.Outbox, Key: hook.ID, Hint: 300 + len(body.Output), Encode: func() ([]byte, error) {
+			b, err := json.Marshal(body)
+			if err != nil {
+				return nil, err
+			}
+			hook.Body, h.Body = b, b
+			return json.Marshal(h)
+		}})
 	}
 	j.changedLocked()
-	return s.st.EnqueueState(ops...)
+	return s.retireLocked(j, s.st.EnqueueState(ops...), hook)
 }
 
-// rewriteIfPendingLocked writes j's record again when its last write
-// failed and waits to be retried: a request about to acknowledge the
-// job's state (a repeated cancel or job-done) must not do so before it is
-// on disk. Nil when nothing is pending.
-func (s *Service) rewriteIfPendingLocked(j *job) <-chan error {
-	if !s.st.Pending(store.Jobs, j.rec.ID) {
-		return nil
+// retireLocked replaces a finished job in memory by its entry (id, status,
+// deadline: a hundred bytes), its record and output staying in bbolt. Until
+// the record's write is on disk, the entry keeps the record to serve from;
+// a write that failed keeps it until the retried write is known to land
+// (then reads come from the store again). hook, when set, is scheduled
+// for delivery once the write is done. It returns the write's result.
+func (s *Service) retireLocked(j *job, write <-chan error, hook *store.OutboxEntry) <-chan error {
+	ep := s.endpointLocked(j.rec.EndpointID)
+	j.stopTimers()
+	j.gone = true
+	delete(s.jobs, j.rec.ID)
+	rec := j.rec
+	q := &qent{id: rec.ID, ep: ep, seq: rec.Seq, expires: deadline(rec.ExpiresAt, rec.RetainUntil), fin: finCode(rec.Status), hidx: -1,
+		x: &qextra{rec: &rec, input: j.input}}
+	ep.done[q.id] = q
+	s.exp.add(q)
+	s.armExpiryLocked()
+	out := make(chan error, 1)
+	go func() {
+		err := <-write
+		if err == nil {
+			s.mu.Lock()
+			if q.ep.done[q.id] == q && q.x != nil {
+				// On disk: read from there from now on.
+				if q.x.rec, q.x.input = nil, nil; q.x.changed == nil {
+					q.x = nil
+				}
+			}
+			s.mu.Unlock()
+		}
+		if hook != nil {
+			s.scheduleHook(hook)
+		}
+		out <- err
+	}()
+	return out
+}
+
+// reretireLocked puts a finished job loaded back for nothing back to its
+// entry; its record is on disk unless a failed write of it is pending.
+func (s *Service) reretireLocked(j *job) {
+	ch := doneChan(nil)
+	if s.st.Pending(store.Jobs, j.rec.ID) {
+		ch = s.st.EnqueueState(jobOps(j)...)
 	}
-	return s.st.EnqueueState(jobOps(j)...)
+	s.retireLocked(j, ch, nil)
+}
+
+func doneChan(err error) <-chan error {
+	ch := make(chan error, 1)
+	ch <- err
+	return ch
+}
+
+// dropDoneLocked forgets a finished entry (its retention or ttl ended, or
+// its record cannot be read).
+func (s *Service) dropDoneLocked(q *qent) {
+	delete(q.ep.done, q.id)
+	s.unexpireLocked(q)
+	s.countTerminalLocked(q.ep, finStatus[q.fin], -1)
+	s.dropStreamLocked(q.id)
+	if q.x != nil && q.x.changed != nil {
+		close(q.x.changed)
+		q.x.changed = nil
+	}
+}
+
+// reviveLocked loads a finished entry's job back (a retry, a new ttl, a
+// watch): the job gets its timers again and the entry goes.
+func (s *Service) reviveLocked(q *qent, rec store.Job, input json.RawMessage) *job {
+	delete(q.ep.done, q.id)
+	s.unexpireLocked(q)
+	j := &job{rec: rec, input: input, changed: make(chan struct{})}
+	if q.x != nil && q.x.changed != nil {
+		j.changed = q.x.changed // whoever watched the entry watches the job
+		q.x.changed = nil
+	}
+	s.jobs[q.id] = j
+	s.armTTLLocked(j)
+	return j
 }
 
 // removeLocked deletes j from memory and returns the ops deleting it on disk.
@@ -983,6 +1193,7 @@ func (s *Service) removeLocked(j *job) []store.Op {
 	j.stopTimers()
 	j.gone = true
 	delete(s.jobs, j.rec.ID)
+	s.dropStreamLocked(j.rec.ID)
 	j.changedLocked()
 	return store.DeleteJob(j.rec.ID, j.rec.Seq)
 }
@@ -1004,39 +1215,26 @@ func (s *Service) armTTLLocked(j *job) {
 func (s *Service) setTTLLocked(j *job, ttl time.Duration) {
 	now := s.clock.Now()
 	j.rec.ExpiresAt = now.Add(ttl)
-	if j.rec.Status.Terminal() && j.rec.RetainUntil.Before(j.rec.ExpiresAt) {
-		j.rec.RetainUntil = j.rec.ExpiresAt
-		s.armRetentionLocked(j)
+	if j.rec.Status.Terminal() {
+		if j.rec.RetainUntil.Before(j.rec.ExpiresAt) {
+			j.rec.RetainUntil = j.rec.ExpiresAt
+		}
+		s.retireLocked(j, s.st.EnqueueState(jobOps(j)...), nil)
+		return
 	}
 	s.armTTLLocked(j)
 	s.st.WriteAsync(jobOps(j)...)
 }
 
-// expire is the hard ttl: the job goes in any state.
+// expire is the hard ttl of a loaded job: it goes in any state.
 func (s *Service) expire(j *job, at time.Time) {
 	s.mu.Lock()
+	defer s.unlock()
 	if j.gone || !j.rec.ExpiresAt.Equal(at) || s.stopped {
-		s.mu.Unlock()
 		return
 	}
 	s.log().Info("job expired (ttl)", "endpoint", j.rec.EndpointID, "job", j.rec.ID, "status", j.rec.Status)
 	s.st.WriteAsync(s.removeLocked(j)...)
-	s.mu.Unlock()
-}
-
-func (s *Service) armRetentionLocked(j *job) {
-	if j.retT != nil {
-		j.retT.Stop()
-	}
-	at := j.rec.RetainUntil
-	j.retT = s.after(at, func() {
-		s.mu.Lock()
-		defer s.mu.Unlock()
-		if j.gone || s.stopped || !j.rec.Status.Terminal() || !j.rec.RetainUntil.Equal(at) {
-			return
-		}
-		s.st.WriteAsync(s.removeLocked(j)...)
-	})
 }
 
 func (s *Service) armExecLocked(j *job) {
@@ -1048,12 +1246,12 @@ func (s *Service) armExecLocked(j *job) {
 	j.execT = s.after(at, func() {
 		s.mu.Lock()
 		if j.gone || s.stopped || j.rec.Status != store.InProgress || j.rec.Attempts != attempt {
-			s.mu.Unlock()
+			s.unlock()
 			return
 		}
 		msg := fmt.Sprintf("execution timeout: the job ran longer than %dms", j.rec.ExecutionTimeoutMs)
 		done := s.finishLocked(j, store.TimedOut, nil, msg, true)
-		s.mu.Unlock()
+		s.unlock()
 		if err := <-done; err != nil {
 			s.log().Error("store timed-out job", "endpoint", j.rec.EndpointID, "job", j.rec.ID, "err", err)
 		}
@@ -1117,10 +1315,53 @@ func (h *holdTimer) Stop() {
 // stream chunk or removal).
 func (s *Service) Watch(endpointID, id string) (<-chan struct{}, error) {
 	s.mu.Lock()
-	defer s.mu.Unlock()
-	j, err := s.lookupLocked(endpointID, id)
+	if j := s.jobs[id]; j == nil {
+		if q := s.entryLocked(endpointID, id); q != nil && q.fin != 0 {
+			// A finished entry: closed when it goes or is revived.
+			if q.x == nil {
+				q.x = &qextra{}
+			}
+			if q.x.changed == nil {
+				q.x.changed = make(chan struct{})
+			}
+			ch := q.x.changed
+			s.unlock()
+			return ch, nil
+		}
+	}
+	s.unlock()
+	j, err := s.lockJob(endpointID, id)
+	defer s.unlock()
 	if err != nil {
 		return nil, err
 	}
 	return j.changed, nil
+}
+
+// PruneEndpoints forgets the queue state of endpoints that no longer exist
+// (live reports false) and hold nothing: no queued, running or retained
+// job, no waiting take, no worker. The cleaner calls it; it returns how
+// many went.
+func (s *Service) PruneEndpoints(live func(endpointID string) bool) int {
+	s.mu.Lock()
+	var ids []string
+	for id, ep := range s.endpoints {
+		if ep.empty() {
+			ids = append(ids, id)
+		}
+	}
+	s.unlock()
+	n := 0
+	for _, id := range ids {
+		if live(id) { // outside the lock: it may read the store
+			continue
+		}
+		s.mu.Lock()
+		if ep := s.endpoints[id]; ep != nil && ep.empty() {
+			delete(s.endpoints, id)
+			n++
+		}
+		s.unlock()
+	}
+	return n
 }

@@ -68,6 +68,18 @@ type Config struct {
 	RunRetention   time.Duration // results of /run jobs [30m]
 	SyncRetention  time.Duration // results of /runsync jobs [1m]
 
+	// Worker identities nobody uses are forgotten (see ExpireWorkers):
+	// those the operator's key created on the fly after WorkerRetention
+	// without a request [1h], those with their own key (worker-env, the
+	// runtime's) with their key after KeyedWorkerRetention [24h].
+	WorkerRetention      time.Duration
+	KeyedWorkerRetention time.Duration
+
+	// Unread stream chunks are capped per job and in all [16 MiB, 256 MiB]
+	// (see streams.go).
+	StreamBufferPerJob int
+	StreamBufferTotal  int
+
 	WebhookClient     *http.Client  // [the default WebhookPolicy, 10s timeout]
 	WebhookAttempts   int           // [3: the first and 2 retries]
 	WebhookRetryDelay time.Duration // [10s]
@@ -77,11 +89,12 @@ type Config struct {
 	// recycle its container. Optional.
 	OnStopPod func(endpointID, workerID string)
 	// OnQueueChange is told when an endpoint's queue grows, so the
-	// autoscaler can react without polling. Optional; must not block.
+	// autoscaler can react without polling. Optional; called after the
+	// queue's lock is released, but it should not block.
 	OnQueueChange func(endpointID string)
 	// OnJobFinished is told when a job that a worker started ends (any
 	// terminal status), with its delayTime and executionTime, for
-	// metrics. Optional; called with the queue's lock held: must not block.
+	// metrics. Optional; called after the queue's lock is released.
 	OnJobFinished func(endpointID string, status store.JobStatus, delay, execution time.Duration)
 	// OnWebhook is told the outcome of each webhook delivery attempt:
 	// "delivered", "retry" (failed, will be retried) or "failed" (gave
@@ -113,6 +126,18 @@ func (c *Config) defaults() {
 	}
 	if c.SyncRetention <= 0 {
 		c.SyncRetention = time.Minute
+	}
+	if c.WorkerRetention <= 0 {
+		c.WorkerRetention = time.Hour
+	}
+	if c.KeyedWorkerRetention <= 0 {
+		c.KeyedWorkerRetention = 24 * time.Hour
+	}
+	if c.StreamBufferPerJob <= 0 {
+		c.StreamBufferPerJob = 16 << 20
+	}
+	if c.StreamBufferTotal <= 0 {
+		c.StreamBufferTotal = 256 << 20
 	}
 	if c.WebhookClient == nil {
 		g, _ := NewWebhookGuard(WebhookPolicy{}) // the default policy cannot fail

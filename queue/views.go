@@ -41,8 +41,8 @@ type QueueView struct {
 	OldestWaitMs int64 `json:"oldestWaitMs"`
 }
 
-func (s *Service) jobViewLocked(j *job) JobView {
-	v := JobView{StatusResponse: s.viewLocked(j), Input: j.input, CreatedAt: j.rec.CreatedAt, LowPriority: j.rec.LowPriority}
+func jobView(j *job, now time.Time) JobView {
+	v := JobView{StatusResponse: view(j, now), Input: j.input, CreatedAt: j.rec.CreatedAt, LowPriority: j.rec.LowPriority}
 	v.StatusResponse.Input = nil
 	if t := j.rec.StartedAt; !t.IsZero() {
 		v.StartedAt = &t
@@ -53,63 +53,119 @@ func (s *Service) jobViewLocked(j *job) JobView {
 	return v
 }
 
-// Jobs lists an endpoint's retained jobs, newest first.
+// Jobs lists an endpoint's retained jobs, newest first. Jobs kept only as
+// entries (queued nobody looked at, finished) are read from the store with
+// the lock released.
 func (s *Service) Jobs(endpointID string, f JobFilter) []JobView {
 	if f.Limit <= 0 {
 		f.Limit = 50
 	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
 	want := func(st store.JobStatus) bool { return len(f.Statuses) == 0 || slices.Contains(f.Statuses, st) }
-	var js []*job
+	type item struct {
+		seq     uint64
+		created time.Time
+		v       JobView
+	}
+	var items []item
+	var entries []*qent
+	var pend []*qextra // the final records of entries not on disk yet
+	s.mu.Lock()
+	now := s.clock.Now()
 	for _, j := range s.jobs {
 		if j.rec.EndpointID == endpointID && want(j.rec.Status) {
-			js = append(js, j)
+			items = append(items, item{j.rec.Seq, j.rec.CreatedAt, jobView(j, now)})
 		}
 	}
-	// Queued jobs kept only as queue entries: the newest are at the back.
-	if ep := s.endpoints[endpointID]; ep != nil && want(store.InQueue) {
-		n := 0
-		ep.fifo.eachBack(func(q *qent) bool {
-			if q.j == nil {
-				if j, err := s.readLocked(q); err == nil {
-					js = append(js, j)
+	if ep := s.endpoints[endpointID]; ep != nil {
+		if want(store.InQueue) {
+			// Queued entries: the newest are at the back.
+			n := 0
+			ep.fifo.eachBack(func(q *qent) bool {
+				if q.j == nil {
+					entries = append(entries, q)
 					n++
 				}
+				return n < f.Limit
+			})
+		}
+		var done []*qent
+		for _, q := range ep.done {
+			if want(finStatus[q.fin]) {
+				done = append(done, q)
 			}
-			return n < f.Limit
-		})
+		}
+		slices.SortFunc(done, func(a, b *qent) int { return cmpSeq(b.seq, a.seq) })
+		entries = append(entries, done[:min(len(done), f.Limit)]...)
 	}
-	slices.SortFunc(js, func(a, b *job) int {
-		if c := b.rec.CreatedAt.Compare(a.rec.CreatedAt); c != 0 {
+	for _, q := range entries {
+		var x *qextra
+		if q.x != nil && q.x.rec != nil {
+			x = &qextra{rec: q.x.rec, input: q.x.input}
+		}
+		pend = append(pend, x)
+	}
+	s.unlock()
+	for i, q := range entries {
+		var j *job
+		if x := pend[i]; x != nil {
+			j = &job{rec: *x.rec, input: x.input}
+		} else {
+			rec, input, err := s.st.LoadJob(q.id)
+			if err != nil {
+				continue // taken, finished or removed meanwhile: it is missed once
+			}
+			j = &job{rec: rec, input: input}
+		}
+		if want(j.rec.Status) {
+			items = append(items, item{j.rec.Seq, j.rec.CreatedAt, jobView(j, now)})
+		}
+	}
+	slices.SortFunc(items, func(a, b item) int {
+		if c := b.created.Compare(a.created); c != 0 {
 			return c
 		}
-		return int(int64(b.rec.Seq) - int64(a.rec.Seq))
+		return cmpSeq(b.seq, a.seq)
 	})
-	out := make([]JobView, 0, min(len(js), f.Limit))
-	for _, j := range js[:min(len(js), f.Limit)] {
-		out = append(out, s.jobViewLocked(j))
+	// A job read from the store may also be loaded by now: once each.
+	seen := map[string]bool{}
+	out := make([]JobView, 0, min(len(items), f.Limit))
+	for _, it := range items {
+		if len(out) == f.Limit {
+			break
+		}
+		if !seen[it.v.ID] {
+			seen[it.v.ID] = true
+			out = append(out, it.v)
+		}
 	}
 	return out
 }
 
+func cmpSeq(a, b uint64) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}
+
 // Job is one job's view with the stream chunks not yet read.
 func (s *Service) Job(endpointID, id string) (JobView, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	j, err := s.peekLocked(endpointID, id)
-	if err != nil {
-		return JobView{}, err
-	}
-	v := s.jobViewLocked(j)
-	v.Stream = slices.Clone(j.chunks)
-	return v, nil
+	var v JobView
+	now := s.clock.Now()
+	err := s.peek(endpointID, id, func(j *job, chunks []json.RawMessage) {
+		v = jobView(j, now)
+		v.Stream = chunks
+	})
+	return v, err
 }
 
 // Queue is the endpoint's queue depth and the age of its oldest job.
 func (s *Service) Queue(endpointID string) QueueView {
 	s.mu.Lock()
-	defer s.mu.Unlock()
+	defer s.unlock()
 	var v QueueView
 	ep := s.endpoints[endpointID]
 	if ep == nil {

@@ -7,7 +7,6 @@ import (
 	"slices"
 	"strings"
 	"time"
-	"unicode/utf8"
 
 	"berth/store"
 )
@@ -30,7 +29,7 @@ func (s *Service) RegisterWorker(endpointID string, external bool) (Registration
 	s.mu.Lock()
 	w := s.addWorkerLocked(rec, time.Time{})
 	w.lastSeen = time.Time{} // not seen until its first request
-	s.mu.Unlock()
+	s.unlock()
 	return Registration{WorkerID: rec.ID, EndpointID: endpointID, Key: key}, nil
 }
 
@@ -40,7 +39,7 @@ func (s *Service) RegisterWorker(endpointID string, external bool) (Registration
 // resume its heartbeat.
 func (s *Service) SetFrozen(workerID string, frozen bool) {
 	s.mu.Lock()
-	defer s.mu.Unlock()
+	defer s.unlock()
 	w := s.workers[workerID]
 	if w == nil || w.frozen == frozen {
 		return
@@ -59,18 +58,72 @@ func (s *Service) ForgetWorker(workerID string) {
 	s.mu.Lock()
 	w := s.workers[workerID]
 	if w == nil {
-		s.mu.Unlock()
+		s.unlock()
 		return
 	}
 	done := s.loseWorkerLocked(w, "the worker was removed")
+	s.dropWorkerLocked(w)
+	s.unlock()
+	<-done
+	s.st.WriteAsync(store.Delete(store.Workers, workerID))
+}
+
+// dropWorkerLocked removes a worker identity and its key from memory.
+func (s *Service) dropWorkerLocked(w *worker) {
 	if w.lostT != nil {
 		w.lostT.Stop()
 	}
-	delete(s.keys, w.rec.KeyHash)
-	delete(s.workers, workerID)
-	s.mu.Unlock()
-	<-done
-	s.st.WriteAsync(store.Delete(store.Workers, workerID))
+	if w.rec.KeyHash != "" {
+		delete(s.keys, w.rec.KeyHash)
+	}
+	delete(s.workers, w.rec.ID)
+	if ep := s.endpoints[w.rec.EndpointID]; ep != nil && ep.workers[w.rec.ID] == w {
+		delete(ep.workers, w.rec.ID)
+	}
+	wakeStop(w)
+}
+
+// ExpireWorkers forgets the worker identities nobody uses: those the
+// operator's key created on the fly, WorkerRetention after their last
+// request, and those with their own key (worker-env, the runtime's),
+// KeyedWorkerRetention after their last request (or their registration,
+// if they never made one), their key with them. A worker holding a job or
+// frozen by FlashBoot is kept. The cleaner calls it; it returns how many
+// went.
+func (s *Service) ExpireWorkers() int {
+	now := s.clock.Now()
+	s.mu.Lock()
+	var ops []store.Op
+	n := 0
+	for _, w := range s.workers {
+		if w.frozen || len(w.inflight) > 0 {
+			continue
+		}
+		last, keep := w.lastSeen, s.cfg.WorkerRetention
+		if last.IsZero() {
+			last = w.rec.CreatedAt
+		}
+		if w.rec.KeyHash != "" {
+			keep = s.cfg.KeyedWorkerRetention
+			ops = append(ops, store.Delete(store.Workers, w.rec.ID))
+		}
+		if now.Sub(last) < keep {
+			if w.rec.KeyHash != "" {
+				ops = ops[:len(ops)-1]
+			}
+			continue
+		}
+		s.dropWorkerLocked(w)
+		n++
+	}
+	s.unlock()
+	if len(ops) > 0 {
+		s.st.WriteAsync(ops...)
+	}
+	if n > 0 {
+		s.log().Info("forgot unused worker identities", "workers", n, "keys", len(ops))
+	}
+	return n
 }
 
 // WorkerGone is called by the runtime when a worker's container exited: its
@@ -79,17 +132,21 @@ func (s *Service) WorkerGone(workerID, reason string) {
 	s.mu.Lock()
 	w := s.workers[workerID]
 	if w == nil {
-		s.mu.Unlock()
+		s.unlock()
 		return
 	}
 	done := s.loseWorkerLocked(w, reason)
-	s.mu.Unlock()
+	s.unlock()
 	<-done
 }
 
 func (s *Service) addWorkerLocked(rec store.Worker, now time.Time) *worker {
 	w := &worker{rec: rec, lastSeen: now, inflight: map[string]*job{}, stopWake: make(chan struct{}, 1)}
+	if old := s.workers[rec.ID]; old != nil {
+		s.dropWorkerLocked(old)
+	}
 	s.workers[rec.ID] = w
+	s.endpointLocked(rec.EndpointID).workers[rec.ID] = w
 	if rec.KeyHash != "" {
 		s.keys[rec.KeyHash] = rec.ID
 	}
@@ -103,7 +160,7 @@ func (s *Service) addWorkerLocked(rec store.Worker, now time.Time) *worker {
 func (s *Service) AuthWorker(key string) (workerID, endpointID string, ok bool) {
 	h := hashKey(key)
 	s.mu.Lock()
-	defer s.mu.Unlock()
+	defer s.unlock()
 	id, ok := s.keys[h]
 	if !ok {
 		return "", "", false
@@ -139,18 +196,18 @@ func (s *Service) armLostLocked(w *worker) {
 func (s *Service) checkLost(w *worker) {
 	s.mu.Lock()
 	if s.stopped || s.workers[w.rec.ID] != w || w.lost || w.frozen {
-		s.mu.Unlock()
+		s.unlock()
 		return // a frozen worker's timer is re-armed when it thaws
 	}
 	idle := s.clock.Since(w.lastSeen)
 	if idle < s.cfg.WorkerTimeout {
 		w.lostT = s.clock.AfterFunc(s.cfg.WorkerTimeout-idle, func() { s.checkLost(w) })
-		s.mu.Unlock()
+		s.unlock()
 		return
 	}
 	s.log().Warn("worker lost: no request within the worker timeout", "worker", w.rec.ID, "endpoint", w.rec.EndpointID, "timeout", s.cfg.WorkerTimeout)
 	done := s.loseWorkerLocked(w, fmt.Sprintf("worker %s lost (no heartbeat for %s)", w.rec.ID, s.cfg.WorkerTimeout))
-	s.mu.Unlock()
+	s.unlock()
 	<-done
 }
 
@@ -203,7 +260,7 @@ func (s *Service) requeueLocked(j *job, reason string) <-chan error {
 	j.rec.Status = store.InQueue
 	j.rec.StartedAt = time.Time{}
 	j.rec.Output = nil
-	j.chunks = nil
+	s.dropStreamLocked(j.rec.ID)
 	s.pushLocked(ep, j, true)
 	j.changedLocked()
 	s.log().Info("job requeued", "endpoint", j.rec.EndpointID, "job", j.rec.ID, "worker", workerOf, "reason", reason, "attempts", j.rec.Attempts)
@@ -211,7 +268,8 @@ func (s *Service) requeueLocked(j *job, reason string) <-chan error {
 }
 
 // Take hands up to n queued jobs to a worker, holding the request until one
-// is queued or the hold elapses (then it returns none).
+// is queued or the hold elapses (then it returns none). Jobs kept only as
+// queue entries are read from the store with the lock released.
 func (s *Service) Take(ctx context.Context, endpointID, workerID string, n int) ([]TakenJob, error) {
 	if n < 1 {
 		n = 1
@@ -222,23 +280,30 @@ func (s *Service) Take(ctx context.Context, endpointID, workerID string, n int) 
 	for {
 		s.mu.Lock()
 		if s.stopped {
-			s.mu.Unlock()
+			s.unlock()
 			return nil, nil
 		}
 		w := s.seenLocked(endpointID, workerID)
 		if tw != nil {
 			// pass a wake-up we may not use on to the next waiter
 			s.removeWaiterLocked(endpointID, tw)
+			tw = nil
 		}
 		ep := s.endpointLocked(endpointID)
 		if ep.fifo.len() > 0 {
+			s.loadFrontLocked(ep, n)
 			out := s.assignLocked(ep, w, n)
-			s.mu.Unlock()
-			return out, nil
+			if len(out) > 0 || ep.fifo.len() == 0 {
+				s.unlock()
+				return out, nil
+			}
+			// Others took what was loaded: read the new front.
+			s.unlock()
+			continue
 		}
 		tw = &takeWaiter{ch: make(chan struct{}, 1), w: w}
 		ep.waiters.PushBack(tw)
-		s.mu.Unlock()
+		s.unlock()
 
 		select {
 		case <-tw.ch:
@@ -248,8 +313,47 @@ func (s *Service) Take(ctx context.Context, endpointID, workerID string, n int) 
 		}
 		s.mu.Lock()
 		s.removeWaiterLocked(endpointID, tw)
-		s.mu.Unlock()
+		s.unlock()
 		return nil, nil
+	}
+}
+
+// loadFrontLocked loads the cold entries among the first n of the queue,
+// reading them with the lock released (held on entry and on return). An
+// entry that changed meanwhile is left as it is now.
+func (s *Service) loadFrontLocked(ep *endpointQ, n int) {
+	var need []*qent
+	k := 0
+	ep.fifo.each(func(q *qent) bool {
+		if q.j == nil {
+			need = append(need, q)
+		}
+		k++
+		return k < n
+	})
+	if len(need) == 0 {
+		return
+	}
+	type read struct {
+		rec   store.Job
+		input json.RawMessage
+		err   error
+	}
+	got := make([]read, len(need))
+	s.unlock()
+	for i, q := range need {
+		got[i].rec, got[i].input, got[i].err = s.st.LoadJob(q.id)
+	}
+	s.mu.Lock()
+	for i, q := range need {
+		if s.cold[q.id] != q {
+			continue // taken, cancelled, expired or loaded meanwhile
+		}
+		if got[i].err != nil {
+			s.unreadableLocked(q, got[i].err)
+			continue
+		}
+		s.warmLocked(q, got[i].rec, got[i].input)
 	}
 }
 
@@ -273,15 +377,19 @@ func (s *Service) removeWaiterLocked(endpointID string, tw *takeWaiter) {
 	}
 }
 
+// assignLocked hands the loaded jobs at the front of the queue (up to n,
+// stopping at one kept only as its entry) to w.
 func (s *Service) assignLocked(ep *endpointQ, w *worker, n int) []TakenJob {
 	now := s.clock.Now()
 	var out []TakenJob
 	var ops []store.Op
 	for len(out) < n {
-		j := s.takeFrontLocked(ep)
-		if j == nil {
+		q := ep.fifo.front()
+		if q == nil || q.j == nil {
 			break
 		}
+		j := q.j
+		s.unqueueLocked(ep, j)
 		j.rec.Status = store.InProgress
 		j.rec.WorkerID = w.rec.ID
 		j.rec.StartedAt = now
@@ -307,7 +415,7 @@ func (s *Service) assignLocked(ep *endpointQ, w *worker, n int) []TakenJob {
 // it could read them.
 func (s *Service) Untake(endpointID, workerID string, ids []string) {
 	s.mu.Lock()
-	defer s.mu.Unlock()
+	defer s.unlock()
 	var ops []store.Op
 	for _, id := range ids {
 		j := s.jobs[id]
@@ -325,11 +433,25 @@ func (s *Service) Untake(endpointID, workerID string, ids []string) {
 // longer holds (cancelled, timed out, expired, requeued elsewhere) change
 // nothing and return false.
 func (s *Service) Done(endpointID, workerID, jobID string, r DoneReport) (bool, error) {
+	if !r.Progress {
+		if err := s.st.Admit(context.Background()); err != nil {
+			return false, fmt.Errorf("store result: %w", err)
+		}
+	}
 	s.mu.Lock()
 	w := s.seenLocked(endpointID, workerID)
 	j := s.jobs[jobID]
 	if j == nil || j.rec.EndpointID != endpointID {
-		s.mu.Unlock()
+		q := s.entryLocked(endpointID, jobID)
+		again := q != nil && q.fin != 0 && q.x != nil && q.x.rec != nil && q.x.rec.WorkerID == workerID
+		s.unlock()
+		if again {
+			// A repeated report (the first got an error): acknowledge
+			// it once the result is on disk.
+			if err := s.rewrite(endpointID, jobID); err != nil {
+				return false, fmt.Errorf("store result: %w", err)
+			}
+		}
 		return false, nil
 	}
 	switch {
@@ -341,20 +463,8 @@ func (s *Service) Done(endpointID, workerID, jobID string, r DoneReport) (bool, 
 		s.unqueueLocked(s.endpointLocked(endpointID), j)
 		j.rec.StartedAt = j.rec.QueuedAt
 		w.inflight[j.rec.ID] = j
-	case j.rec.Status.Terminal() && j.rec.WorkerID == workerID:
-		// A repeated report (the first got an error): acknowledge it
-		// once the result is on disk.
-		ch := s.rewriteIfPendingLocked(j)
-		s.mu.Unlock()
-		if ch == nil {
-			return false, nil
-		}
-		if err := <-ch; err != nil {
-			return false, fmt.Errorf("store result: %w", err)
-		}
-		return true, nil
 	default:
-		s.mu.Unlock()
+		s.unlock()
 		return false, nil
 	}
 	if r.Progress {
@@ -362,7 +472,7 @@ func (s *Service) Done(endpointID, workerID, jobID string, r DoneReport) (bool, 
 			j.rec.Output = r.Output
 			j.changedLocked()
 		}
-		s.mu.Unlock()
+		s.unlock()
 		return true, nil
 	}
 	st := store.Completed
@@ -375,7 +485,7 @@ func (s *Service) Done(endpointID, workerID, jobID string, r DoneReport) (bool, 
 		j.rec.Output = nil
 	}
 	done := s.finishLocked(j, st, out, r.Error, false)
-	s.mu.Unlock()
+	s.unlock()
 	if r.StopPod && s.cfg.OnStopPod != nil {
 		s.cfg.OnStopPod(endpointID, workerID)
 	}
@@ -383,61 +493,6 @@ func (s *Service) Done(endpointID, workerID, jobID string, r DoneReport) (bool, 
 		return false, fmt.Errorf("store result: %w", err)
 	}
 	return true, nil
-}
-
-// StreamChunk appends a streamed output to the job's buffer, split into
-// pieces of at most 1 MB.
-func (s *Service) StreamChunk(endpointID, workerID, jobID string, body []byte) (bool, error) {
-	var m struct {
-		Output json.RawMessage `json:"output"`
-	}
-	if err := json.Unmarshal(body, &m); err != nil {
-		return false, fmt.Errorf("job-stream body must be a JSON object: %w", err)
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.seenLocked(endpointID, workerID)
-	j := s.jobs[jobID]
-	if j == nil || j.rec.EndpointID != endpointID || j.rec.Status != store.InProgress || j.rec.WorkerID != workerID {
-		return false, nil
-	}
-	j.chunks = append(j.chunks, splitChunk(m.Output)...)
-	j.changedLocked()
-	return true, nil
-}
-
-// splitChunk wraps a streamed value as {"output": v}; a value whose JSON is
-// over 1 MB is sent as consecutive string pieces of its text (a string value
-// is split as the string itself) so concatenating them restores it.
-func splitChunk(out json.RawMessage) []json.RawMessage {
-	if out == nil {
-		out = json.RawMessage("null")
-	}
-	wrap := func(v json.RawMessage) json.RawMessage {
-		b, _ := json.Marshal(map[string]json.RawMessage{"output": v})
-		return b
-	}
-	if len(out) <= MaxStreamChunk {
-		return []json.RawMessage{wrap(out)}
-	}
-	var text string
-	if json.Unmarshal(out, &text) != nil {
-		text = string(out)
-	}
-	var res []json.RawMessage
-	for len(text) > 0 {
-		n := MaxStreamChunk / 2 // leaves room for JSON escaping
-		if n > len(text) {
-			n = len(text)
-		}
-		for n < len(text) && !utf8.RuneStart(text[n]) {
-			n--
-		}
-		piece, _ := json.Marshal(text[:n])
-		res = append(res, wrap(piece))
-		text = text[n:]
-	}
-	return res
 }
 
 // StopPoll holds a worker's job-stop request until a job of its must stop
@@ -448,18 +503,18 @@ func (s *Service) StopPoll(ctx context.Context, endpointID, workerID string) []s
 	for {
 		s.mu.Lock()
 		if s.stopped {
-			s.mu.Unlock()
+			s.unlock()
 			return nil
 		}
 		w := s.seenLocked(endpointID, workerID)
 		if len(w.toStop) > 0 {
 			ids := w.toStop
 			w.toStop = nil
-			s.mu.Unlock()
+			s.unlock()
 			return ids
 		}
 		ch := w.stopWake
-		s.mu.Unlock()
+		s.unlock()
 		select {
 		case <-ch:
 			continue
@@ -485,7 +540,7 @@ func wakeStop(w *worker) {
 // containers that keep such jobs.
 func (s *Service) PendingStops(workerID string) []string {
 	s.mu.Lock()
-	defer s.mu.Unlock()
+	defer s.unlock()
 	w := s.workers[workerID]
 	if w == nil {
 		return nil
@@ -512,7 +567,7 @@ func (s *Service) lateResultLocked(jobID, workerID string) bool {
 // reports is requeued: its job-take reply or its result never arrived.
 func (s *Service) Ping(endpointID, workerID string, jobIDs []string) {
 	s.mu.Lock()
-	defer s.mu.Unlock()
+	defer s.unlock()
 	w := s.seenLocked(endpointID, workerID)
 	has := map[string]bool{}
 	for _, id := range jobIDs {
@@ -560,12 +615,17 @@ type WorkerLoad struct {
 // Workers lists the known workers of an endpoint ("" for all).
 func (s *Service) Workers(endpointID string) []WorkerLoad {
 	s.mu.Lock()
-	defer s.mu.Unlock()
-	var out []WorkerLoad
-	for _, w := range s.workers {
-		if endpointID != "" && w.rec.EndpointID != endpointID {
-			continue
+	defer s.unlock()
+	ws := s.workers
+	if endpointID != "" {
+		ep := s.endpoints[endpointID]
+		if ep == nil {
+			return nil
 		}
+		ws = ep.workers
+	}
+	var out []WorkerLoad
+	for _, w := range ws {
 		out = append(out, WorkerLoad{WorkerID: w.rec.ID, EndpointID: w.rec.EndpointID, Running: len(w.inflight), LastSeen: w.lastSeen, Lost: w.lost, External: w.rec.External, Frozen: w.frozen})
 	}
 	return out

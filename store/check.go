@@ -68,14 +68,34 @@ func preflight(path string, full bool) error {
 		return openErr(path, err)
 	}
 	defer b.Close()
-	return b.View(func(tx *bolt.Tx) error {
+	return b.View(func(tx *bolt.Tx) (err error) {
 		if hwm := tx.Size(); info.Size() < hwm {
 			return corrupt(path, fmt.Sprintf("the file is truncated: it is %d bytes but its header says its pages reach %d bytes", info.Size(), hwm))
 		}
-		if marker != nil && string(marker) == fileStamp(info, tx.ID()) {
-			return nil
+		if !full {
+			// The records outside the job buckets are few: every one
+			// must decode (the jobs are decoded in the background, by
+			// DB.Verify), before anything is written.
+			defer func() {
+				if err == nil {
+					err = decodeSmall(path, tx)
+				}
+			}()
 		}
-		return walk(path, tx)
+		if marker != nil && string(marker) == fileStamp(info, tx.ID()) {
+			// As a clean close left it: the cheap checks, not the walk
+			// (a running Berth walks in the background: DB.Verify).
+			return checkClean(path, tx)
+		}
+		if marker != nil && strings.HasPrefix(string(marker), fileStamp(info, -1)) {
+			// Untouched since a clean close, yet bbolt fell back to the
+			// older header page: the newer one rotted.
+			return corrupt(path, fmt.Sprintf("a header (meta) page is damaged: the file is as a clean stop left it (%s), but bbolt can only read transaction %d", marker, tx.ID()))
+		}
+		if err := walk(path, tx); err != nil {
+			return err
+		}
+		return nil
 	})
 }
 
@@ -86,8 +106,13 @@ func preflight(path string, full bool) error {
 // changes neither (bit rot on the disk): 'berth check' finds that.
 func markerPath(path string) string { return path + ".clean" }
 
+// fileStamp is the marker's text; txid < 0 gives the part before the txid.
 func fileStamp(info os.FileInfo, txid int) string {
-	return fmt.Sprintf("size=%d mtime=%d txid=%d", info.Size(), info.ModTime().UnixNano(), txid)
+	s := fmt.Sprintf("size=%d mtime=%d txid=", info.Size(), info.ModTime().UnixNano())
+	if txid < 0 {
+		return s
+	}
+	return s + fmt.Sprint(txid)
 }
 
 // writeCleanMarker is called once the file is closed after txid, its last
@@ -171,7 +196,8 @@ func openBolt(path string, o *bolt.Options, init func(*bolt.Tx) error) (b *bolt.
 
 // Check runs bbolt's full consistency check (every page reachable once, key
 // order, free list) on the file at path, read-only, after the same header
-// and length checks Open makes. It needs the file not to be open read-write
+// and length checks Open makes, then decodes every record with its
+// bucket's type, naming the bucket and key of each that does not. It needs the file not to be open read-write
 // elsewhere: a running Berth holds it, and Check then fails with ErrLocked.
 // The error lists every problem found, at most maxProblems of them.
 func Check(path string) error {
@@ -193,6 +219,18 @@ func Check(path string) error {
 			if n++; n <= maxProblems {
 				problems = append(problems, e.Error())
 			}
+		}
+		if n > 0 {
+			return nil // the records cannot be trusted to be reachable
+		}
+		// Every record decoded with its bucket's type.
+		for _, name := range allBuckets {
+			decodeBucket(name, tx.Bucket([]byte(name)), func(p Problem) bool {
+				if n++; n <= maxProblems {
+					problems = append(problems, p.String())
+				}
+				return false
+			})
 		}
 		return nil
 	})

@@ -22,7 +22,7 @@ func filledDB(t *testing.T, n int) (string, int64) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	val := []byte(strings.Repeat("x", 300))
+	val := []byte(`{"pad":"` + strings.Repeat("x", 290) + `"}`) // decodes as a job record
 	for i := 0; i < n; i += 500 {
 		ops := make([]store.Op, 0, 500)
 		for j := i; j < i+500 && j < n; j++ {

@@ -36,12 +36,15 @@ type JobEntry struct {
 	HasWorker bool
 	QueuedAt  time.Time
 	ExpiresAt time.Time
+	// RetainUntil is a finished job's retention end; zero in entries
+	// written before it was indexed (the record has it then).
+	RetainUntil time.Time
 }
 
 // Entry returns the job's index entry.
 func (j *Job) Entry() JobEntry {
 	return JobEntry{ID: j.ID, EndpointID: j.EndpointID, Seq: j.Seq, Status: j.Status, LowPriority: j.LowPriority,
-		HasWorker: j.WorkerID != "", QueuedAt: j.QueuedAt, ExpiresAt: j.ExpiresAt}
+		HasWorker: j.WorkerID != "", QueuedAt: j.QueuedAt, ExpiresAt: j.ExpiresAt, RetainUntil: j.RetainUntil}
 }
 
 var statusCodes = []JobStatus{InQueue, InProgress, Completed, Failed, Cancelled, TimedOut}
@@ -49,6 +52,7 @@ var statusCodes = []JobStatus{InQueue, InProgress, Completed, Failed, Cancelled,
 const (
 	flagLow = 1 << iota
 	flagWorker
+	flagRetain // 8 bytes of retainUntil follow the fixed fields
 )
 
 func indexKey(seq uint64, id string) []byte {
@@ -57,9 +61,10 @@ func indexKey(seq uint64, id string) []byte {
 	return append(k, id...)
 }
 
-// encode: status code, flags, queuedAt and expiresAt (Unix ns), endpoint id.
+// encode: status code, flags, queuedAt and expiresAt (Unix ns), for a
+// finished job retainUntil (Unix ns, with flagRetain), endpoint id.
 func (e JobEntry) encode() []byte {
-	b := make([]byte, 18, 18+len(e.EndpointID))
+	b := make([]byte, 18, 26+len(e.EndpointID))
 	for i, s := range statusCodes {
 		if s == e.Status {
 			b[0] = byte(i)
@@ -73,6 +78,10 @@ func (e JobEntry) encode() []byte {
 	}
 	binary.BigEndian.PutUint64(b[2:], uint64(e.QueuedAt.UnixNano()))
 	binary.BigEndian.PutUint64(b[10:], uint64(e.ExpiresAt.UnixNano()))
+	if !e.RetainUntil.IsZero() {
+		b[1] |= flagRetain
+		b = binary.BigEndian.AppendUint64(b, uint64(e.RetainUntil.UnixNano()))
+	}
 	return append(b, e.EndpointID...)
 }
 
@@ -82,11 +91,21 @@ func decodeEntry(k, v []byte, endpoint string) (JobEntry, error) {
 	if len(k) < 8 || len(v) < 18 || int(v[0]) >= len(statusCodes) {
 		return JobEntry{}, errors.New("malformed job index entry")
 	}
-	if string(v[18:]) != endpoint {
-		endpoint = string(v[18:])
+	var retain time.Time
+	rest := v[18:]
+	if v[1]&flagRetain != 0 {
+		if len(rest) < 8 {
+			return JobEntry{}, errors.New("malformed job index entry")
+		}
+		retain = time.Unix(0, int64(binary.BigEndian.Uint64(rest)))
+		rest = rest[8:]
+	}
+	if string(rest) != endpoint {
+		endpoint = string(rest)
 	}
 	return JobEntry{
-		Seq: binary.BigEndian.Uint64(k), ID: string(k[8:]), Status: statusCodes[v[0]],
+		RetainUntil: retain,
+		Seq:         binary.BigEndian.Uint64(k), ID: string(k[8:]), Status: statusCodes[v[0]],
 		LowPriority: v[1]&flagLow != 0, HasWorker: v[1]&flagWorker != 0,
 		QueuedAt:   time.Unix(0, int64(binary.BigEndian.Uint64(v[2:]))),
 		ExpiresAt:  time.Unix(0, int64(binary.BigEndian.Uint64(v[10:]))),
@@ -95,12 +114,14 @@ func decodeEntry(k, v []byte, endpoint string) (JobEntry, error) {
 }
 
 // PutJob returns the ops storing a job's record and its index entry. The
-// record is encoded without reflection (see jobjson.go).
+// record is encoded without reflection (see jobjson.go) and not here: the
+// op holds a copy of j and the writer encodes it, so a caller may queue it
+// under its own lock without paying for the encoding there.
 func PutJob(j *Job) []Op {
-	rec, _ := j.MarshalJSON()
-	e := j.Entry()
+	snap := *j // the fields are replaced, never changed in place
+	e := snap.Entry()
 	return []Op{
-		{Bucket: Jobs, Key: j.ID, Value: rec},
+		{Bucket: Jobs, Key: snap.ID, Encode: snap.MarshalJSON, Hint: 300 + len(snap.Input) + len(snap.Output) + len(snap.Error)},
 		{Bucket: JobIndex, Key: string(indexKey(e.Seq, e.ID)), Value: e.encode()},
 	}
 }
@@ -115,7 +136,7 @@ func DeleteJob(id string, seq uint64) []Op {
 func (db *DB) LoadJob(id string) (Job, json.RawMessage, error) {
 	var j Job
 	var input json.RawMessage
-	err := db.bolt.View(func(tx *bolt.Tx) error {
+	err := db.view(func(tx *bolt.Tx) error {
 		var err error
 		j, input, err = loadJob(tx, id)
 		return err
@@ -146,7 +167,7 @@ func loadJob(tx *bolt.Tx, id string) (Job, json.RawMessage, error) {
 // needs them.
 func (db *DB) ScanJobIndex(fn func(e JobEntry, load func() (Job, json.RawMessage, error)) error) error {
 	defer db.releaseMapped()
-	return db.bolt.View(func(tx *bolt.Tx) error {
+	return db.view(func(tx *bolt.Tx) error {
 		var lastEndpoint string
 		return tx.Bucket([]byte(JobIndex)).ForEach(func(k, v []byte) error {
 			e, err := decodeEntry(k, v, lastEndpoint)

@@ -13,7 +13,7 @@ import (
 // start-up scan touched every page. The read transaction keeps bbolt from
 // remapping meanwhile.
 func (db *DB) releaseMapped() {
-	db.bolt.View(func(tx *bolt.Tx) error {
+	db.view(func(tx *bolt.Tx) error {
 		syscall.Syscall(syscall.SYS_MADVISE, db.bolt.Info().Data, uintptr(tx.Size()), syscall.MADV_DONTNEED)
 		return nil
 	})

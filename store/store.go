@@ -191,10 +191,18 @@ func (db *DB) Close() error {
 	// instead of rebuilding it by walking and checking every page of the
 	// file (seconds for a million jobs). Commits in between skip it (it is
 	// costly once many pages are free); after a crash Open walks the file.
+	db.mu.Lock()
+	damaged := db.damaged
+	db.mu.Unlock()
+	path := db.bolt.Path()
+	if damaged != nil {
+		// No last write into a damaged file, and no marker: the next Open
+		// walks it (and refuses it).
+		return errors.Join(damaged, db.bolt.Close())
+	}
 	db.bolt.NoFreelistSync = false
 	var txid int
 	err := db.bolt.Update(func(tx *bolt.Tx) error { txid = tx.ID(); return nil })
-	path := db.bolt.Path()
 	if err = errors.Join(err, db.bolt.Close()); err == nil {
 		writeCleanMarker(path, txid) // the next Open may skip its page walk
 	}
@@ -262,9 +270,23 @@ func (db *DB) Update(fn func(tx *Tx) error) (err error) {
 	return nil
 }
 
-// View runs fn in a read-only transaction.
+// View runs fn in a read-only transaction. A damaged page met on the way
+// is an error wrapping ErrCorrupt, not a panic.
 func (db *DB) View(fn func(tx *Tx) error) error {
-	return db.bolt.View(func(tx *bolt.Tx) error { return fn(&Tx{tx}) })
+	return db.view(func(tx *bolt.Tx) error { return fn(&Tx{tx}) })
+}
+
+// view is bbolt's View with its panics on a broken page (and faults past
+// the mapping) turned into ErrCorrupt.
+func (db *DB) view(fn func(tx *bolt.Tx) error) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = corrupt(db.bolt.Path(), fmt.Sprintf("a read met a broken page (%v)", r))
+			db.log.Error("database damaged: a read met a broken page", "err", err)
+		}
+	}()
+	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
+	return db.bolt.View(fn)
 }
 
 // Get decodes the JSON record at bucket/key into v.

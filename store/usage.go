@@ -151,3 +151,27 @@ func PutUsageInterval(db *DB, iv UsageInterval) error {
 	iv.Start, iv.End = iv.Start.UTC(), iv.End.UTC()
 	return db.Update(func(tx *Tx) error { return tx.Apply(Put(Usage, ivKey(iv), iv)) })
 }
+
+// aliveKey in Meta holds the last moment Berth was known to run (RFC 3339).
+const aliveKey = "alive_at"
+
+// StampAlive records t as the last moment Berth was known to run: the
+// cleaner writes it every minute and a clean stop at the end. After a stop
+// or a crash it bounds what ran meanwhile (see mgmt.RepairUsage).
+func StampAlive(db *DB, t time.Time) error {
+	return db.Write(PutRaw(Meta, aliveKey, []byte(t.UTC().Format(time.RFC3339Nano))))
+}
+
+// LastAlive is the last StampAlive time; ok is false when none was written
+// (a file from before the stamp).
+func LastAlive(db *DB) (t time.Time, ok bool) {
+	db.View(func(tx *Tx) error {
+		if raw := tx.GetRaw(Meta, aliveKey); raw != nil {
+			var err error
+			t, err = time.Parse(time.RFC3339Nano, string(raw))
+			ok = err == nil
+		}
+		return nil
+	})
+	return t, ok
+}

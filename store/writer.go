@@ -88,14 +88,18 @@ type WriteStats struct {
 	Retrying int
 	// Pending is how many writes are queued now.
 	Pending int
-	// Damaged is set once bbolt panicked on a write: writes are refused.
+	// Damaged is set once a write or Verify met a broken page: writes are
+	// refused.
 	Damaged bool
+	// DamagedRecords counts the problems Verify found.
+	DamagedRecords int
 }
 
 // stats are updated on the commit goroutine and read by Stats.
 type writerStats struct {
-	failed, kept atomic.Uint64
-	retrying     atomic.Int64
+	failed, kept   atomic.Uint64
+	retrying       atomic.Int64
+	damagedRecords atomic.Int64 // found by Verify
 }
 
 // Write queues ops and waits until they are on disk. It waits for room in
@@ -212,7 +216,7 @@ func (db *DB) Stats() WriteStats {
 	pending, damaged := len(db.pending), db.damaged != nil
 	db.mu.Unlock()
 	return WriteStats{Failed: db.ws.failed.Load(), Kept: db.ws.kept.Load(), Retrying: int(db.ws.retrying.Load()),
-		Pending: pending, Damaged: damaged}
+		Pending: pending, Damaged: damaged, DamagedRecords: int(db.ws.damagedRecords.Load())}
 }
 
 // Pending reports whether a failed write of bucket/key is kept, waiting to

@@ -1,0 +1,76 @@
+package app
+
+import (
+	"context"
+	"log/slog"
+	"time"
+
+	"berth/cleaner"
+	"berth/mgmt"
+	"berth/runtime"
+	"berth/store"
+)
+
+// newCleaner is the maintenance service: the periodic expiries of the
+// other services, on the App's clock (see package cleaner).
+func (a *App) newCleaner(log *slog.Logger) *cleaner.Service {
+	live := func() (func(string) bool, error) {
+		ids := map[string]bool{}
+		err := a.db.Scan(store.Endpoints, func(id string, _ []byte) error { ids[id] = true; return nil })
+		return func(id string) bool { return ids[id] }, err
+	}
+	return cleaner.New(cleaner.Config{Clock: a.cfg.Clock, Logger: log, OnRun: a.metrics.Cleaned, Tasks: []cleaner.Task{
+		// Worker identities nobody uses, with their keys (queue.ExpireWorkers).
+		{Name: "workers", Every: time.Minute, Run: func(context.Context) (int, error) { return a.q.ExpireWorkers(), nil }},
+		// A deleted endpoint's queue state and metric series.
+		{Name: "endpoints", Every: 5 * time.Minute, Run: func(context.Context) (int, error) {
+			isLive, err := live()
+			if err != nil {
+				return 0, err
+			}
+			return a.q.PruneEndpoints(isLive) + a.metrics.PruneEndpoints(isLive), nil
+		}},
+		// Rate-limit buckets idle for a minute.
+		{Name: "rate-limits", Every: time.Minute, Run: func(context.Context) (int, error) { return a.api.PruneRateLimits(), nil }},
+		// The last moment Berth was known to run, for the usage repair.
+		{Name: "alive", Every: time.Minute, Run: func(context.Context) (int, error) {
+			return 0, store.StampAlive(a.db, a.cfg.Clock.Now())
+		}},
+	}})
+}
+
+// repairUsage closes, before the runtime adopts what runs, the usage
+// intervals of workers and pods whose instance stopped while Berth was
+// down (mgmt.RepairUsage). Without a backend it knows nothing runs only
+// when containers are off; with an unreachable daemon it leaves them.
+func (a *App) repairUsage(ctx context.Context, backend runtime.Backend) error {
+	instances := map[string]mgmt.InstanceState{}
+	if backend != nil {
+		list, err := backend.List(ctx)
+		if err != nil {
+			return err
+		}
+		for _, in := range list {
+			var key string
+			switch in.Labels[runtime.LabelKind] {
+			case runtime.KindWorker:
+				key = mgmt.InstanceKey(store.UsageWorker, in.Labels[runtime.LabelWorker])
+			case runtime.KindPod:
+				key = mgmt.InstanceKey(store.UsagePod, in.Labels[runtime.LabelPod])
+			default:
+				continue
+			}
+			st := instances[key]
+			st.Running = st.Running || in.Running
+			if in.FinishedAt.After(st.FinishedAt) {
+				st.FinishedAt = in.FinishedAt
+			}
+			instances[key] = st
+		}
+	} else if a.cfg.Docker != DockerOff {
+		a.log.Warn("no container runtime: open usage intervals are left as they are until one answers")
+		return nil
+	}
+	_, err := a.mg.RepairUsage(ctx, instances)
+	return err
+}
