@@ -22,13 +22,14 @@ func (a *App) newCleaner(log *slog.Logger) *cleaner.Service {
 	return cleaner.New(cleaner.Config{Clock: a.cfg.Clock, Logger: log, OnRun: a.metrics.Cleaned, Tasks: []cleaner.Task{
 		// Worker identities nobody uses, with their keys (queue.ExpireWorkers).
 		{Name: "workers", Every: time.Minute, Run: func(context.Context) (int, error) { return a.q.ExpireWorkers(), nil }},
-		// A deleted endpoint's queue state and metric series.
+		// A deleted endpoint's idle worker identities (with their keys),
+		// then its queue state and metric series.
 		{Name: "endpoints", Every: 5 * time.Minute, Run: func(context.Context) (int, error) {
 			isLive, err := live()
 			if err != nil {
 				return 0, err
 			}
-			return a.q.PruneEndpoints(isLive) + a.metrics.PruneEndpoints(isLive), nil
+			return a.q.ForgetWorkersOf(isLive) + a.q.PruneEndpoints(isLive) + a.metrics.PruneEndpoints(isLive), nil
 		}},
 		// Rate-limit buckets idle for a minute.
 		{Name: "rate-limits", Every: time.Minute, Run: func(context.Context) (int, error) { return a.api.PruneRateLimits(), nil }},

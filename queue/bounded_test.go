@@ -207,11 +207,26 @@ func TestFinishedOutputsAreNotHeld(t *testing.T) {
 	}
 }
 
-// The queue state of a deleted endpoint goes once it holds nothing.
+// The queue state of a deleted endpoint goes once it holds nothing; its
+// idle worker identities (with their keys) go first.
 func TestPruneEndpoints(t *testing.T) {
 	h := newHarness(t, queue.Config{})
 	id := h.submit(`{}`)
 	none := func(string) bool { return false }
+	reg, err := h.q.RegisterWorker(ep, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.q.Ping(ep, "opkey", nil)
+	if got := h.q.ForgetWorkersOf(func(string) bool { return true }); got != 0 {
+		t.Fatalf("forgot %d workers of a live endpoint", got)
+	}
+	if got := h.q.ForgetWorkersOf(none); got != 2 {
+		t.Fatalf("forgot %d workers of a deleted endpoint, want 2", got)
+	}
+	if _, _, ok := h.q.AuthWorker(reg.Key); ok {
+		t.Fatal("a deleted endpoint's worker key still works")
+	}
 	if got := h.q.PruneEndpoints(none); got != 0 {
 		t.Fatalf("pruned %d with a queued job", got)
 	}

@@ -83,6 +83,46 @@ func (s *Service) dropWorkerLocked(w *worker) {
 	wakeStop(w)
 }
 
+// ForgetWorkersOf forgets the idle worker identities (with their keys) of
+// endpoints that no longer exist (live reports false); one still holding a
+// job stays until the job ends. The cleaner calls it; it returns how many
+// went.
+func (s *Service) ForgetWorkersOf(live func(endpointID string) bool) int {
+	s.mu.Lock()
+	var eps []string
+	for id, ep := range s.endpoints {
+		if len(ep.workers) > 0 {
+			eps = append(eps, id)
+		}
+	}
+	s.unlock()
+	n := 0
+	var ops []store.Op
+	for _, id := range eps {
+		if live(id) { // outside the lock: it may read the store
+			continue
+		}
+		s.mu.Lock()
+		if ep := s.endpoints[id]; ep != nil {
+			for _, w := range ep.workers {
+				if len(w.inflight) > 0 || w.frozen {
+					continue
+				}
+				if w.rec.KeyHash != "" {
+					ops = append(ops, store.Delete(store.Workers, w.rec.ID))
+				}
+				s.dropWorkerLocked(w)
+				n++
+			}
+		}
+		s.unlock()
+	}
+	if len(ops) > 0 {
+		s.st.WriteAsync(ops...)
+	}
+	return n
+}
+
 // ExpireWorkers forgets the worker identities nobody uses: those the
 // operator's key created on the fly, WorkerRetention after their last
 // request, and those with their own key (worker-env, the runtime's),

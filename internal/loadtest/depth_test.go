@@ -62,11 +62,10 @@ func TestQueueDepth(t *testing.T) {
 	}
 	dir := t.TempDir()
 	bin := filepath.Join(dir, "berth")
-	if out, err := exec.Command("go", "build", "-o", bin, "berth").CombinedOutput(); err != nil {
+	if out, err := exec_("go", "build", "-o", bin, "berth"); err != nil {
 		t.Fatalf("build berth: %v\n%s", err, out)
 	}
-	b := &berth{t: t, bin: bin, data: filepath.Join(dir, "data"), addr: freeAddr(t),
-		client: &http.Client{Transport: &http.Transport{MaxIdleConns: 256, MaxIdleConnsPerHost: 256}, Timeout: 10 * time.Minute}}
+	b := newBerth(t, bin, dir)
 	b.start()
 	defer b.kill()
 
@@ -141,6 +140,15 @@ type berth struct {
 	idMu               sync.Mutex
 	ids                []string // a sample of submitted ids, for /status
 	inQueueBeforePurge int
+}
+
+func exec_(name string, args ...string) ([]byte, error) {
+	return exec.Command(name, args...).CombinedOutput()
+}
+
+func newBerth(t *testing.T, bin, dir string) *berth {
+	return &berth{t: t, bin: bin, data: filepath.Join(dir, "data"), addr: freeAddr(t),
+		client: &http.Client{Transport: &http.Transport{MaxIdleConns: 256, MaxIdleConnsPerHost: 256}, Timeout: 10 * time.Minute}}
 }
 
 func freeAddr(t *testing.T) string {
