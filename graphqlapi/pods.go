@@ -91,9 +91,6 @@ func (c *cpuDeployInput) deploy() *podDeployInput {
 // mgmt decodes a deploy input. cpu: deployCpuPod.
 func (a *podDeployInput) mgmt(cpu bool) (mgmt.PodInput, error) {
 	var in mgmt.PodInput
-	if a.CloudType != nil && *a.CloudType == "COMMUNITY" {
-		return in, unsupported("cloudType", "cloudType COMMUNITY: Berth is one host of its own, there is no community cloud; use SECURE or ALL")
-	}
 	if a.BidPerGpu != nil {
 		return in, unsupported("bidPerGpu", "bidPerGpu: spot (interruptible) pods are bids on a market of hosts; Berth deploys on-demand pods only")
 	}
@@ -108,7 +105,12 @@ func (a *podDeployInput) mgmt(cpu bool) (mgmt.PodInput, error) {
 	if a.Compliance != nil && len(*a.Compliance) > 0 {
 		return in, unsupported("compliance", "compliance: Berth is one host with no certifications to choose from")
 	}
+	// ALL (runpod-python's default) is either cloud: SECURE here. COMMUNITY
+	// is recorded, as v1 and v2 record it (one host serves it either way).
 	in.CloudType = ptr("SECURE")
+	if a.CloudType != nil && *a.CloudType == "COMMUNITY" {
+		in.CloudType = a.CloudType
+	}
 	in.Name, in.ImageName = a.Name, given(a.ImageName)
 	if cpu {
 		in.ComputeType = ptr("CPU")

@@ -77,6 +77,15 @@ func TestLimitsThatArent(t *testing.T) {
 		t.Errorf("GraphQL workersMax 2e9: %d %s", code, out)
 	}
 
+	// The largest value one surface stores reads the same on another
+	// (GraphQL's Int is 32 bits).
+	var big struct{ ID string }
+	e.must(201, "POST", "/v2/templates", J{"name": "biggest", "image": "alpine:3", "disk": 4096}, &big)
+	code, out = e.call("POST", "/graphql", J{"query": `{ podTemplate(id: "` + big.ID + `") { containerDiskInGb } }`})
+	if code != 200 || !strings.Contains(string(out), `"containerDiskInGb":4096`) {
+		t.Errorf("GraphQL reads the largest disk v2 stores as: %d %s", code, out)
+	}
+
 	// Volume sizes: one range, 10-4096 GB, on v1 and v2 (where it is the
 	// schema's: 422).
 	for _, size := range []int{9, 4097} {
