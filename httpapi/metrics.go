@@ -166,6 +166,8 @@ var (
 	wretryDesc   = prometheus.NewDesc("berth_store_writes_retrying", "Failed writes (by key) waiting to be written again.", nil, nil)
 	wpendDesc    = prometheus.NewDesc("berth_store_writes_pending", "Writes queued for the group commit.", nil, nil)
 	damagedDesc  = prometheus.NewDesc("berth_store_damaged", "1 when a damaged page was found while serving: writes are refused until a restart on a checked file.", nil, nil)
+	streamDesc   = prometheus.NewDesc("berth_stream_buffered_bytes", "Unread stream chunks held, all jobs (capped: see the README).", nil, nil)
+	droppedDesc  = prometheus.NewDesc("berth_stream_chunks_dropped_total", "Stream chunks dropped because a job's (or every job's) unread buffer was full.", nil, nil)
 	dmgRecDesc   = prometheus.NewDesc("berth_store_damaged_records", "Records (or pages) the background check after start-up found damaged; each is logged with its bucket and key.", nil, nil)
 	gpuMemDesc   = prometheus.NewDesc("berth_gpu_memory_used_bytes", "GPU memory in use (NVML), by GPU.", []string{"gpu", "uuid", "name"}, nil)
 	gpuTotalDesc = prometheus.NewDesc("berth_gpu_memory_total_bytes", "GPU memory size (NVML), by GPU.", []string{"gpu", "uuid", "name"}, nil)
@@ -177,7 +179,7 @@ var (
 type hostCollector struct{ s *Server }
 
 func (c *hostCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{oldestDesc, dbSizeDesc, wfailDesc, wretryDesc, wpendDesc, damagedDesc, dmgRecDesc, gpuMemDesc, gpuTotalDesc, gpuUtilDesc} {
+	for _, d := range []*prometheus.Desc{oldestDesc, dbSizeDesc, wfailDesc, wretryDesc, wpendDesc, damagedDesc, dmgRecDesc, streamDesc, droppedDesc, gpuMemDesc, gpuTotalDesc, gpuUtilDesc} {
 		ch <- d
 	}
 }
@@ -203,6 +205,9 @@ func (c *hostCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	ch <- prometheus.MustNewConstMetric(damagedDesc, prometheus.GaugeValue, damaged)
 	ch <- prometheus.MustNewConstMetric(dmgRecDesc, prometheus.GaugeValue, float64(ws.DamagedRecords))
+	ss := s.cfg.Queue.StreamStats()
+	ch <- prometheus.MustNewConstMetric(streamDesc, prometheus.GaugeValue, float64(ss.BufferedBytes))
+	ch <- prometheus.MustNewConstMetric(droppedDesc, prometheus.CounterValue, float64(ss.Dropped))
 	if s.cfg.GPUUsage == nil {
 		return
 	}
