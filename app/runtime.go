@@ -264,8 +264,10 @@ func (p podRuntime) RemovePod(ctx context.Context, id string) error { return p.s
 
 func (p podRuntime) PodProgress(id string) string { return p.s.PodPullProgress(id) }
 
-// hostMemoryGB is the host's memory (MemTotal of /proc/meminfo) in GB to a
-// tenth; 0 when it cannot be read.
+// hostMemoryGB is the host's memory (MemTotal of /proc/meminfo) in whole
+// GB, rounded down; 0 when it cannot be read. Whole: runpodctl decodes a
+// pod's memoryInGb as an integer, and one fraction fails its every pod
+// command.
 var hostMemoryGB = sync.OnceValue(func() float64 {
 	b, err := os.ReadFile("/proc/meminfo")
 	if err != nil {
@@ -277,7 +279,7 @@ var hostMemoryGB = sync.OnceValue(func() float64 {
 			if err != nil {
 				return 0
 			}
-			return math.Round(float64(kb)/(1<<20)*10) / 10
+			return math.Floor(float64(kb) / (1 << 20))
 		}
 	}
 	return 0

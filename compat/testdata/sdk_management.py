@@ -168,11 +168,6 @@ def _():
     return refused(lambda: runpod.create_template("compat-worker", IMAGE), "compat-worker")
 
 
-@check("delete_container_registry_auth of one a template uses: refused")
-def _():
-    return refused(lambda: runpod.delete_container_registry_auth(state["auth"]), state["auth"])
-
-
 # ---- endpoints ----
 
 
