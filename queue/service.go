@@ -10,6 +10,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"runtime/debug"
 	"strings"
 	"sync"
 	"time"
@@ -184,8 +185,13 @@ func (s *Service) Start(ctx context.Context) error {
 	for _, w := range ws {
 		s.addWorkerLocked(w, now)
 	}
+	// The scan allocates a million small objects and keeps them all: no
+	// collection can free anything meanwhile, so none runs (one does after).
+	defer debug.SetGCPercent(debug.SetGCPercent(-1))
 	// The index yields jobs in submission order: queued jobs go back in
-	// their original order.
+	// their original order. The maps are made at their final size after
+	// the scan (growing them entry by entry cost most of a start).
+	var colds, dones []*qent
 	loaded := 0
 	var slab []qent // entries allocated in blocks: far fewer objects for the GC
 	entry := func() *qent {
@@ -206,7 +212,7 @@ func (s *Service) Start(ctx context.Context) error {
 		case e.Status == store.InQueue && !e.HasWorker:
 			q := entry()
 			*q = qent{id: e.ID, ep: ep, seq: e.Seq, queuedAt: e.QueuedAt.UnixNano(), expires: e.ExpiresAt.UnixNano(), low: e.LowPriority, hidx: int32(len(s.exp))}
-			s.cold[e.ID] = q
+			colds = append(colds, q)
 			ep.fifo.pushBack(q)
 			s.exp = append(s.exp, q) // ordered once, below
 			if q.low {
@@ -216,7 +222,7 @@ func (s *Service) Start(ctx context.Context) error {
 		case e.Status.Terminal() && !e.RetainUntil.IsZero():
 			q := entry()
 			*q = qent{id: e.ID, ep: ep, seq: e.Seq, expires: deadline(e.ExpiresAt, e.RetainUntil), fin: finCode(e.Status), hidx: int32(len(s.exp))}
-			ep.done[e.ID] = q
+			dones = append(dones, q)
 			s.exp = append(s.exp, q)
 			s.countTerminalLocked(ep, e.Status, +1)
 			return nil
@@ -245,7 +251,7 @@ func (s *Service) Start(ctx context.Context) error {
 		default: // finished, from before the index kept the retention
 			q := entry()
 			*q = qent{id: j.rec.ID, ep: ep, seq: j.rec.Seq, expires: deadline(j.rec.ExpiresAt, j.rec.RetainUntil), fin: finCode(j.rec.Status), hidx: int32(len(s.exp))}
-			ep.done[q.id] = q
+			dones = append(dones, q)
 			s.exp = append(s.exp, q)
 			s.countTerminalLocked(ep, j.rec.Status, +1)
 			return nil
@@ -256,6 +262,20 @@ func (s *Service) Start(ctx context.Context) error {
 	if err != nil {
 		s.mu.Unlock()
 		return fmt.Errorf("load jobs: %w", err)
+	}
+	s.cold = make(map[string]*qent, len(colds)+len(s.cold))
+	for _, q := range colds {
+		s.cold[q.id] = q
+	}
+	perEp := map[*endpointQ]int{}
+	for _, q := range dones {
+		perEp[q.ep]++
+	}
+	for ep, n := range perEp {
+		ep.done = make(map[string]*qent, n)
+	}
+	for _, q := range dones {
+		q.ep.done[q.id] = q
 	}
 	heap.Init(&s.exp)
 	s.armExpiryLocked()
