@@ -137,6 +137,27 @@ func (s *Service) log() interface {
 	return s.cfg.Logger
 }
 
+// logLocked is the logger for a line made under the lock: the line is
+// written once the lock is released (a slow log sink must not hold it).
+func (s *Service) logLocked() deferredLog { return deferredLog{s} }
+
+type deferredLog struct{ s *Service }
+
+func (d deferredLog) Info(msg string, args ...any) {
+	l := d.s.cfg.Logger
+	d.s.afterLocked(func() { l.Info(msg, args...) })
+}
+
+func (d deferredLog) Warn(msg string, args ...any) {
+	l := d.s.cfg.Logger
+	d.s.afterLocked(func() { l.Warn(msg, args...) })
+}
+
+func (d deferredLog) Error(msg string, args ...any) {
+	l := d.s.cfg.Logger
+	d.s.afterLocked(func() { l.Error(msg, args...) })
+}
+
 // unlock releases the lock, then runs the callbacks queued under it.
 func (s *Service) unlock() {
 	post := s.deferred
@@ -473,7 +494,7 @@ func (s *Service) expireEntries() {
 	for n := 0; n < removeBatch && len(s.exp) > 0 && s.exp[0].expires <= now; n++ {
 		q := heap.Pop(&s.exp).(*qent)
 		if q.fin == 0 {
-			s.log().Info("job expired (ttl)", "endpoint", q.ep.id, "job", q.id, "status", store.InQueue)
+			s.logLocked().Info("job expired (ttl)", "endpoint", q.ep.id, "job", q.id, "status", store.InQueue)
 			s.dropColdLocked(q)
 		} else {
 			s.dropDoneLocked(q)
@@ -689,7 +710,7 @@ func (s *Service) readEntry(q *qent) (store.Job, json.RawMessage, error) {
 // unreadableLocked drops an entry whose record is gone or cannot be read:
 // it cannot be handed out or shown (berth check names the damage).
 func (s *Service) unreadableLocked(q *qent, err error) error {
-	s.log().Error("cannot read a job's record; dropping the job from memory", "endpoint", q.ep.id, "job", q.id, "err", err)
+	s.logLocked().Error("cannot read a job's record; dropping the job from memory", "endpoint", q.ep.id, "job", q.id, "err", err)
 	if q.fin == 0 {
 		s.dropColdLocked(q)
 	} else {
@@ -1253,7 +1274,7 @@ func (s *Service) expire(j *job, at time.Time) {
 	if j.gone || !j.rec.ExpiresAt.Equal(at) || s.stopped {
 		return
 	}
-	s.log().Info("job expired (ttl)", "endpoint", j.rec.EndpointID, "job", j.rec.ID, "status", j.rec.Status)
+	s.logLocked().Info("job expired (ttl)", "endpoint", j.rec.EndpointID, "job", j.rec.ID, "status", j.rec.Status)
 	s.st.WriteAsync(s.removeLocked(j)...)
 }
 

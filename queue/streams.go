@@ -90,7 +90,7 @@ func (s *Service) StreamChunk(endpointID, workerID, jobID string, body []byte) (
 	}
 	if b.bytes+size > s.cfg.StreamBufferPerJob || s.streamed+size > s.cfg.StreamBufferTotal {
 		if b.dropped == 0 {
-			s.log().Warn("stream buffer full: dropping chunks until a /stream call reads them",
+			s.logLocked().Warn("stream buffer full: dropping chunks until a /stream call reads them",
 				"endpoint", endpointID, "job", jobID, "worker", workerID, "buffered", b.bytes, "allBuffered", s.streamed)
 		}
 		b.dropped++

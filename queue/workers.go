@@ -245,7 +245,7 @@ func (s *Service) checkLost(w *worker) {
 		s.unlock()
 		return
 	}
-	s.log().Warn("worker lost: no request within the worker timeout", "worker", w.rec.ID, "endpoint", w.rec.EndpointID, "timeout", s.cfg.WorkerTimeout)
+	s.logLocked().Warn("worker lost: no request within the worker timeout", "worker", w.rec.ID, "endpoint", w.rec.EndpointID, "timeout", s.cfg.WorkerTimeout)
 	done := s.loseWorkerLocked(w, fmt.Sprintf("worker %s lost (no heartbeat for %s)", w.rec.ID, s.cfg.WorkerTimeout))
 	s.unlock()
 	<-done
@@ -285,7 +285,7 @@ func (s *Service) requeueLocked(j *job, reason string) <-chan error {
 	workerOf := j.rec.WorkerID
 	if j.rec.Attempts >= s.cfg.MaxAttempts {
 		msg := fmt.Sprintf("%s; gave up after %d attempts", reason, j.rec.Attempts)
-		s.log().Warn("job failed", "endpoint", j.rec.EndpointID, "job", j.rec.ID, "worker", workerOf, "reason", msg)
+		s.logLocked().Warn("job failed", "endpoint", j.rec.EndpointID, "job", j.rec.ID, "worker", workerOf, "reason", msg)
 		return s.finishLocked(j, store.Failed, nil, msg, false)
 	}
 	if w := s.workers[j.rec.WorkerID]; w != nil {
@@ -303,7 +303,7 @@ func (s *Service) requeueLocked(j *job, reason string) <-chan error {
 	s.dropStreamLocked(j.rec.ID)
 	s.pushLocked(ep, j, true)
 	j.changedLocked()
-	s.log().Info("job requeued", "endpoint", j.rec.EndpointID, "job", j.rec.ID, "worker", workerOf, "reason", reason, "attempts", j.rec.Attempts)
+	s.logLocked().Info("job requeued", "endpoint", j.rec.EndpointID, "job", j.rec.ID, "worker", workerOf, "reason", reason, "attempts", j.rec.Attempts)
 	return nil
 }
 
