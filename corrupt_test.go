@@ -19,6 +19,7 @@ import (
 // once with a message naming the file and the damage, and leave the file as
 // it was; 'berth check' must report the same and succeed on a sound file.
 func TestServeRefusesDamagedDatabase(t *testing.T) {
+	t.Parallel() // a process of its own: overlaps the other binaries' tests
 	if testing.Short() {
 		t.Skip("builds and runs the binary")
 	}

@@ -19,6 +19,7 @@ import (
 // and workers run jobs, restarts it on the same data, and accounts for every
 // id it had returned: each must complete with its own output.
 func TestCrashLosesNoAcceptedJob(t *testing.T) {
+	t.Parallel() // a process of its own: overlaps the other binaries' tests
 	if testing.Short() {
 		t.Skip("crash test builds and runs binaries")
 	}

@@ -12,6 +12,7 @@ import (
 // warning (warnings such as an unknown Type= do not change its exit code,
 // so any output fails the test), with ExecStart pointing at a real build.
 func TestSystemdUnitVerifies(t *testing.T) {
+	t.Parallel() // a process of its own: overlaps the other binaries' tests
 	analyze, err := exec.LookPath("systemd-analyze")
 	if err != nil {
 		t.Skip("systemd-analyze not installed (.ci/run installs it)")
