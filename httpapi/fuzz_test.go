@@ -236,7 +236,9 @@ func FuzzQuery(f *testing.F) {
 	for i, q := range []string{"wait=1000", "wait=-1", "wait=99999999999999999999", "ttl=60000", "ttl=x", "batch_size=3", "batch_size=0",
 		"job_id=a,b,,c&status=unhealthy&check=x&reason=y", "tail=10&follow=false&jobId=j", "tail=-3", "follow=maybe",
 		"computeType=GPU&gpuTypeId=NVIDIA+GeForce+RTX+4090&desiredStatus=RUNNING", "includeTemplate=true&includeWorkers=true",
-		"status=COMPLETED&limit=5", "limit=-1", "%zz", "a=%00&b=\xff"} {
+		"status=COMPLETED&limit=5", "limit=-1", "%zz", "a=%00&b=\xff",
+		"include=AVAILABILITY&product=POD,SERVERLESS&count=2", "lastN=3&startTime=2026-01-01T00:00:00Z", "include=GPU_AVAILABILITY,CPU_AVAILABILITY",
+		"cudaVersions=12.4,x&minCudaVersion=12", "product=,,", "lastN=99999999999999999999"} {
 		f.Add(uint8(i), q)
 	}
 	a := newFuzzAPI(f)
@@ -251,6 +253,7 @@ func FuzzQuery(f *testing.F) {
 		{"GET", "/v2/pods"}, {"GET", "/v2/serverless"}, {"GET", "/v2/serverless/{ep}"}, {"GET", "/v2/serverless/{ep}/workers"},
 		{"GET", "/v2/templates"}, {"GET", "/v2/billing"}, {"GET", "/v2/billing/pods"}, {"GET", "/v2/catalog/gpus"},
 		{"GET", "/v2/catalog/templates"}, {"GET", "/v2/network-volumes"},
+		{"GET", "/v2/catalog/cpus"}, {"GET", "/v2/catalog/datacenters"}, {"GET", "/v2/billing/serverless"},
 	}
 	f.Fuzz(func(t *testing.T, which uint8, query string) {
 		r := routes[int(which)%len(routes)]
