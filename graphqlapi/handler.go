@@ -199,6 +199,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	for _, e := range out.Errors {
 		explainRefused(e)
 		nameVariable(e, req.Variables)
+		explainInt(e, req.Query)
 		e.Message = mgmt.ClipMessage(e.Message)
 		h.logError(r.Context(), e)
 	}
@@ -238,6 +239,39 @@ func explainRefused(e *gqlerrors.QueryError) {
 }
 
 // nameVariable adds the variable path to graphql-go's message about a
+// explainInt completes graphql-go's refusal of an integer too large for
+// GraphQL's Int ("Int cannot represent non 32-bit signed integer value",
+// or a variable's "not a 32-bit integer") with the field — found left of
+// the value's location in the query — and mgmt's range for it.
+func explainInt(e *gqlerrors.QueryError, query string) {
+	if !strings.Contains(e.Message, "32-bit") {
+		return
+	}
+	field, _ := e.Extensions["field"].(string)
+	if field == "" && len(e.Locations) == 1 {
+		lines := strings.Split(query, "\n")
+		if l := e.Locations[0]; l.Line >= 1 && l.Line <= len(lines) && l.Column >= 1 && l.Column-1 <= len(lines[l.Line-1]) {
+			left := strings.TrimRight(lines[l.Line-1][:l.Column-1], " \t:")
+			field = left[strings.LastIndexFunc(left, func(r rune) bool {
+				return !(r == '_' || r >= '0' && r <= '9' || r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z')
+			})+1:]
+		}
+	}
+	if field == "" {
+		return
+	}
+	if e.Extensions == nil {
+		e.Extensions = map[string]any{}
+	}
+	e.Extensions["code"], e.Extensions["field"] = "BAD_USER_INPUT", field
+	if !strings.HasPrefix(e.Message, "variable $") {
+		e.Message = field + ": " + e.Message
+	}
+	if l, ok := mgmt.LimitOf(field); ok {
+		e.Message += fmt.Sprintf(" (%s must be %s)", field, l.Range())
+	}
+}
+
 // variable of the wrong JSON type ("could not unmarshal "many" (string)
 // into int32"), which names the value but not the field: it finds the
 // value among the variables.

@@ -86,6 +86,18 @@ func TestLimitsThatArent(t *testing.T) {
 		t.Errorf("GraphQL reads the largest disk v2 stores as: %d %s", code, out)
 	}
 
+	// A number past GraphQL's 32-bit Int, as a literal or a variable: the
+	// refusal names the field and mgmt's range.
+	for _, body := range []J{
+		{"query": `mutation { saveEndpoint(input: {name: "g", templateId: "` + tpl.ID + `", workersMax: 99999999999}) { id } }`},
+		{"query": `mutation S($i: EndpointInput) { saveEndpoint(input: $i) { id } }`, "variables": J{"i": J{"name": "g", "templateId": tpl.ID, "workersMax": 99999999999}}},
+	} {
+		code, out := e.call("POST", "/graphql", body)
+		if code != 200 || !strings.Contains(string(out), "workersMax") || !strings.Contains(string(out), "0-1000 workers") {
+			t.Errorf("GraphQL workersMax 99999999999: %d %s", code, out)
+		}
+	}
+
 	// Volume sizes: one range, 10-4096 GB, on v1 and v2 (where it is the
 	// schema's: 422).
 	for _, size := range []int{9, 4097} {
