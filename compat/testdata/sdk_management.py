@@ -278,9 +278,12 @@ def _():
     return full["desiredStatus"] == "RUNNING", full
 
 
-@check("create_pod cloud_type=COMMUNITY: refused (one host has no community cloud)")
+@check("create_pod cloud_type=COMMUNITY: recorded, served by this host")
 def _():
-    return refused(lambda: runpod.create_pod("c", IMAGE, gpu_type_id="NVIDIA GeForce RTX 4090", cloud_type="COMMUNITY"), "community")
+    p = runpod.create_pod("c", IMAGE, gpu_type_id="NVIDIA GeForce RTX 4090", cloud_type="COMMUNITY")
+    ok = pod_status(p["id"]) == "RUNNING"
+    runpod.terminate_pod(p["id"])
+    return ok, p
 
 
 @check("create_pod of an unknown network volume: refused")
