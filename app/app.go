@@ -227,16 +227,26 @@ func (a *App) Start(ctx context.Context) error {
 	return nil
 }
 
+// verifyDelay is how long after a start the background check begins.
+const verifyDelay = 10 * time.Second
+
 // verifyInBackground decodes every record and, when the clean-close marker
 // let the open skip it, walks every page, while Berth serves (store.Verify):
 // what it finds is logged with its bucket and key and counted on /metrics;
 // a broken page stops writes. A million jobs take seconds, so the start
-// does not wait for it.
+// does not wait for it: it begins verifyDelay after the start.
 func (a *App) verifyInBackground() {
 	ctx, cancel := context.WithCancel(context.Background())
 	a.verifyStop, a.verified = cancel, make(chan struct{})
 	go func() {
 		defer close(a.verified)
+		// Not while the start's own work (the queue's id map, the first
+		// requests) runs: the check can wait, a restart cannot.
+		select {
+		case <-time.After(verifyDelay):
+		case <-ctx.Done():
+			return
+		}
 		start := time.Now()
 		problems := 0
 		n, err := a.db.Verify(ctx, func(p store.Problem) {

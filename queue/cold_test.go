@@ -173,3 +173,32 @@ func TestCancelEndpoint(t *testing.T) {
 		t.Errorf("a second CancelEndpoint cancelled %d (%v)", got, err)
 	}
 }
+
+// Right after a start the id map of cold entries is still being filled in
+// the background: a look-up made then waits for it, and finds the job (or
+// answers not found) exactly as later.
+func TestLookupsRightAfterAStart(t *testing.T) {
+	h := newHarness(t, queue.Config{})
+	h.opts.NoSync = true
+	h.restart()
+	const n = 30000
+	var last string
+	for i := range n {
+		last = h.submit(fmt.Sprintf(`{"n":%d}`, i))
+	}
+	h.restart()
+	if r := h.mustStatus(last, store.InQueue); string(r.Input) != fmt.Sprintf(`{"n":%d}`, n-1) {
+		t.Fatalf("status %+v", r)
+	}
+	h.restart()
+	if _, err := h.status("01900000-0000-7000-8000-000000000000"); !errors.Is(err, queue.ErrNotFound) {
+		t.Fatalf("an unknown id: %v", err)
+	}
+	h.restart()
+	if r, err := h.q.Cancel(ep, last); err != nil || r.Status != store.Cancelled {
+		t.Fatalf("cancel %+v %v", r, err)
+	}
+	if got := h.q.Health(ep).Jobs.InQueue; got != n-1 {
+		t.Fatalf("inQueue %d", got)
+	}
+}

@@ -39,6 +39,7 @@ type Service struct {
 	deferred      []func()         // run by unlock, after the lock is released
 	jobs          map[string]*job  // loaded jobs: running, or queued and looked at
 	cold          map[string]*qent // queued jobs kept only as their queue entry
+	coldReady     chan struct{}    // closed once cold holds every entry (see Start)
 	exp           expiryHeap       // cold and finished entries by their deadline
 	expT          clockwork.Timer  // fires at exp's earliest deadline
 	expAt         int64
@@ -125,8 +126,29 @@ func New(st Store, cfg Config) *Service {
 		cfg: cfg, st: st, clock: cfg.Clock,
 		jobs: map[string]*job{}, cold: map[string]*qent{}, endpoints: map[string]*endpointQ{},
 		workers: map[string]*worker{}, keys: map[string]string{}, streams: map[string]*streamBuf{},
-		hq: hookQueue{signal: make(chan struct{}, 1)}, stopCh: make(chan struct{}),
+		hq: hookQueue{signal: make(chan struct{}, 1)}, stopCh: make(chan struct{}), coldReady: closedChan,
 	}
+}
+
+var closedChan = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
+
+// awaitIndexLocked makes a look-up of id wait, after a start, until the id
+// map of cold entries is complete, unless id is found already (a start fills
+// the map in the background: see Start). Call it right after taking the
+// lock, before reading anything under it.
+func (s *Service) awaitIndexLocked(id string) {
+	select {
+	case <-s.coldReady:
+		return
+	default:
+	}
+	if s.jobs[id] != nil || s.cold[id] != nil {
+		return
+	}
+	ch := s.coldReady
+	s.mu.Unlock() // nothing was deferred yet
+	<-ch
+	s.mu.Lock()
 }
 
 func (s *Service) log() interface {
@@ -284,9 +306,28 @@ func (s *Service) Start(ctx context.Context) error {
 		s.mu.Unlock()
 		return fmt.Errorf("load jobs: %w", err)
 	}
+	// The id map of the cold entries is filled in the background, a batch
+	// per lock hold: a million inserts are a third of a start. Meanwhile a
+	// look-up that misses waits for it (awaitIndexLocked); the queue itself
+	// (taking, submitting, counting) does not need it.
 	s.cold = make(map[string]*qent, len(colds)+len(s.cold))
-	for _, q := range colds {
-		s.cold[q.id] = q
+	if len(colds) > 0 {
+		ready := make(chan struct{})
+		s.coldReady = ready
+		s.wg.Add(1)
+		go func() {
+			defer s.wg.Done()
+			defer close(ready)
+			for i := 0; i < len(colds); i += indexBatch {
+				s.mu.Lock()
+				for _, q := range colds[i:min(i+indexBatch, len(colds))] {
+					if !q.removed && q.j == nil { // not gone or loaded meanwhile
+						s.cold[q.id] = q
+					}
+				}
+				s.mu.Unlock()
+			}
+		}()
 	}
 	perEp := map[*endpointQ]int{}
 	for _, q := range dones {
@@ -507,6 +548,10 @@ func (s *Service) expireEntries() {
 	s.armExpiryLocked()
 }
 
+// indexBatch is how many cold entries a start's background fill puts in
+// the id map per lock hold (a few milliseconds).
+const indexBatch = 10000
+
 // removeBatch bounds the jobs purged or expired per lock hold and
 // transaction, so other requests wait for at most one batch.
 const removeBatch = 500
@@ -644,6 +689,7 @@ func view(j *job, now time.Time) StatusResponse {
 // entry changed meanwhile the look-up starts over.
 func (s *Service) lockJob(endpointID, id string) (*job, error) {
 	s.mu.Lock()
+	s.awaitIndexLocked(id)
 	for {
 		if j := s.jobs[id]; j != nil {
 			if j.rec.EndpointID != endpointID {
@@ -689,7 +735,7 @@ func (s *Service) entryLocked(endpointID, id string) *qent {
 // entryStillLocked: q is still where readEntry found it.
 func (s *Service) entryStillLocked(q *qent) bool {
 	if q.fin == 0 {
-		return s.cold[q.id] == q
+		return !q.removed && q.j == nil // still queued, still cold
 	}
 	return q.ep.done[q.id] == q
 }
@@ -728,6 +774,7 @@ func (s *Service) unreadableLocked(q *qent, err error) error {
 // loaded.
 func (s *Service) peek(endpointID, id string, fn func(j *job, chunks []json.RawMessage)) error {
 	s.mu.Lock()
+	s.awaitIndexLocked(id)
 	for {
 		if j := s.jobs[id]; j != nil {
 			if j.rec.EndpointID != endpointID {
@@ -809,6 +856,7 @@ func (s *Service) Wait(ctx context.Context, endpointID, id string, wait time.Dur
 // closed at its next change (a cold queued job is loaded to be watched).
 func (s *Service) watchView(endpointID, id string) (StatusResponse, <-chan struct{}, error) {
 	s.mu.Lock()
+	s.awaitIndexLocked(id)
 	var q *qent
 	if s.jobs[id] == nil {
 		q = s.entryLocked(endpointID, id)
@@ -842,6 +890,7 @@ func (s *Service) Cancel(endpointID, id string) (StatusResponse, error) {
 		return StatusResponse{}, fmt.Errorf("store cancel: %w", err)
 	}
 	s.mu.Lock()
+	s.awaitIndexLocked(id)
 	if q := s.entryLocked(endpointID, id); q != nil && q.fin != 0 && s.jobs[id] == nil {
 		// Finished: its status, read like /status reads it.
 		pending := q.x != nil && q.x.rec != nil && s.st.Pending(store.Jobs, id)
@@ -1356,6 +1405,7 @@ func (h *holdTimer) Stop() {
 // stream chunk or removal).
 func (s *Service) Watch(endpointID, id string) (<-chan struct{}, error) {
 	s.mu.Lock()
+	s.awaitIndexLocked(id)
 	if j := s.jobs[id]; j == nil {
 		if q := s.entryLocked(endpointID, id); q != nil && q.fin != 0 {
 			// A finished entry: closed when it goes or is revived.

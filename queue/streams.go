@@ -114,6 +114,7 @@ func (s *Service) Stream(ctx context.Context, endpointID, id string, wait time.D
 	defer timer.Stop()
 	for {
 		s.mu.Lock()
+		s.awaitIndexLocked(id)
 		if s.jobs[id] == nil {
 			if q := s.entryLocked(endpointID, id); q != nil && q.fin != 0 {
 				// Finished: what is left, with the final status.

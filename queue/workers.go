@@ -386,7 +386,7 @@ func (s *Service) loadFrontLocked(ep *endpointQ, n int) {
 	}
 	s.mu.Lock()
 	for i, q := range need {
-		if s.cold[q.id] != q {
+		if q.removed || q.j != nil {
 			continue // taken, cancelled, expired or loaded meanwhile
 		}
 		if got[i].err != nil {
