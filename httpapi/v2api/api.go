@@ -295,7 +295,9 @@ func (a *API) fail(w http.ResponseWriter, r *http.Request, err error) {
 // missing (named in the path or by a reference such as templateId), 409
 // only where an operation documents it (a pod's state), 422 for a
 // serverless template given to a pod, 503 when this host cannot now (the
-// 5xx RunPod calls transient), 501 for what one host never can.
+// 5xx RunPod calls transient). An input one host can never serve (the
+// community cloud) is a 400 saying why: v2.json's 400 is also "could not
+// be placed"; 501 is for the operations one host has none of (cannot).
 func status(me *mgmt.Error, op string) int {
 	switch {
 	case me.Kind == mgmt.NotFound, me.Reason == mgmt.Missing:
@@ -306,10 +308,8 @@ func status(me *mgmt.Error, op string) int {
 		return http.StatusConflict
 	case me.Kind == mgmt.Unavailable:
 		return http.StatusServiceUnavailable
-	case me.Kind == mgmt.Unsupported:
-		return http.StatusNotImplemented
 	}
-	return http.StatusBadRequest // Invalid, Conflict
+	return http.StatusBadRequest // Invalid, Conflict, Unsupported
 }
 
 // documents409 are the operations whose v2.json lists a 409.
