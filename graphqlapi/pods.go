@@ -105,8 +105,8 @@ func (a *podDeployInput) mgmt(cpu bool) (mgmt.PodInput, error) {
 	if a.Compliance != nil && len(*a.Compliance) > 0 {
 		return in, unsupported("compliance", "compliance: Berth is one host with no certifications to choose from")
 	}
-	// ALL (runpod-python's default) is either cloud: SECURE here; mgmt
-	// refuses COMMUNITY, on every surface.
+	// ALL (runpod-python's default) is either cloud: SECURE here. COMMUNITY
+	// is recorded, as on every surface (one host serves it either way).
 	in.CloudType = ptr("SECURE")
 	if a.CloudType != nil && *a.CloudType == "COMMUNITY" {
 		in.CloudType = a.CloudType

@@ -176,10 +176,20 @@ func TestPythonPods(t *testing.T) {
 	e.rest("GET", "/v1/pods/"+cpu.ID, nil, 404, nil)
 	f.takeCalls()
 
+	// cloudType COMMUNITY is recorded, as on every surface.
+	var comm pyPod
+	e.python(fixture(t, "runpod-python/create_gpu_pod.graphql", "name", "c", "image", "x:1", "cloudType", "COMMUNITY", "gpuTypeId", "NVIDIA A40")).
+		ok(t, "podFindAndDeployOnDemand", &comm)
+	var commV1 struct{ CloudType string }
+	e.rest("GET", "/v1/pods/"+comm.ID, nil, 200, &commV1)
+	if commV1.CloudType != "COMMUNITY" {
+		t.Errorf("cloudType COMMUNITY read back as %q", commV1.CloudType)
+	}
+	e.rest("DELETE", "/v1/pods/"+comm.ID, nil, 204, nil)
+	f.takeCalls()
+
 	// Refusals: nothing stored, nothing started.
 	before := e.count(store.Pods)
-	e.python(fixture(t, "runpod-python/create_gpu_pod.graphql", "name", "c", "image", "x:1", "cloudType", "COMMUNITY", "gpuTypeId", "NVIDIA A40")).
-		refused(t, "podFindAndDeployOnDemand", "COMMUNITY", "community cloud")
 	e.python(strings.Replace(fixture(t, "runpod-python/create_cpu_pod.graphql", "name", "c", "image", "alpine:3"), `"cpu3c-2-4"`, `"gpu9-2-4"`, 1)).
 		refused(t, "deployCpuPod", "instanceId")
 	e.python(strings.Replace(fixture(t, "runpod-python/create_cpu_pod.graphql", "name", "c", "image", ""), `imageName: ""`, `imageName: ""`, 1)).

@@ -256,9 +256,6 @@ func ApplyPodCreate(p *store.Pod, in PodInput) error {
 	if err := oneOf("cloudType", in.CloudType, []string{"SECURE", "COMMUNITY"}, &p.CloudType); err != nil {
 		return err
 	}
-	if p.CloudType == "COMMUNITY" {
-		return newErr(Unsupported, "cloudType", "cloudType COMMUNITY: Berth is one host of its own, there is no community cloud; use SECURE")
-	}
 	for _, pr := range []struct {
 		name string
 		v    *string
