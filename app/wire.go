@@ -124,8 +124,10 @@ func New(cfg Config) (_ *App, err error) {
 		hc.PingInterval = PingInterval
 	}
 	hc.GPUs = a.gpus.Snapshot
-	if systemGPUs && len(a.gpus.Snapshot()) > 0 {
-		hc.GPUUsage = gpu.SampleSystem // no series without GPUs
+	if systemGPUs && cfg.Kubernetes == nil && len(a.gpus.Snapshot()) > 0 {
+		// No series without GPUs, nor on Kubernetes: the GPUs are the
+		// cluster's nodes', which this machine's NVML does not see.
+		hc.GPUUsage = gpu.SampleSystem
 	}
 	if a.sup != nil {
 		wireRuntime(&hc, a.sup) // runtime.go

@@ -110,7 +110,9 @@ func (s *Supervisor) resyncWorker(ctx context.Context, info Instance, eps map[st
 	switch {
 	case ws != nil:
 		why = "a second container for the same worker"
-	case !info.Running:
+	case !info.Alive():
+		// A Pod still waiting for its node or image is adopted: it runs
+		// once it can, as it would have without the restart.
 		why = "not running (state " + info.State + ")"
 	case wid == "" || !known || l.External:
 		why = "its worker identity is unknown to the queue"
@@ -147,11 +149,18 @@ func (s *Supervisor) resyncWorker(ctx context.Context, info Instance, eps map[st
 		id: wid, endpointID: epID, instanceID: info.ID, version: version, specKey: info.Labels[LabelSpec],
 		gpus: gpus, gpuType: s.gpuTypeOf(gpus), state: wsInitializing, startedAt: info.StartedAt,
 		contacted: !l.LastSeen.IsZero(), image: info.Image, vcpus: ep.VCPUCount,
+		waiting: info.Waiting, waitReason: info.Error,
 	}
-	if ws.startedAt.IsZero() {
+	switch {
+	case !info.Running:
+		// Pending: it starts later (EventStart), its wait counted from now.
+		ws.startedAt, ws.launchedAt = time.Time{}, s.clock.Now()
+	case ws.startedAt.IsZero():
 		ws.startedAt = s.clock.Now()
 	}
-	ws.launchedAt = ws.startedAt
+	if !ws.startedAt.IsZero() {
+		ws.launchedAt = ws.startedAt
+	}
 	if info.Paused {
 		// Frozen by FlashBoot before the restart: it stays frozen, and its
 		// frozen time counts from now (the pause time is not recorded).
@@ -166,7 +175,7 @@ func (s *Supervisor) resyncWorker(ctx context.Context, info Instance, eps map[st
 	s.mu.Unlock()
 	s.log.Info("adopted worker container", "endpoint", epID, "worker", wid, "container", shortID(info.ID),
 		"version", version, "current", version == ep.Version, "gpus", gpus, "frozen", info.Paused)
-	if s.cfg.OnRun != nil {
+	if s.cfg.OnRun != nil && info.Running {
 		s.cfg.OnRun(KindWorker, wid, epID, ws.gpuType, len(gpus), info.StartedAt, time.Time{})
 	}
 }

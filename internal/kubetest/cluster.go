@@ -109,12 +109,20 @@ var shared struct {
 }
 
 // Main runs the package's tests (m.Run) and then stops the cluster Shared
-// started, if any; it exits with the tests' code. Call it from TestMain.
-func Main(m *testing.M) {
+// started, if any, and runs after (what the package's tests left for the
+// end: a binary built once for all of them); it exits with the tests'
+// code. Call it from TestMain.
+func Main(m *testing.M, after ...func()) {
 	shared.mu.Lock()
 	shared.inMain = true
 	shared.mu.Unlock()
 	code := m.Run()
+	defer func() {
+		for _, f := range after {
+			f()
+		}
+		os.Exit(code)
+	}()
 	shared.mu.Lock()
 	c := shared.c
 	shared.mu.Unlock()
@@ -126,7 +134,6 @@ func Main(m *testing.M) {
 			}
 		}
 	}
-	os.Exit(code)
 }
 
 // Shared returns the package's cluster, starting it on first use (so a

@@ -56,13 +56,23 @@ func (k *Kubelet) UpdateStatus(ctx context.Context, namespace, name string, muta
 
 // Running reports every container running and the pod Ready, with podIP
 // (e.g. 127.0.0.1 where the test runs the worker itself; "" keeps the
-// pod's IP).
+// pod's IP) and, as a kubelet does, its node's InternalIP as the host IP.
 func (k *Kubelet) Running(ctx context.Context, namespace, name, podIP string) (*corev1.Pod, error) {
 	return k.UpdateStatus(ctx, namespace, name, func(p *corev1.Pod) {
 		now := metav1.Now()
 		p.Status.Phase = corev1.PodRunning
 		if podIP != "" {
 			p.Status.PodIP, p.Status.PodIPs = podIP, []corev1.PodIP{{IP: podIP}}
+		}
+		if p.Status.HostIP == "" && p.Spec.NodeName != "" {
+			if n, err := k.client.CoreV1().Nodes().Get(ctx, p.Spec.NodeName, metav1.GetOptions{}); err == nil {
+				for _, a := range n.Status.Addresses {
+					if a.Type == corev1.NodeInternalIP {
+						p.Status.HostIP, p.Status.HostIPs = a.Address, []corev1.HostIP{{IP: a.Address}}
+						break
+					}
+				}
+			}
 		}
 		if p.Status.StartTime == nil {
 			p.Status.StartTime = &now

@@ -21,6 +21,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
 
 	"berth/gpu"
@@ -193,10 +194,35 @@ func (b *Backend) createService(ctx context.Context, p *corev1.Pod) error {
 		svc.Spec.Ports = append(svc.Spec.Ports, corev1.ServicePort{Name: cp.Name, Protocol: cp.Protocol, Port: cp.ContainerPort,
 			TargetPort: intstr.FromInt32(cp.ContainerPort)})
 	}
-	if _, err := b.cs.CoreV1().Services(b.cfg.Namespace).Create(ctx, svc, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+	svcs := b.cs.CoreV1().Services(b.cfg.Namespace)
+	_, err := svcs.Create(ctx, svc, metav1.CreateOptions{})
+	if apierrors.IsAlreadyExists(err) {
+		// The Service of an earlier Pod of the same name (a pod stopped
+		// and started again) that the garbage collector has not removed
+		// yet: it would remove it after this Pod is made, leaving the new
+		// Pod without one. Replaced now.
+		old, gerr := svcs.Get(ctx, p.Name, metav1.GetOptions{})
+		switch {
+		case gerr != nil && !apierrors.IsNotFound(gerr):
+			return fmt.Errorf("service %s: %w", p.Name, gerr)
+		case gerr == nil && ownedBy(old.OwnerReferences, p.UID):
+			return nil
+		case gerr == nil:
+			derr := svcs.Delete(ctx, p.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &old.UID}})
+			if derr != nil && !apierrors.IsNotFound(derr) && !apierrors.IsConflict(derr) {
+				return fmt.Errorf("replace service %s of an earlier pod: %w", p.Name, derr)
+			}
+		}
+		_, err = svcs.Create(ctx, svc, metav1.CreateOptions{})
+	}
+	if err != nil {
 		return fmt.Errorf("create service %s: %w", p.Name, err)
 	}
 	return nil
+}
+
+func ownedBy(refs []metav1.OwnerReference, uid types.UID) bool {
+	return slices.ContainsFunc(refs, func(r metav1.OwnerReference) bool { return r.UID == uid })
 }
 
 // ensurePullSecret keeps the registry login authID as an image pull Secret
