@@ -100,6 +100,16 @@ func Start(tb testing.TB) *Cluster {
 	return c
 }
 
+// StartCluster starts a cluster for a program that is not a test (the
+// kubedev command): the binaries must be in BinDir. The caller stops it.
+func StartCluster() (*Cluster, error) {
+	dir, err := findBinaries()
+	if err != nil {
+		return nil, err
+	}
+	return start(dir)
+}
+
 var shared struct {
 	mu      sync.Mutex
 	inMain  bool
@@ -241,13 +251,17 @@ func start(binDir string) (c *Cluster, err error) {
 	if err != nil {
 		return c, err
 	}
+	audit, err := auditFlags(dir)
+	if err != nil {
+		return c, err
+	}
 	_, apiURL, err := c.startRetrying(ctx, func() (*process, string, error) {
 		port, err := freePort()
 		if err != nil {
 			return nil, "", err
 		}
 		url := "https://" + hostPort(port)
-		p, err := startProcess(c.sp, dir, "kube-apiserver", bin("kube-apiserver"),
+		p, err := startProcess(c.sp, dir, "kube-apiserver", bin("kube-apiserver"), append(audit,
 			"--etcd-servers="+etcdURL,
 			"--bind-address=127.0.0.1", "--advertise-address=127.0.0.1", "--secure-port="+strconv.Itoa(port),
 			// The kubernetes Service's endpoints would have to be a
@@ -266,7 +280,7 @@ func start(binDir string) (c *Cluster, err error) {
 			// A node's InternalIP (127.0.0.1), never its name: no DNS.
 			"--kubelet-preferred-address-types=InternalIP",
 			"--cert-dir="+filepath.Join(dir, "apiserver-certs"),
-			"--profiling=false", "--v=1")
+			"--profiling=false", "--v=1")...)
 		if err != nil {
 			return nil, "", err
 		}

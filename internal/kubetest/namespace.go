@@ -2,6 +2,7 @@ package kubetest
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"maps"
 	"regexp"
@@ -101,32 +102,52 @@ func (c *Cluster) Namespace(tb testing.TB) *Namespace {
 	tb.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	r, err := c.rbacFromManifests()
-	if err != nil {
-		tb.Fatalf("kubetest: %v", err)
-	}
 	base := strings.Trim(nonName.ReplaceAllString(strings.ToLower(tb.Name()), "-"), "-")
 	if len(base) > 40 {
 		base = strings.Trim(base[:40], "-")
 	}
 	name := fmt.Sprintf("%s-%d", base, c.seq.Add(1))
+	ns, remove, err := c.CreateNamespace(ctx, name, map[string]string{"kubetest.berth.dev/test": tb.Name()})
+	if remove != nil {
+		tb.Cleanup(func() {
+			if err := remove(); err != nil {
+				tb.Errorf("kubetest: %v", err)
+			}
+		})
+	}
+	if err != nil {
+		tb.Fatalf("kubetest: %v", err)
+	}
+	return ns
+}
+
+// CreateNamespace creates the namespace name holding the manifests' RBAC
+// and returns it with the function that removes it again (its pods at
+// once, its ClusterRoleBinding, then the namespace); Namespace is the
+// tests' way. remove is not nil once the namespace exists, even with an
+// error.
+func (c *Cluster) CreateNamespace(ctx context.Context, name string, annotations map[string]string) (_ *Namespace, remove func() error, _ error) {
+	r, err := c.rbacFromManifests()
+	if err != nil {
+		return nil, nil, err
+	}
 	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{
 		Name:        name,
 		Labels:      maps.Clone(r.namespaceLabels),
-		Annotations: map[string]string{"kubetest.berth.dev/test": tb.Name()},
+		Annotations: annotations,
 	}}
 	if _, err := c.AdminClient.CoreV1().Namespaces().Create(ctx, ns, metav1.CreateOptions{}); err != nil {
-		tb.Fatalf("kubetest: create namespace %s: %v", name, err)
+		return nil, nil, fmt.Errorf("create namespace %s: %w", name, err)
 	}
 	var crbs []string
-	tb.Cleanup(func() { c.deleteNamespace(tb, name, crbs) })
+	remove = func() error { return c.deleteNamespace(name, crbs) }
 
 	var objs []*unstructured.Unstructured
 	for _, o := range r.namespaced {
 		o = o.DeepCopy()
 		o.SetNamespace(name)
 		if err := retargetSubjects(o, r.namespace, name); err != nil {
-			tb.Fatalf("kubetest: %v", err)
+			return nil, remove, err
 		}
 		objs = append(objs, o)
 	}
@@ -135,13 +156,13 @@ func (c *Cluster) Namespace(tb testing.TB) *Namespace {
 		o = o.DeepCopy()
 		o.SetName(o.GetName() + "-" + name)
 		if err := retargetSubjects(o, r.namespace, name); err != nil {
-			tb.Fatalf("kubetest: %v", err)
+			return nil, remove, err
 		}
 		crbs = append(crbs, o.GetName())
 		objs = append(objs, o)
 	}
 	if err := Apply(ctx, c.Admin, objs, false); err != nil {
-		tb.Fatalf("kubetest: RBAC of deploy/kubernetes into %s: %v", name, err)
+		return nil, remove, fmt.Errorf("RBAC of deploy/kubernetes into %s: %w", name, err)
 	}
 	// Pod admission needs the namespace's default ServiceAccount, which
 	// the controller-manager creates.
@@ -153,7 +174,7 @@ func (c *Cluster) Namespace(tb testing.TB) *Namespace {
 		return err == nil, err
 	})
 	if err != nil {
-		tb.Fatalf("kubetest: %v", err)
+		return nil, remove, err
 	}
 
 	cfg := rest.CopyConfig(c.Admin)
@@ -162,9 +183,9 @@ func (c *Cluster) Namespace(tb testing.TB) *Namespace {
 	cfg.Impersonate = rest.ImpersonationConfig{UserName: fmt.Sprintf("system:serviceaccount:%s:%s", name, r.serviceAccount)}
 	client, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
-		tb.Fatal(err)
+		return nil, remove, err
 	}
-	return &Namespace{Name: name, ServiceAccount: r.serviceAccount, Config: cfg, Client: client}
+	return &Namespace{Name: name, ServiceAccount: r.serviceAccount, Config: cfg, Client: client}, remove, nil
 }
 
 // retargetSubjects points a binding's ServiceAccount subjects in the
@@ -186,26 +207,28 @@ func retargetSubjects(o *unstructured.Unstructured, from, to string) error {
 	return unstructured.SetNestedSlice(o.Object, subjects, "subjects")
 }
 
-func (c *Cluster) deleteNamespace(tb testing.TB, name string, crbs []string) {
+func (c *Cluster) deleteNamespace(name string, crbs []string) error {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
+	var errs []error
 	zero := int64(0)
 	err := c.AdminClient.CoreV1().Pods(name).DeleteCollection(ctx,
 		metav1.DeleteOptions{GracePeriodSeconds: &zero}, metav1.ListOptions{})
 	if err != nil && !apierrors.IsNotFound(err) {
-		tb.Errorf("kubetest: delete pods of %s: %v", name, err)
+		errs = append(errs, fmt.Errorf("delete pods of %s: %w", name, err))
 	}
 	for _, crb := range crbs {
 		err := c.AdminClient.RbacV1().ClusterRoleBindings().Delete(ctx, crb, metav1.DeleteOptions{})
 		if err != nil && !apierrors.IsNotFound(err) {
-			tb.Errorf("kubetest: delete %s: %v", crb, err)
+			errs = append(errs, fmt.Errorf("delete %s: %w", crb, err))
 		}
 	}
 	// The namespace controller removes the rest in the background.
 	err = c.AdminClient.CoreV1().Namespaces().Delete(ctx, name, metav1.DeleteOptions{})
 	if err != nil && !apierrors.IsNotFound(err) {
-		tb.Errorf("kubetest: delete namespace %s: %v", name, err)
+		errs = append(errs, fmt.Errorf("delete namespace %s: %w", name, err))
 	}
+	return errors.Join(errs...)
 }
 
 // WriteKubeconfig writes a kubeconfig for Config — the admin certificate
