@@ -166,6 +166,17 @@ func (a *App) newSupervisor(log *slog.Logger, base string) error {
 			}
 		}()
 	}
+	// A Pod's node address and ports are known once it runs (Kubernetes):
+	// the pod record follows, in a goroutine as above.
+	rc.OnPodRun = func(st runtime.PodState) {
+		a.podExits.Add(1)
+		go func() {
+			defer a.podExits.Done()
+			if err := a.mg.PodRuns(context.Background(), st.ID, podState(st)); err != nil {
+				log.Error("record pod run", "pod", st.ID, "err", err)
+			}
+		}()
+	}
 	var err error
 	a.sup, err = runtime.New(rc)
 	return err

@@ -570,6 +570,29 @@ func (s *Service) PodExited(ctx context.Context, id string, e PodExit) error {
 
 var errUnchanged = errors.New("unchanged")
 
+// PodRuns records what a pod runs as — its address, its published ports,
+// its start — when the runtime learns it only once the container runs (a
+// Kubernetes Pod is scheduled and its Service's ports assigned after the
+// start call returned). A pod no longer meant to run is left as it is.
+func (s *Service) PodRuns(ctx context.Context, id string, st PodState) error {
+	unlock := s.podLocks.lock(id)
+	defer unlock()
+	err := store.UpdatePod(s.cfg.Store, id, func(p *store.Pod) error {
+		if p.DesiredStatus != store.PodRunning {
+			return errUnchanged
+		}
+		p.PortMappings, p.PublicIP = st.PortMappings, st.PublicIP
+		if !st.StartedAt.IsZero() {
+			p.LastStartedAt = st.StartedAt.UTC()
+		}
+		return nil
+	})
+	if errors.Is(err, errUnchanged) || errors.Is(err, store.ErrNotFound) {
+		return nil
+	}
+	return err
+}
+
 // CreatePod validates in, stores the pod and starts its container. When it
 // cannot start, nothing is left behind and the error says why.
 func (s *Service) CreatePod(ctx context.Context, in PodInput) (store.Pod, error) {

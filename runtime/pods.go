@@ -588,8 +588,9 @@ func (s *Supervisor) removePodContainer(ctx context.Context, p *podState) error 
 }
 
 // podRuns opens a pod's usage: its instance runs since t. Once per run
-// (the start event and the start call may both report it).
-func (s *Supervisor) podRuns(p *podState, t time.Time) {
+// (the start event and the start call may both report it): it reports
+// whether this call was the one.
+func (s *Supervisor) podRuns(p *podState, t time.Time) bool {
 	s.mu.Lock()
 	open := p.running && p.startedAt.IsZero()
 	if open {
@@ -599,6 +600,7 @@ func (s *Supervisor) podRuns(p *podState, t time.Time) {
 	if open && s.cfg.OnRun != nil {
 		s.cfg.OnRun(KindPod, p.id, "", p.gpuType, len(p.gpus), t, time.Time{})
 	}
+	return open
 }
 
 // podExitedLocked records that the pod's container is not running (the

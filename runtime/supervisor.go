@@ -67,6 +67,12 @@ type Config struct {
 	// so it must not block long nor call back into the Supervisor for
 	// that pod (hand the work to a goroutine).
 	OnPodExit func(PodExit)
+	// OnPodRun is told when a pod's instance that was only accepted at
+	// its start (a Pod waiting for its node and image) begins to run, with
+	// what it runs as — its node's address, its published ports — which
+	// the backend learns only then, so the pod record can follow.
+	// Optional; it must not block (hand the work to a goroutine).
+	OnPodRun func(PodState)
 
 	// OnRun records usage: called when a worker or pod container starts or
 	// is adopted after a restart (end is zero; adoption passes the
@@ -476,8 +482,11 @@ func (s *Supervisor) handleEvent(ev Event) {
 			s.workerRuns(ws, t)
 			s.Notify(ws.endpointID)
 		}
-		if pod != nil {
-			s.podRuns(pod, t)
+		if pod != nil && s.podRuns(pod, t) && s.cfg.OnPodRun != nil {
+			// Started asynchronously: what it runs as is known now.
+			if info, err := s.b.Inspect(s.ctx, ev.ID); err == nil && info.Running {
+				s.cfg.OnPodRun(s.podStateFrom(pod, info))
+			}
 		}
 		return
 	case EventDie, EventDestroy:
