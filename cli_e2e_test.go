@@ -111,11 +111,28 @@ func TestCLIWithWorkerContainers(t *testing.T) {
 	if h.Workers.Idle+h.Workers.Running != 1 {
 		t.Fatalf("health: %+v", h)
 	}
-	// The worker's log holds the job's lines (runpod-python-style JSON).
-	out, _, code := berth("logs", ep.ID, "--job", job.ID)
-	if code != 0 || !strings.Contains(out, job.ID) {
-		t.Fatalf("logs --job: exit %d: %q", code, out)
+	// logsUntil runs `berth logs ARGS` until its output satisfies has: the
+	// job has ended when its worker printed the lines, but Docker's log
+	// driver delivers them to readers later, longer on a loaded machine.
+	logsUntil := func(what string, has func(string) bool, args ...string) {
+		t.Helper()
+		var out, errs string
+		code := 0
+		for deadline := time.Now().Add(2 * time.Minute); ; time.Sleep(100 * time.Millisecond) {
+			out, errs, code = berth(append([]string{"logs"}, args...)...)
+			if code != 0 {
+				t.Fatalf("berth logs %s: exit %d: %s", strings.Join(args, " "), code, errs)
+			}
+			if has(out) {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("berth logs %s: %s never came: %q", strings.Join(args, " "), what, out)
+			}
+		}
 	}
+	// The worker's log holds the job's lines (runpod-python-style JSON).
+	logsUntil("the job's lines", func(out string) bool { return strings.Contains(out, job.ID) }, ep.ID, "--job", job.ID)
 	// A second worker: `logs ENDPOINT` shows every worker's log, each line
 	// prefixed with its worker id.
 	ok(nil, "endpoint", "update", ep.ID, "--workers-min", "2", "--workers-max", "2", "--json")
@@ -135,12 +152,21 @@ func TestCLIWithWorkerContainers(t *testing.T) {
 			t.Fatalf("two ready workers: %+v", ws)
 		}
 	}
-	out, _, code = berth("logs", ep.ID)
-	for _, w := range ws.Workers {
-		if code != 0 || !strings.Contains(out, w.ID+" | ") || !strings.Contains(out, "Starting Serverless Worker") {
-			t.Fatalf("logs of every worker: exit %d, no lines of %s: %q", code, w.ID, out)
+	// Each worker's start-up line, prefixed with its id.
+	logsUntil("both workers' start-up lines", func(out string) bool {
+		started := map[string]bool{}
+		for _, line := range strings.Split(out, "\n") {
+			if id, text, ok := strings.Cut(line, " | "); ok && strings.Contains(text, "Starting Serverless Worker") {
+				started[id] = true
+			}
 		}
-	}
+		for _, w := range ws.Workers {
+			if !started[w.ID] {
+				return false
+			}
+		}
+		return true
+	}, ep.ID)
 
 	// A CPU pod from the same image, its logs, then delete everything.
 	var pod struct{ ID, DesiredStatus string }
