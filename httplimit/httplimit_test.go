@@ -185,14 +185,19 @@ func TestSteadyBodyThenLongPoll(t *testing.T) {
 		}
 		fmt.Fprintf(w, "%d", len(b))
 	}))
-	c, br := dial(t, addr, "POST /runsync HTTP/1.1\r\nHost: x\r\nContent-Length: 1000\r\n\r\n")
-	for i := 0; i < 10; i++ { // 100 bytes every 100 ms: ≈ 1000 bytes/s, three times the grace
-		time.Sleep(100 * time.Millisecond)
+	c, br := dial(t, addr, "POST /runsync HTTP/1.1\r\nHost: x\r\nContent-Length: 2000\r\n\r\n")
+	// 100 bytes every 50 ms: 2000 bytes/s, twice the minimum, for 1 s
+	// (three times the grace). Each write is due at a fixed moment from the
+	// start, so a late wake-up on a loaded machine delays that write only:
+	// the lag does not add up, and the margin grows with every write.
+	start := time.Now()
+	for i := 1; i <= 20; i++ {
+		time.Sleep(time.Until(start.Add(time.Duration(i) * 50 * time.Millisecond)))
 		if _, err := c.Write([]byte(strings.Repeat("a", 100))); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if res, body := answer(t, br); res.StatusCode != 200 || body != "1000" {
+	if res, body := answer(t, br); res.StatusCode != 200 || body != "2000" {
 		t.Fatalf("got %d %q", res.StatusCode, body)
 	}
 }
