@@ -92,12 +92,18 @@ func TestWorkersEndToEnd(t *testing.T) {
 		}
 	}
 
-	// Logs of one job, through the JSON log lines' requestId.
-	rc, err := s.WorkerLogs(context.Background(), ep.ID, workerIDs[0], false, 0, ids[0])
-	if err != nil {
-		t.Fatal(err)
-	}
-	lines := readLines(t, rc)
+	// Logs of one job, through the JSON log lines' requestId. The job has
+	// ended, but Docker's log driver may not have delivered its lines yet:
+	// read until they are there.
+	var lines []string
+	e.eventually("the job's log lines", func() bool {
+		rc, err := s.WorkerLogs(context.Background(), ep.ID, workerIDs[0], false, 0, ids[0])
+		if err != nil {
+			t.Fatal(err)
+		}
+		lines = readLines(t, rc)
+		return len(lines) >= 2
+	})
 	if len(lines) < 2 || !strings.Contains(lines[0], `"message": "Started"`) {
 		t.Fatalf("job logs: %q", lines)
 	}
