@@ -149,100 +149,124 @@ func TestSteadyUploadOutlastsTheGrace(t *testing.T) {
 
 // TestLongPollCaps: a worker may hold MaxLongPollsPerWorker long polls and a
 // key MaxLongPollsPerKey; past that the answer is 429 with Retry-After at
-// once, and a released poll frees its place.
+// once, and a released poll frees its place. Every step waits for the
+// server's own count of held polls (berth_long_polls), so a slow machine
+// only makes it slower: a poll is proven held, never assumed from a
+// client-side timeout.
 func TestLongPollCaps(t *testing.T) {
 	e := newEnv(t, rawHTTP(func(c *httpapi.Config) { c.MaxLongPollsPerWorker, c.MaxLongPollsPerKey = 2, 3 }))
 	ep := e.endpoint(nil)
 	id := e.run(ep, `{}`)   // a job nobody runs: status-sync on it waits (on the test's fake clock)
 	idle := e.endpoint(nil) // no jobs: job-take on it waits (a job-take on ep would take the job and end)
 
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	// hold keeps a long poll on path until ctx ends; a probe may take its
-	// place for a moment, so a refused hold tries again.
-	hold := func(ctx context.Context, path string) {
-		go func() {
-			for ctx.Err() == nil {
-				req, _ := http.NewRequestWithContext(ctx, "GET", e.base+path, nil)
-				req.Header.Set("Authorization", "Bearer "+adminKey)
-				res, err := http.DefaultClient.Do(req)
-				if err != nil {
-					return
-				}
-				res.Body.Close()
-				if res.StatusCode != 429 {
-					return
-				}
-				time.Sleep(10 * time.Millisecond)
-			}
-		}()
-	}
-	get := func(path string) (int, string, string) {
-		req, _ := http.NewRequest("GET", e.base+path, nil)
+	call := func(ctx context.Context, path string) (*http.Response, string, error) {
+		req, _ := http.NewRequestWithContext(ctx, "GET", e.base+path, nil)
 		req.Header.Set("Authorization", "Bearer "+adminKey)
-		// A refusal is answered at once; a poll let through is held. A
-		// refusal slower than this (a loaded machine) reads as held: the
-		// checks below then retry, or pass wrongly, never fail wrongly.
-		c := &http.Client{Timeout: 200 * time.Millisecond}
-		res, err := c.Do(req)
+		res, err := http.DefaultClient.Do(req)
 		if err != nil {
-			return 0, "", "" // held: not refused
+			return nil, "", err
 		}
 		defer res.Body.Close()
 		b, _ := io.ReadAll(res.Body)
-		return res.StatusCode, string(b), res.Header.Get("Retry-After")
+		return res, string(b), nil
 	}
-	// until retries f until it reports true (the held polls arrive
-	// asynchronously).
-	until := func(what string, f func() bool) {
-		t.Helper()
-		for deadline := time.Now().Add(60 * time.Second); !f(); {
-			if time.Now().After(deadline) {
-				t.Fatal(what)
+	// held is the server's count of the long polls it holds.
+	held := func() float64 {
+		res, body, err := call(context.Background(), "/metrics")
+		if err != nil || res.StatusCode != 200 {
+			t.Fatalf("/metrics: %v %v", res, err)
+		}
+		for _, line := range strings.Split(body, "\n") {
+			if v, ok := strings.CutPrefix(line, "berth_long_polls "); ok {
+				var n float64
+				fmt.Sscan(v, &n)
+				return n
 			}
+		}
+		t.Fatalf("no berth_long_polls in /metrics")
+		return 0
+	}
+	waitHeld := func(n float64) {
+		t.Helper()
+		for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+			got := held()
+			if got == n {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("the server holds %v long polls, want %v", got, n)
+			}
+		}
+	}
+	// hold makes a long poll on path until ctx ends; what the server
+	// answered, if it did, comes on the channel ("" when the client left).
+	hold := func(ctx context.Context, path string) <-chan string {
+		out := make(chan string, 1)
+		go func() {
+			res, body, err := call(ctx, path)
+			if err != nil {
+				out <- ""
+				return
+			}
+			out <- fmt.Sprintf("%d %s", res.StatusCode, body)
+		}()
+		return out
+	}
+	released := func(cancel context.CancelFunc, polls ...<-chan string) {
+		t.Helper()
+		cancel()
+		for _, p := range polls {
+			if got := <-p; got != "" {
+				t.Fatalf("a held long poll was answered: %s", got)
+			}
+		}
+		waitHeld(0)
+	}
+	// refused makes one request that must be refused at once (no client
+	// timeout: a held request would fail the test by its deadline).
+	refused := func(path, limit string) {
+		t.Helper()
+		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+		defer cancel()
+		res, body, err := call(ctx, path)
+		if err != nil {
+			t.Fatalf("%s was held past the cap: %v", path, err)
+		}
+		if res.StatusCode != 429 || !strings.Contains(body, limit) || res.Header.Get("Retry-After") == "" {
+			t.Fatalf("%s: %d %s (Retry-After %q), want 429 naming %q", path, res.StatusCode, body, res.Header.Get("Retry-After"), limit)
 		}
 	}
 
 	// Per worker: two job-takes held, the third refused; another worker
 	// is not affected.
-	wctx, wcancel := context.WithCancel(ctx)
-	for i := 0; i < 2; i++ {
-		hold(wctx, "/v2/"+idle+"/job-take/w1")
-	}
-	until("the third job-take of w1 was never refused", func() bool {
-		code, body, ra := get("/v2/" + idle + "/job-take/w1")
-		if code == 429 && (!strings.Contains(body, "worker w1 (limit 2)") || ra == "") {
-			t.Fatalf("429 without the limit or Retry-After: %s %q", body, ra)
-		}
-		return code == 429
-	})
-	if code, body, _ := get("/v2/" + idle + "/job-stop/w2"); code == 429 {
-		t.Fatalf("another worker refused: %s", body)
-	}
-	wcancel()
-	until("w1's places were never freed", func() bool { code, _, _ := get("/v2/" + idle + "/job-take/w1"); return code != 429 })
+	wctx, wcancel := context.WithCancel(context.Background())
+	defer wcancel()
+	w1a, w1b := hold(wctx, "/v2/"+idle+"/job-take/w1"), hold(wctx, "/v2/"+idle+"/job-take/w1")
+	waitHeld(2)
+	refused("/v2/"+idle+"/job-take/w1", "worker w1 (limit 2)")
+	w2 := hold(wctx, "/v2/"+idle+"/job-stop/w2")
+	waitHeld(3)
+	released(wcancel, w1a, w1b, w2)
+	// Released places are free again: w1 may hold two once more.
+	actx, acancel := context.WithCancel(context.Background())
+	defer acancel()
+	w1c, w1d := hold(actx, "/v2/"+idle+"/job-take/w1"), hold(actx, "/v2/"+idle+"/job-take-batch/w1?batch_size=2")
+	waitHeld(2)
+	released(acancel, w1c, w1d)
 
-	// Per key: three status-syncs held, the fourth refused.
+	// Per key: three status-syncs held, the fourth (a stream) refused.
+	kctx, kcancel := context.WithCancel(context.Background())
+	defer kcancel()
+	var polls []<-chan string
 	for i := 0; i < 3; i++ {
-		hold(ctx, "/v2/"+ep+"/status-sync/"+id+"?wait=60000")
+		polls = append(polls, hold(kctx, "/v2/"+ep+"/status-sync/"+id+"?wait=60000"))
 	}
-	until("the fourth status-sync was never refused", func() bool {
-		code, body, _ := get("/v2/" + ep + "/stream/" + id + "?wait=60000")
-		if code == 429 && !strings.Contains(body, "this API key (limit 3)") {
-			t.Fatalf("429 without the limit: %s", body)
-		}
-		return code == 429
-	})
+	waitHeld(3)
+	refused("/v2/"+ep+"/stream/"+id+"?wait=60000", "this API key (limit 3)")
 	// Short requests are never counted.
-	req, _ := http.NewRequest("GET", e.base+"/v2/"+ep+"/health", nil)
-	req.Header.Set("Authorization", "Bearer "+adminKey)
-	res, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
+	res, body, err := call(context.Background(), "/v2/"+ep+"/health")
+	if err != nil || res.StatusCode != 200 {
+		t.Fatalf("health while the key's long polls are full: %v %s %v", res, body, err)
 	}
-	body, _ := io.ReadAll(res.Body)
-	res.Body.Close()
-	if res.StatusCode != 200 {
-		t.Fatalf("health while the key's long polls are full: %d %s", res.StatusCode, body)
-	}
+	released(kcancel, polls...)
 }
