@@ -51,7 +51,9 @@ func TestE2EDiskFullLosesNothing(t *testing.T) {
 
 	// Submit until the disk refuses twenty in a row.
 	var refused resp
+	var slowest503 time.Duration // how long a refused client waited for its answer
 	for fails := 0; fails < 20 && len(acked) < 5000; {
+		began := time.Now()
 		r := submit()
 		switch r.code {
 		case 200:
@@ -59,6 +61,7 @@ func TestE2EDiskFullLosesNothing(t *testing.T) {
 		case 503:
 			refused = r
 			fails++
+			slowest503 = max(slowest503, time.Since(began))
 		default:
 			t.Fatalf("/run on a filling disk: %d %s", r.code, r.body)
 		}
@@ -82,11 +85,13 @@ func TestE2EDiskFullLosesNothing(t *testing.T) {
 			t.Fatalf("the workers' writes never met the full disk: %+v", e.db.Stats())
 		}
 	}
-	t.Logf("%d jobs acknowledged before the disk filled; writes: %+v", len(acked), e.db.Stats())
+	t.Logf("%d jobs acknowledged before the disk filled; the slowest 503 answered in %s; writes: %+v",
+		len(acked), slowest503.Round(time.Millisecond), e.db.Stats())
 
 	if err := os.Remove(filler); err != nil {
 		t.Fatal(err)
 	}
+	freed := time.Now()
 	// Every acknowledged job completes, and no failed write is left.
 	seen := map[string]string{}
 	var mu sync.Mutex
@@ -114,6 +119,7 @@ func TestE2EDiskFullLosesNothing(t *testing.T) {
 		}
 	}
 	e.run(ep, `{"after":"recovery"}`)
+	t.Logf("space freed: every acknowledged job completed and every kept write landed %s later", time.Since(freed).Round(time.Millisecond))
 
 	// Memory and disk agree: what was served is what a restart reads.
 	for _, w := range workers {
