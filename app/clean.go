@@ -2,6 +2,7 @@ package app
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"time"
 
@@ -42,8 +43,10 @@ func (a *App) newCleaner(log *slog.Logger) *cleaner.Service {
 
 // repairUsage closes, before the runtime adopts what runs, the usage
 // intervals of workers and pods whose instance stopped while Berth was
-// down (mgmt.RepairUsage). Without a backend it knows nothing runs only
-// when containers are off; with an unreachable daemon it leaves them.
+// down (mgmt.RepairUsage), and marks EXITED the pods whose container
+// stopped or is gone (mgmt.RepairPods). Without a backend it knows
+// nothing runs only when containers are off; with an unreachable daemon
+// it leaves them.
 func (a *App) repairUsage(ctx context.Context, backend runtime.Backend) error {
 	instances := map[string]mgmt.InstanceState{}
 	if backend != nil {
@@ -63,8 +66,13 @@ func (a *App) repairUsage(ctx context.Context, backend runtime.Backend) error {
 			}
 			st := instances[key]
 			st.Running = st.Running || in.Running
+			st.Pending = st.Pending || in.Pending
 			if in.FinishedAt.After(st.FinishedAt) {
 				st.FinishedAt = in.FinishedAt
+			}
+			if in.Labels[runtime.LabelKind] == runtime.KindPod && !in.Alive() && (st.Exit == nil || in.FinishedAt.After(st.Exit.At)) {
+				e := runtime.PodExit{ExitCode: in.ExitCode, OOMKilled: in.OOMKilled, Error: in.Error}
+				st.Exit = &mgmt.PodExit{ExitCode: in.ExitCode, OOMKilled: in.OOMKilled, Reason: e.Reason(), At: in.FinishedAt}
 			}
 			instances[key] = st
 		}
@@ -73,5 +81,13 @@ func (a *App) repairUsage(ctx context.Context, backend runtime.Backend) error {
 		return nil
 	}
 	_, err := a.mg.RepairUsage(ctx, instances)
-	return err
+	if backend == nil {
+		// Pods are left as their records say: a later start with the
+		// daemon adopts containers that still run.
+		return err
+	}
+	// A pod whose container stopped or was removed meanwhile reads
+	// EXITED, not RUNNING, from the first request on.
+	_, perr := a.mg.RepairPods(ctx, instances)
+	return errors.Join(err, perr)
 }

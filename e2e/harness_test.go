@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/moby/moby/client"
+
 	"berth/app"
 	"berth/gpu"
 	"berth/internal/dockertest"
@@ -142,5 +144,53 @@ func (s *stack) eventually(what string, cond func() bool) {
 			s.t.Fatalf("timed out waiting for: %s", what)
 		}
 		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// startOn starts a Berth on data (an existing file when restarted), as
+// newStack does but for tests that stop and start it again themselves;
+// remove: its Stop removes its containers.
+func startOn(t testing.TB, data string, remove bool) *app.App {
+	t.Helper()
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	if testing.Verbose() {
+		log = slog.New(slog.NewTextHandler(tWriter{t}, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	}
+	cfg := app.Config{DataDir: data, Addr: "127.0.0.1:0", Logger: log, APIKey: apiKey,
+		Docker: app.DockerRequired, RemoveContainersOnStop: remove, DiscoverGPUs: noGPUs}
+	cfg.HTTP.PingInterval = 2 * time.Second
+	cfg.Runtime.TickInterval, cfg.Runtime.ResyncInterval = 100*time.Millisecond, 2*time.Second
+	a, err := app.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	if err := a.Start(ctx); err != nil {
+		a.Stop(ctx)
+		t.Fatal(err)
+	}
+	return a
+}
+
+func stopOn(t testing.TB, a *app.App) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	if err := a.Stop(ctx); err != nil {
+		t.Errorf("stop: %v", err)
+	}
+}
+
+// removeContainersOf removes whatever is left of data's containers.
+func removeContainersOf(t testing.TB, data string) {
+	docker := dockertest.Require(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	list, _ := docker.ContainerList(ctx, client.ContainerListOptions{All: true})
+	for _, c := range list.Items {
+		if c.Labels[runtime.LabelDataDir] == app.Instance(data) {
+			docker.ContainerRemove(ctx, c.ID, client.ContainerRemoveOptions{Force: true})
+		}
 	}
 }

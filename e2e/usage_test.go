@@ -2,8 +2,6 @@ package e2e_test
 
 import (
 	"context"
-	"io"
-	"log/slog"
 	"testing"
 	"time"
 
@@ -25,46 +23,9 @@ func TestUsageOfWorkersThatDiedWhileBerthWasDown(t *testing.T) {
 	docker := dockertest.Require(t)
 	image := dockertest.BuildGoImage(t, "berth/testdata/echoworker")
 	data := t.TempDir()
-	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	if testing.Verbose() {
-		log = slog.New(slog.NewTextHandler(tWriter{t}, &slog.HandlerOptions{Level: slog.LevelInfo}))
-	}
-	start := func(remove bool) *app.App {
-		cfg := app.Config{DataDir: data, Addr: "127.0.0.1:0", Logger: log, APIKey: apiKey,
-			Docker: app.DockerRequired, RemoveContainersOnStop: remove, DiscoverGPUs: noGPUs}
-		cfg.HTTP.PingInterval = 2 * time.Second
-		cfg.Runtime.TickInterval, cfg.Runtime.ResyncInterval = 100*time.Millisecond, 2*time.Second
-		a, err := app.New(cfg)
-		if err != nil {
-			t.Fatal(err)
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-		defer cancel()
-		if err := a.Start(ctx); err != nil {
-			a.Stop(ctx)
-			t.Fatal(err)
-		}
-		return a
-	}
-	stop := func(a *app.App) {
-		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-		defer cancel()
-		if err := a.Stop(ctx); err != nil {
-			t.Errorf("stop: %v", err)
-		}
-	}
-	t.Cleanup(func() { // whatever is left of this data directory's containers
-		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-		defer cancel()
-		list, _ := docker.ContainerList(ctx, client.ContainerListOptions{All: true})
-		for _, c := range list.Items {
-			if c.Labels[runtime.LabelDataDir] == app.Instance(data) {
-				docker.ContainerRemove(ctx, c.ID, client.ContainerRemoveOptions{Force: true})
-			}
-		}
-	})
+	t.Cleanup(func() { removeContainersOf(t, data) })
 
-	a := start(false)
+	a := startOn(t, data, false)
 	s := &stack{t: t, app: a, db: a.Store(), q: a.Queue(), sup: a.Supervisor(), base: a.URL()}
 	s.endpoint(image, nil, map[string]any{"workersMin": 2, "workersMax": 2})
 	var open []store.UsageInterval
@@ -74,7 +35,7 @@ func TestUsageOfWorkersThatDiedWhileBerthWasDown(t *testing.T) {
 		return err == nil && len(open) == 2
 	})
 	stopped := time.Now()
-	stop(a)
+	stopOn(t, a)
 
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
@@ -109,8 +70,8 @@ func TestUsageOfWorkersThatDiedWhileBerthWasDown(t *testing.T) {
 	time.Sleep(2 * time.Second) // down a while: "now" at the restart is well past both ends
 	restarted := time.Now()
 
-	a = start(true)
-	defer stop(a)
+	a = startOn(t, data, true)
+	defer stopOn(t, a)
 	ends := map[string]time.Time{}
 	err = store.UsageBetween(a.Store(), stopped.Add(-time.Hour), restarted.Add(time.Hour), func(iv store.UsageInterval) error {
 		if iv.ID == killed || iv.ID == removed {

@@ -2,6 +2,7 @@ package mgmt
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"time"
 
@@ -22,6 +23,12 @@ import (
 type InstanceState struct {
 	Running    bool
 	FinishedAt time.Time // zero when unknown
+	// Pending: created, waiting to be placed (a cluster's); a pod's
+	// record stays as it is.
+	Pending bool
+	// Exit is how a stopped pod container ended (nil: unknown); see
+	// EndedPods.
+	Exit *PodExit
 }
 
 // InstanceKey names an instance for RepairUsage: kind (store.UsageWorker,
@@ -83,4 +90,73 @@ func (s *Service) RepairUsage(ctx context.Context, instances map[string]Instance
 			append(who, "start", iv.Start, "end", iv.End)...)
 	}
 	return closed, nil
+}
+
+// EndedPod is a pod whose record says RUNNING while no container of its
+// runs, with how it ended.
+type EndedPod struct {
+	ID   string
+	Exit PodExit
+}
+
+// EndedPods decides (pure) which pods' records say RUNNING while no
+// container of theirs runs, and how each ended: its stopped container's
+// exit (InstanceState.Exit), else "container removed" at lastAlive, the
+// last moment Berth knew it ran (not before the pod's last start; zero,
+// unknown: PodExited's now).
+func EndedPods(pods []store.Pod, instances map[string]InstanceState, lastAlive time.Time) []EndedPod {
+	var out []EndedPod
+	for _, p := range pods {
+		if p.DesiredStatus != store.PodRunning {
+			continue
+		}
+		in, known := instances[InstanceKey(store.UsagePod, p.ID)]
+		switch {
+		case known && (in.Running || in.Pending):
+			continue // the runtime adopts it
+		case known && in.Exit != nil:
+			out = append(out, EndedPod{ID: p.ID, Exit: *in.Exit})
+			continue
+		}
+		at := lastAlive
+		if known && !in.FinishedAt.IsZero() {
+			at = in.FinishedAt
+		}
+		if !at.IsZero() && at.Before(p.LastStartedAt) {
+			at = p.LastStartedAt
+		}
+		out = append(out, EndedPod{ID: p.ID, Exit: PodExit{Reason: "container removed", At: at}})
+	}
+	return out
+}
+
+// RepairPods records, at start-up before anything is served, the end of
+// every pod whose container stopped or was removed while Berth was down
+// (EndedPods): EXITED with its lastExit, as PodExited records an exit seen
+// live. It returns the ids of the pods it changed.
+func (s *Service) RepairPods(ctx context.Context, instances map[string]InstanceState) ([]string, error) {
+	var pods []store.Pod
+	err := s.cfg.Store.Scan(store.Pods, func(_ string, raw []byte) error {
+		var p store.Pod
+		if err := json.Unmarshal(raw, &p); err != nil {
+			return err
+		}
+		pods = append(pods, p)
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("list pods: %w", err)
+	}
+	alive, _ := store.LastAlive(s.cfg.Store)
+	var ids []string
+	for _, e := range EndedPods(pods, instances, alive) {
+		if err := ctx.Err(); err != nil {
+			return ids, err
+		}
+		if err := s.PodExited(ctx, e.ID, e.Exit); err != nil {
+			return ids, fmt.Errorf("pod %s: %w", e.ID, err)
+		}
+		ids = append(ids, e.ID)
+	}
+	return ids, nil
 }
