@@ -84,8 +84,14 @@ func (s *surfaces) rest(method, path string, body any) outcome {
 	return outcome{refused: true, text: string(b), status: code}
 }
 
+// graphql sends query, or a whole request body as is when it is one
+// ({"query": …, "variables": …}).
 func (s *surfaces) graphql(query string) outcome {
-	code, m := s.call("POST", "/graphql", map[string]any{"query": query})
+	var body any = map[string]any{"query": query}
+	if strings.HasPrefix(query, `{"query"`) {
+		body = query
+	}
+	code, m := s.call("POST", "/graphql", body)
 	errs, _ := m["errors"].([]any)
 	if code == 200 && len(errs) == 0 {
 		return outcome{status: code}
@@ -179,6 +185,18 @@ func TestOneRuleOnEverySurface(t *testing.T) {
 			send{"POST", "/v2/serverless", ep(map[string]any{"workers": map[string]any{"max": 2000}})},
 			`mutation { saveEndpoint(input: {name: "ep", templateId: "` + tid + `", workersMax: 2000}) { id } }`,
 			[3]string{"workersMax", "workers.max", "workersMax"}, false},
+		// JSON does not tell 3.0 from 3, and JSON Schema 2020-12 counts it
+		// an integer: the bodies are sent as written. GraphQL's JSON is
+		// its variables (a literal 3.0 in the query is a Float, which the
+		// GraphQL spec refuses for an Int, as RunPod's server does).
+		{"3.0 workers (a whole number)", send{"POST", "/v1/endpoints", `{"templateId": "` + tid + `", "workersMax": 3.0, "idleTimeout": 5e0}`},
+			send{"POST", "/v2/serverless", `{"name": "ep", "type": "QUEUE", "templateId": "` + tid + `", "gpu": {"pools": ["ADA_24"], "count": 1.0}, "workers": {"max": 3.0, "idleTimeout": 5e0}, "scaling": {"type": "QUEUE_DELAY", "queueDelay": 4}}`},
+			`{"query": "mutation($w: Int, $i: Int) { saveEndpoint(input: {name: \"ep\", templateId: \"` + tid + `\", gpuIds: \"ADA_24\", workersMax: $w, idleTimeout: $i}) { id } }", "variables": {"w": 3.0, "i": 5e0}}`,
+			[3]string{}, true},
+		{"3.5 workers", send{"POST", "/v1/endpoints", `{"templateId": "` + tid + `", "workersMax": 3.5}`},
+			send{"POST", "/v2/serverless", `{"name": "ep", "type": "QUEUE", "templateId": "` + tid + `", "gpu": {"pools": ["ADA_24"]}, "workers": {"max": 3.5}, "scaling": {"type": "QUEUE_DELAY", "queueDelay": 4}}`},
+			`mutation { saveEndpoint(input: {name: "ep", templateId: "` + tid + `", workersMax: 3.5}) { id } }`,
+			[3]string{"workersMax", "workers.max", "workersMax"}, false},
 		{"more min than max workers", send{"POST", "/v1/endpoints", map[string]any{"templateId": tid, "workersMin": 3, "workersMax": 1}},
 			send{"POST", "/v2/serverless", ep(map[string]any{"workers": map[string]any{"min": 3, "max": 1}})},
 			`mutation { saveEndpoint(input: {name: "ep", templateId: "` + tid + `", workersMin: 3, workersMax: 1}) { id } }`,
@@ -264,6 +282,98 @@ func TestOneRuleOnEverySurface(t *testing.T) {
 			}
 			if c.fields[0] != "" && counts() != before {
 				t.Errorf("refusals stored something: records %s, then %s", before, counts())
+			}
+		})
+	}
+	s.t = t
+}
+
+// A pod's mounts are fixed when it is created (v2.json's Mounts rule, in
+// mgmt): REST v1 and v2 refuse adding a pod volume to a pod with a network
+// volume or with none, swapping or removing a network volume, and removing
+// a pod volume, each naming its field, and accept resizing the pod volume
+// and moving a mount. (GraphQL has no pod edit.)
+func TestPodMountsFixedOnEverySurface(t *testing.T) {
+	a := start(t, app.Config{DataDir: t.TempDir(), Addr: "127.0.0.1:0", Logger: quiet, APIKey: "k-mounts", Docker: app.DockerOff,
+		DiscoverGPUs: func() ([]gpu.Device, error) { return nil, nil }, Pods: standInPods{}})
+	defer stop(t, a)
+	s := &surfaces{t: t, url: a.URL(), key: "k-mounts"}
+	made := func(path string, body map[string]any) string {
+		t.Helper()
+		code, m := s.call("POST", path, body)
+		id, _ := m["id"].(string)
+		if code/100 != 2 || id == "" {
+			t.Fatalf("POST %s: %d %v", path, code, m)
+		}
+		return id
+	}
+	vol := made("/v1/networkvolumes", map[string]any{"name": "data", "size": 10, "dataCenterId": "EU-RO-1"})
+	other := made("/v1/networkvolumes", map[string]any{"name": "other", "size": 10, "dataCenterId": "EU-RO-1"})
+	gpuPod := map[string]any{"imageName": "a:1", "gpuTypeIds": []string{"NVIDIA GeForce RTX 4090"}}
+	with := func(kv ...any) map[string]any {
+		m := map[string]any{}
+		for k, v := range gpuPod {
+			m[k] = v
+		}
+		for i := 0; i < len(kv); i += 2 {
+			m[kv[i].(string)] = kv[i+1]
+		}
+		return m
+	}
+	networked := made("/v1/pods", with("networkVolumeId", vol, "volumeMountPath", "/data"))
+	volumed := made("/v1/pods", with("volumeInGb", 20))
+	bare := made("/v1/pods", with("volumeInGb", 0))
+
+	persistent := func(size int, path string) map[string]any {
+		return map[string]any{"mounts": map[string]any{"persistent": map[string]any{"size": size, "path": path}}}
+	}
+	network := func(id, path string) map[string]any {
+		mounts := []map[string]any{}
+		if id != "" {
+			mounts = append(mounts, map[string]any{"volumeId": id, "path": path})
+		}
+		return map[string]any{"mounts": map[string]any{"network": mounts}}
+	}
+	for _, c := range []struct {
+		name   string
+		pod    string
+		v1, v2 map[string]any // nil: the surface cannot say it
+		field  [2]string      // "": accepted
+	}{
+		{"a pod volume on a network-volume pod", networked, map[string]any{"volumeInGb": 30}, persistent(30, "/data"),
+			[2]string{"volumeInGb", "mounts.persistent.size"}},
+		{"a pod volume on a pod without mounts", bare, map[string]any{"volumeInGb": 30}, persistent(30, "/w"),
+			[2]string{"volumeInGb", "mounts.persistent.size"}},
+		{"a network volume on a pod without one", volumed, nil, network(vol, "/data"), [2]string{"", "mounts.network.volumeId"}},
+		{"another network volume", networked, nil, network(other, "/data"), [2]string{"", "mounts.network.volumeId"}},
+		{"no network volume", networked, nil, network("", ""), [2]string{"", "mounts.network.volumeId"}},
+		{"no pod volume", volumed, map[string]any{"volumeInGb": 0}, nil, [2]string{"volumeInGb", ""}},
+		{"a bigger pod volume, moved", volumed, map[string]any{"volumeInGb": 40, "volumeMountPath": "/w2"}, persistent(50, "/w3"), [2]string{}},
+		{"the network volume moved", networked, map[string]any{"volumeMountPath": "/d2"}, network(vol, "/d3"), [2]string{}},
+		{"the same network volume, no pod volume", networked, map[string]any{"volumeInGb": 0}, network(vol, "/d3"), [2]string{}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			s.t = t
+			for i, surface := range []struct {
+				path string
+				body map[string]any
+			}{{"/v1/pods/" + c.pod, c.v1}, {"/v2/pods/" + c.pod, c.v2}} {
+				if surface.body == nil {
+					continue
+				}
+				_, before := s.call("GET", "/v1/pods/"+c.pod, nil)
+				got := s.rest("PATCH", surface.path, surface.body)
+				_, after := s.call("GET", "/v1/pods/"+c.pod, nil)
+				switch {
+				case c.field[i] == "" && got.refused:
+					t.Errorf("PATCH %s refused: %d %s", surface.path, got.status, got.text)
+				case c.field[i] != "" && (!got.refused || got.status != 400):
+					t.Errorf("PATCH %s: %d, want 400 naming %s", surface.path, got.status, c.field[i])
+				case c.field[i] != "" && !strings.Contains(got.text, c.field[i]):
+					t.Errorf("PATCH %s's refusal does not name %q: %s", surface.path, c.field[i], got.text)
+				case c.field[i] != "" && fmt.Sprint(before) != fmt.Sprint(after):
+					t.Errorf("PATCH %s refused and changed the pod: %v, then %v", surface.path, before, after)
+				}
 			}
 		})
 	}

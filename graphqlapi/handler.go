@@ -242,9 +242,11 @@ func explainRefused(e *gqlerrors.QueryError) {
 // explainInt completes graphql-go's refusal of an integer too large for
 // GraphQL's Int ("Int cannot represent non 32-bit signed integer value",
 // or a variable's "not a 32-bit integer") with the field — found left of
-// the value's location in the query — and mgmt's range for it.
+// the value's location in the query — and mgmt's range for it; and its
+// refusal of a literal with a fraction (3.5, a Float) with the field.
 func explainInt(e *gqlerrors.QueryError, query string) {
-	if !strings.Contains(e.Message, "32-bit") {
+	tooLarge := strings.Contains(e.Message, "32-bit")
+	if !tooLarge && !strings.HasPrefix(e.Message, "Int cannot represent non-integer value") {
 		return
 	}
 	field, _ := e.Extensions["field"].(string)
@@ -267,7 +269,7 @@ func explainInt(e *gqlerrors.QueryError, query string) {
 	if !strings.HasPrefix(e.Message, "variable $") {
 		e.Message = field + ": " + e.Message
 	}
-	if l, ok := mgmt.LimitOf(field); ok {
+	if l, ok := mgmt.LimitOf(field); ok && tooLarge {
 		e.Message += fmt.Sprintf(" (%s must be %s)", field, l.Range())
 	}
 }

@@ -125,6 +125,10 @@ type PodFields struct {
 	ContainerRegistryAuthID *string
 	GlobalNetworking        *bool
 	Locked                  *bool
+	// NetworkVolume, on an update, names the pod's network volume again
+	// (v2's mounts.network): a pod's mounts are fixed when it is created
+	// (checkMountChange), so only its own volume id is accepted.
+	NetworkVolume *string
 	// TemplateID, on an update, applies a template's container settings
 	// as if they were given (v2.json UpdatePodRequest): the fields given
 	// here win, env is the template's merged with Env (Env wins), the
@@ -801,6 +805,9 @@ func (s *Service) UpdatePod(ctx context.Context, id string, f PodFields) (store.
 			return err
 		}
 		before := p
+		if err := checkMountChange(p, f); err != nil {
+			return err
+		}
 		if f.TemplateID != nil && *f.TemplateID != "" {
 			var t store.Template
 			if err := podTemplate(tx, *f.TemplateID, &t); err != nil {
@@ -840,6 +847,37 @@ func (s *Service) UpdatePod(ctx context.Context, id string, f PodFields) (store.
 		p.StatusMessage = ""
 		p.LastStatusChange = statusLine("Reset by update", at)
 	})
+}
+
+// checkMountChange applies the rule that a pod's mount kind — a pod
+// volume, a network volume or none — is fixed when it is created (v2.json
+// Mounts; the same on every surface): an update may resize the pod volume
+// or move the mount path, and naming the current mount again is no change,
+// but it cannot add a mount, swap the network volume, or remove either.
+func checkMountChange(p store.Pod, f PodFields) error {
+	const fixed = "a pod's mount kind is fixed when it is created"
+	if v := f.NetworkVolume; v != nil {
+		switch {
+		case *v == "":
+			return invalid("networkVolumeId", "networkVolumeId: removing a pod's network volume is not supported; omit it to keep the mount")
+		case p.NetworkVolumeID == "":
+			return invalid("networkVolumeId", "networkVolumeId: pod %s was created without a network volume, and %s", p.ID, fixed)
+		case *v != p.NetworkVolumeID:
+			return invalid("networkVolumeId", "networkVolumeId: the network volume of pod %s cannot be changed (it mounts %s)", p.ID, p.NetworkVolumeID)
+		}
+	}
+	if f.VolumeInGb == nil || *f.VolumeInGb == p.VolumeInGb {
+		return nil
+	}
+	switch {
+	case p.NetworkVolumeID != "":
+		return invalid("volumeInGb", "volumeInGb: pod %s mounts network volume %s in place of a pod volume, and %s", p.ID, p.NetworkVolumeID, fixed)
+	case p.VolumeInGb == 0:
+		return invalid("volumeInGb", "volumeInGb: pod %s was created without a pod volume, and %s", p.ID, fixed)
+	case *f.VolumeInGb == 0:
+		return invalid("volumeInGb", "volumeInGb: removing a pod's volume is not supported; omit it to keep the volume")
+	}
+	return nil
 }
 
 // DeletePod terminates a pod: its container and pod volume are removed and

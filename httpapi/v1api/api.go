@@ -13,8 +13,10 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"net/http"
 	"reflect"
+	"strconv"
 	"strings"
 	"time"
 
@@ -271,14 +273,18 @@ func decodeBody(w http.ResponseWriter, r *http.Request, v any) bool {
 func isInt(k reflect.Kind) bool { return k >= reflect.Int && k <= reflect.Uint64 }
 
 // decodeStrict decodes a JSON object, refusing unknown fields so a typo in
-// a field name is reported instead of silently ignored.
+// a field name is reported instead of silently ignored. A whole number
+// written 3.0 is an integer (httpx.WholeNumbers), as on every surface.
 func decodeStrict(body []byte, v any) error {
-	dec := json.NewDecoder(strings.NewReader(string(body)))
+	dec := json.NewDecoder(strings.NewReader(string(httpx.WholeNumbers(body))))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
 		var ute *json.UnmarshalTypeError
 		if errors.As(err, &ute) {
 			if n, ok := strings.CutPrefix(ute.Value, "number "); ok && isInt(ute.Type.Kind()) {
+				if f, err := strconv.ParseFloat(n, 64); err == nil && f != math.Trunc(f) {
+					return mgmt.InvalidInput(ute.Field, "%s must be a whole number, got %s", ute.Field, mgmt.ShortID(n))
+				}
 				return mgmt.OutOfRange(ute.Field, n) // 1e20 for an integer: refused naming its range
 			}
 			return bad("%s must be of type %s", ute.Field, ute.Type.String())

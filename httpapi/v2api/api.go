@@ -421,7 +421,8 @@ func decode(r *http.Request, v any) error {
 	if err := checkBody(routeName(r), body); err != nil {
 		return err
 	}
-	dec := json.NewDecoder(strings.NewReader(string(body)))
+	// The schema counts 3.0 as an integer (2020-12); so does the decoding.
+	dec := json.NewDecoder(strings.NewReader(string(httpx.WholeNumbers(body))))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
 		var ute *json.UnmarshalTypeError

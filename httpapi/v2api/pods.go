@@ -258,10 +258,7 @@ func (b podBody) fields() (mgmt.PodFields, error) {
 		if p := m.Persistent; p != nil {
 			f.VolumeInGb, f.VolumeMountPath = ptr(p.Size), ptr(p.Path)
 		}
-		if m.Network != nil {
-			if len(*m.Network) == 0 { // the schema allows at most one
-				return f, mgmt.InvalidInput("mounts.network", "mounts.network: an empty list names no network volume; omit it for none")
-			}
+		if m.Network != nil && len(*m.Network) > 0 { // the schema allows at most one
 			f.VolumeMountPath = ptr((*m.Network)[0].Path)
 		}
 	}
@@ -309,6 +306,10 @@ func (a *API) createPod(w http.ResponseWriter, r *http.Request) {
 		in.DataCenterIDs = nonNil(*b.DataCenterIDs)
 	}
 	if b.Mounts != nil && b.Mounts.Network != nil {
+		if len(*b.Mounts.Network) == 0 {
+			a.fail(w, r, mgmt.InvalidInput("mounts.network", "mounts.network: an empty list names no network volume; omit it for none"))
+			return
+		}
 		in.NetworkVolumeID = ptr((*b.Mounts.Network)[0].VolumeID)
 	}
 	if c := b.CPU; c != nil {
@@ -341,14 +342,16 @@ func (a *API) updatePod(w http.ResponseWriter, r *http.Request) {
 		a.fail(w, r, err)
 		return
 	}
-	if err := checkMountPatch(b.Mounts, cur); err != nil {
-		a.fail(w, r, err)
-		return
-	}
 	f, err := b.fields()
 	if err != nil {
 		a.fail(w, r, err)
 		return
+	}
+	if m := b.Mounts; m != nil && m.Network != nil {
+		f.NetworkVolume = ptr("") // [] asks to remove the mount: mgmt refuses it
+		if len(*m.Network) > 0 {
+			f.NetworkVolume = ptr((*m.Network)[0].VolumeID)
+		}
 	}
 	f.TemplateID = b.TemplateID // its container settings, as if given here
 	p, err := a.cfg.Mgmt.UpdatePod(ctx, cur.ID, f)
@@ -387,30 +390,6 @@ func (a *API) podAction(w http.ResponseWriter, r *http.Request) {
 	}
 	p, err := a.cfg.Mgmt.DoPodAction(ctx, id, *b.Action)
 	a.answer(w, r, http.StatusOK, a.viewPod(p, a.cfg.Mgmt.PricesOrZero()), err)
-}
-
-// checkMountPatch applies v2's PATCH rules for mounts (v2.json, Mounts):
-// {} or no mounts changes nothing; an explicit empty network list is
-// refused (clearing mounts is not supported); the mount's kind is fixed
-// when the pod is created, and so is a network mount's volume.
-func checkMountPatch(m *mountsBody, cur store.Pod) error {
-	if m == nil {
-		return nil
-	}
-	if m.Network != nil {
-		switch {
-		case len(*m.Network) == 0:
-			return mgmt.InvalidInput("mounts.network", "mounts.network: an empty list would clear the mount, which is not supported; omit mounts to keep it")
-		case cur.NetworkVolumeID == "":
-			return mgmt.InvalidInput("mounts.network", "mounts.network: pod %s was created without a network mount, and a pod's mount kind is fixed when it is created", cur.ID)
-		case (*m.Network)[0].VolumeID != cur.NetworkVolumeID:
-			return mgmt.InvalidInput("mounts.network", "mounts.network: the volumeId of a network mount cannot be changed (pod %s mounts %s)", cur.ID, cur.NetworkVolumeID)
-		}
-	}
-	if m.Persistent != nil && (cur.NetworkVolumeID != "" || cur.VolumeInGb == 0) {
-		return mgmt.InvalidInput("mounts.persistent", "mounts.persistent: pod %s was created without a persistent mount, and a pod's mount kind is fixed when it is created", cur.ID)
-	}
-	return nil
 }
 
 // ---- logs (Server-Sent Events) ----
