@@ -332,7 +332,7 @@ func TestManagementVerbs(t *testing.T) {
 func TestExitCodes(t *testing.T) {
 	b := startBerth(t)
 	b.fails(ExitUsage, []string{"unknown command"}, "frobnicate")
-	b.fails(ExitUsage, []string{"expected ENDPOINT_ID JOB_ID"}, "status", "only-one")
+	b.fails(ExitUsage, []string{"expected ENDPOINT_ID|NAME JOB_ID"}, "status", "only-one")
 	b.fails(ExitUsage, []string{"not JSON"}, "run", "ep", "not json")
 	b.fails(ExitUsage, []string{"--output"}, "gpus", "-o", "yaml")
 	if r := b.runWith(map[string]string{"BERTH_API_KEY": "wrong"}, false, "endpoint", "list"); r.code != ExitUnauthorized || !strings.Contains(r.stderr, "401") {
@@ -538,5 +538,67 @@ func TestBackup(t *testing.T) {
 	}
 	if _, err := os.Stat(file2); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// Every verb that takes an id takes a name too, as get does: the record
+// of that name when no record has the id; two of one name is exit 6 with
+// their ids, none is the 404.
+func TestVerbsTakeNames(t *testing.T) {
+	b := startBerth(t)
+	var tpl, ep, pod rec
+	b.ok(&tpl, "template", "create", "named-tpl", "img:1", "--json")
+	b.ok(&ep, "endpoint", "create", tpl["id"].(string), "--name", "named-ep", "--json")
+	b.ok(&pod, "pod", "create", "--name", "named-pod", "--image-name", "img:1", "--compute-type", "CPU", "--json")
+	eid, pid := ep["id"].(string), pod["id"].(string)
+
+	b.ok(&pod, "pod", "stop", "named-pod", "--json")
+	if pod["id"] != pid || pod["desiredStatus"] != "EXITED" {
+		t.Fatalf("pod stop by name: %v", pod)
+	}
+	b.ok(&pod, "pod", "start", "named-pod", "--json")
+	b.ok(&pod, "pod", "update", "named-pod", "--name", "renamed-pod", "--json")
+	if pod["id"] != pid || pod["name"] != "renamed-pod" {
+		t.Fatalf("pod update by name: %v", pod)
+	}
+	if r := b.run("pod", "logs", "renamed-pod"); r.code != ExitError || !strings.Contains(r.stderr, "503") {
+		t.Fatalf("pod logs by name (no runtime: 503, not 404): %+v", r)
+	}
+
+	var job rec
+	b.ok(&job, "run", "named-ep", `{"n":1}`, "--json")
+	b.ok(&job, "status", "named-ep", job["id"].(string), "--json")
+	if job["status"] != "IN_QUEUE" {
+		t.Fatalf("status by endpoint name: %v", job)
+	}
+	var health rec
+	b.ok(&health, "health", "named-ep", "--json")
+	if health["jobs"].(rec)["inQueue"] != 1.0 {
+		t.Fatalf("health by endpoint name: %v", health)
+	}
+	b.ok(nil, "purge", "named-ep", "--json")
+	if out := b.ok(nil, "worker-env", "named-ep"); !strings.Contains(out, "RUNPOD_ENDPOINT_ID='"+eid+"'") {
+		t.Fatalf("worker-env by name: %s", out)
+	}
+	b.ok(&ep, "endpoint", "update", "named-ep", "--workers-max", "2", "--json")
+	if ep["id"] != eid || ep["workersMax"] != 2.0 {
+		t.Fatalf("endpoint update by name: %v", ep)
+	}
+
+	b.ok(&pod, "pod", "create", "--name", "twin", "--image-name", "img:1", "--compute-type", "CPU", "--json")
+	b.ok(&pod, "pod", "create", "--name", "twin", "--image-name", "img:1", "--compute-type", "CPU", "--json")
+	b.fails(ExitConflict, []string{"2 pods are named \"twin\"", pod["id"].(string)}, "pod", "stop", "twin")
+	b.fails(ExitNotFound, []string{"404"}, "pod", "delete", "nosuchpod")
+	b.fails(ExitNotFound, []string{"404"}, "run", "nosuchendpoint", `{}`)
+
+	b.ok(nil, "pod", "delete", "renamed-pod")
+	b.ok(nil, "endpoint", "delete", "named-ep")
+	b.ok(&tpl, "template", "get", "named-tpl", "--json")
+	b.ok(nil, "template", "update", "named-tpl", "--readme", "by name")
+	b.ok(nil, "template", "delete", "named-tpl")
+	var list []rec
+	b.ok(&list, "endpoint", "list", "--json")
+	if len(list) != 0 {
+		t.Fatalf("after delete by name: %v", list)
 	}
 }

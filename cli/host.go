@@ -34,10 +34,14 @@ func hostCommands(a *app) []*cobra.Command {
 		}}
 
 	var baseURL string
-	workerEnv := &cobra.Command{Use: "worker-env ENDPOINT_ID", Short: "Print export lines for a worker run outside Docker",
-		Args: exactArgs(1, "ENDPOINT_ID"),
+	workerEnv := &cobra.Command{Use: "worker-env ENDPOINT_ID|NAME", Short: "Print export lines for a worker run outside Docker",
+		Args: exactArgs(1, "ENDPOINT_ID|NAME"),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			path := "/v1/endpoints/" + url.PathEscape(args[0]) + "/worker-env"
+			ep, err := a.endpointID(cmd.Context(), args[0])
+			if err != nil {
+				return err
+			}
+			path := "/v1/endpoints/" + url.PathEscape(ep) + "/worker-env"
 			if baseURL != "" {
 				path += "?baseUrl=" + url.QueryEscape(baseURL)
 			}

@@ -77,16 +77,20 @@ func parseInput(s string) (json.RawMessage, error) {
 func jobCommands(a *app) []*cobra.Command {
 	var wait bool
 	var webhook string
-	run := &cobra.Command{Use: "run ENDPOINT_ID INPUT_JSON", Short: "Submit a job (--wait: follow it and print its output)",
+	run := &cobra.Command{Use: "run ENDPOINT_ID|NAME INPUT_JSON", Short: "Submit a job (--wait: follow it and print its output)",
 		Long: `Submit a job to an endpoint. INPUT_JSON is the job's "input".
 
 Without --wait it prints the job's id and status. With --wait it follows the
 job (a spinner with the elapsed time and the job's state on a terminal), then
 prints the final job with its output; the exit code is 4 when the job did
 not complete (FAILED, CANCELLED, TIMED_OUT).`,
-		Args: exactArgs(2, "ENDPOINT_ID INPUT_JSON"),
+		Args: exactArgs(2, "ENDPOINT_ID|NAME INPUT_JSON"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			in, err := parseInput(args[1])
+			if err != nil {
+				return err
+			}
+			ep, err := a.endpointID(cmd.Context(), args[0])
 			if err != nil {
 				return err
 			}
@@ -95,13 +99,13 @@ not complete (FAILED, CANCELLED, TIMED_OUT).`,
 				body["webhook"] = webhook
 			}
 			var v map[string]any
-			if err := a.client().Do(cmd.Context(), http.MethodPost, jobPath(args[0], "run", ""), body, &v); err != nil {
+			if err := a.client().Do(cmd.Context(), http.MethodPost, jobPath(ep, "run", ""), body, &v); err != nil {
 				return err
 			}
 			if !wait {
 				return a.showJob(v)
 			}
-			if v, err = a.follow(cmd.Context(), args[0], format(v["id"])); err != nil {
+			if v, err = a.follow(cmd.Context(), ep, format(v["id"])); err != nil {
 				return err
 			}
 			if err := a.showJob(v); err != nil {
@@ -112,15 +116,19 @@ not complete (FAILED, CANCELLED, TIMED_OUT).`,
 	run.Flags().BoolVarP(&wait, "wait", "w", false, "wait for the job to finish and print its output")
 	run.Flags().StringVar(&webhook, "webhook", "", "URL the result is POSTed to")
 
-	runsync := &cobra.Command{Use: "runsync ENDPOINT_ID INPUT_JSON", Short: "Submit a job with /runsync (the server waits up to 90 s)",
-		Args: exactArgs(2, "ENDPOINT_ID INPUT_JSON"),
+	runsync := &cobra.Command{Use: "runsync ENDPOINT_ID|NAME INPUT_JSON", Short: "Submit a job with /runsync (the server waits up to 90 s)",
+		Args: exactArgs(2, "ENDPOINT_ID|NAME INPUT_JSON"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			in, err := parseInput(args[1])
 			if err != nil {
 				return err
 			}
+			ep, err := a.endpointID(cmd.Context(), args[0])
+			if err != nil {
+				return err
+			}
 			var v map[string]any
-			if err := a.client().Do(cmd.Context(), http.MethodPost, jobPath(args[0], "runsync", ""), map[string]any{"input": in}, &v); err != nil {
+			if err := a.client().Do(cmd.Context(), http.MethodPost, jobPath(ep, "runsync", ""), map[string]any{"input": in}, &v); err != nil {
 				return err
 			}
 			if err := a.showJob(v); err != nil {
@@ -130,10 +138,14 @@ not complete (FAILED, CANCELLED, TIMED_OUT).`,
 		}}
 
 	simple := func(use, short, method, op string, result bool) *cobra.Command {
-		return &cobra.Command{Use: use + " ENDPOINT_ID JOB_ID", Short: short, Args: exactArgs(2, "ENDPOINT_ID JOB_ID"),
+		return &cobra.Command{Use: use + " ENDPOINT_ID|NAME JOB_ID", Short: short, Args: exactArgs(2, "ENDPOINT_ID|NAME JOB_ID"),
 			RunE: func(cmd *cobra.Command, args []string) error {
+				ep, err := a.endpointID(cmd.Context(), args[0])
+				if err != nil {
+					return err
+				}
 				var v map[string]any
-				if err := a.client().Do(cmd.Context(), method, jobPath(args[0], op, args[1]), nil, &v); err != nil {
+				if err := a.client().Do(cmd.Context(), method, jobPath(ep, op, args[1]), nil, &v); err != nil {
 					return err
 				}
 				return a.showJob(v)
@@ -143,19 +155,23 @@ not complete (FAILED, CANCELLED, TIMED_OUT).`,
 	cancel := simple("cancel", "Cancel a job", http.MethodPost, "cancel", false)
 	retry := simple("retry", "Requeue a failed or timed-out job", http.MethodPost, "retry", false)
 
-	stream := &cobra.Command{Use: "stream ENDPOINT_ID JOB_ID", Short: "Print a streaming job's chunks as they arrive",
+	stream := &cobra.Command{Use: "stream ENDPOINT_ID|NAME JOB_ID", Short: "Print a streaming job's chunks as they arrive",
 		Long: `Print a streaming job's chunks as they arrive, one JSON value per line
 (the chunk's "output"), until the job ends. The exit code is 4 when the job
 did not complete. With --json each line is the whole chunk object.`,
-		Args: exactArgs(2, "ENDPOINT_ID JOB_ID"),
+		Args: exactArgs(2, "ENDPOINT_ID|NAME JOB_ID"),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			ep, err := a.endpointID(cmd.Context(), args[0])
+			if err != nil {
+				return err
+			}
 			for {
 				var v struct {
 					Status string            `json:"status"`
 					Stream []json.RawMessage `json:"stream"`
 					Error  any               `json:"error"`
 				}
-				if err := a.client().Do(cmd.Context(), http.MethodGet, jobPath(args[0], "stream", args[1]), nil, &v); err != nil {
+				if err := a.client().Do(cmd.Context(), http.MethodGet, jobPath(ep, "stream", args[1]), nil, &v); err != nil {
 					return err
 				}
 				for _, c := range v.Stream {
@@ -175,19 +191,27 @@ did not complete. With --json each line is the whole chunk object.`,
 			}
 		}}
 
-	purge := &cobra.Command{Use: "purge ENDPOINT_ID", Short: "Remove every queued job of an endpoint", Args: exactArgs(1, "ENDPOINT_ID"),
+	purge := &cobra.Command{Use: "purge ENDPOINT_ID|NAME", Short: "Remove every queued job of an endpoint", Args: exactArgs(1, "ENDPOINT_ID|NAME"),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			ep, err := a.endpointID(cmd.Context(), args[0])
+			if err != nil {
+				return err
+			}
 			var v map[string]any
-			if err := a.client().Do(cmd.Context(), http.MethodPost, jobPath(args[0], "purge-queue", ""), nil, &v); err != nil {
+			if err := a.client().Do(cmd.Context(), http.MethodPost, jobPath(ep, "purge-queue", ""), nil, &v); err != nil {
 				return err
 			}
 			return a.printer().Object(v)
 		}}
 
-	health := &cobra.Command{Use: "health ENDPOINT_ID", Short: "Show an endpoint's jobs and workers by state", Args: exactArgs(1, "ENDPOINT_ID"),
+	health := &cobra.Command{Use: "health ENDPOINT_ID|NAME", Short: "Show an endpoint's jobs and workers by state", Args: exactArgs(1, "ENDPOINT_ID|NAME"),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			ep, err := a.endpointID(cmd.Context(), args[0])
+			if err != nil {
+				return err
+			}
 			var v map[string]any
-			if err := a.client().Do(cmd.Context(), http.MethodGet, jobPath(args[0], "health", ""), nil, &v); err != nil {
+			if err := a.client().Do(cmd.Context(), http.MethodGet, jobPath(ep, "health", ""), nil, &v); err != nil {
 				return err
 			}
 			p := a.printer()
@@ -217,13 +241,16 @@ did not complete. With --json each line is the whole chunk object.`,
 
 	var lf logFlags
 	var logJob string
-	logs := &cobra.Command{Use: "logs ENDPOINT_ID [WORKER_ID]", Short: "Print worker container logs (all workers when none is named)",
+	logs := &cobra.Command{Use: "logs ENDPOINT_ID|NAME [WORKER_ID]", Short: "Print worker container logs (all workers when none is named)",
 		Long: `Print the logs of an endpoint's worker containers. Without WORKER_ID every
 worker of the endpoint is shown, each line prefixed with its worker id.
 --job keeps only the lines the worker logged for that job; -f follows.`,
-		Args: rangeArgs(1, 2, "ENDPOINT_ID [WORKER_ID]"),
+		Args: rangeArgs(1, 2, "ENDPOINT_ID|NAME [WORKER_ID]"),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			ep := args[0]
+			ep, err := a.endpointID(cmd.Context(), args[0])
+			if err != nil {
+				return err
+			}
 			base := "/v1/endpoints/" + url.PathEscape(ep) + "/workers/"
 			if len(args) == 2 {
 				return copyLog(cmd.Context(), a, base+url.PathEscape(args[1])+"/logs"+lf.query(logJob), "")
@@ -314,4 +341,14 @@ func (a *app) follow(ctx context.Context, ep, id string) (map[string]any, error)
 		default:
 		}
 	}
+}
+
+// endpointID is the id of the endpoint arg names: arg when an endpoint has
+// that id, else the one endpoint named arg (as get takes a name).
+func (a *app) endpointID(ctx context.Context, arg string) (string, error) {
+	err := a.client().Do(ctx, http.MethodGet, "/v1/endpoints/"+url.PathEscape(arg), nil, nil)
+	if !maybeName(err) {
+		return arg, err
+	}
+	return a.idByName(ctx, resourceOf("endpoint"), arg, err)
 }

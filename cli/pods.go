@@ -19,25 +19,31 @@ import (
 // podCommands are pod's verbs beyond list/get/create/update/delete.
 func podCommands(a *app) []*cobra.Command {
 	var out []*cobra.Command
+	pods := resourceOf("pod")
 	for _, v := range []struct{ verb, short string }{
 		{"start", "Start a stopped pod"},
 		{"stop", "Stop a pod (its container is kept)"},
 		{"restart", "Restart a pod's container"},
 		{"reset", "Recreate a pod's container from its image"},
 	} {
-		out = append(out, &cobra.Command{Use: v.verb + " POD_ID", Short: v.short, Args: exactArgs(1, "POD_ID"),
+		out = append(out, &cobra.Command{Use: v.verb + " POD_ID|NAME", Short: v.short, Args: exactArgs(1, "POD_ID|NAME"),
 			RunE: func(cmd *cobra.Command, args []string) error {
 				var obj any
-				if err := a.client().Do(cmd.Context(), http.MethodPost, "/v1/pods/"+url.PathEscape(args[0])+"/"+v.verb, nil, &obj); err != nil {
+				err := a.withID(cmd.Context(), pods, args[0], func(id string) error {
+					return a.client().Do(cmd.Context(), http.MethodPost, "/v1/pods/"+url.PathEscape(id)+"/"+v.verb, nil, &obj)
+				})
+				if err != nil {
 					return err
 				}
 				return a.printer().Object(obj)
 			}})
 	}
 	var lf logFlags
-	logs := &cobra.Command{Use: "logs POD_ID", Short: "Print a pod's container log (-f follows it)", Args: exactArgs(1, "POD_ID"),
+	logs := &cobra.Command{Use: "logs POD_ID|NAME", Short: "Print a pod's container log (-f follows it)", Args: exactArgs(1, "POD_ID|NAME"),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return copyLog(cmd.Context(), a, "/v1/pods/"+url.PathEscape(args[0])+"/logs"+lf.query(""), "")
+			return a.withID(cmd.Context(), pods, args[0], func(id string) error {
+				return copyLog(cmd.Context(), a, "/v1/pods/"+url.PathEscape(id)+"/logs"+lf.query(""), "")
+			})
 		}}
 	lf.register(logs)
 	return append(out, logs)

@@ -4,6 +4,7 @@ import (
 	"berth/v1input"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -107,7 +108,7 @@ func (r resource) command(a *app) *cobra.Command {
 		RunE: func(cmd *cobra.Command, args []string) error {
 			var obj any
 			err := a.client().Do(cmd.Context(), http.MethodGet, r.path+"/"+url.PathEscape(args[0])+query(getQuery), nil, &obj)
-			if ExitCode(err) == ExitNotFound {
+			if maybeName(err) {
 				// Not an id: a name (unique among the records).
 				var id string
 				if id, err = a.idByName(cmd.Context(), r, args[0], err); err == nil {
@@ -121,14 +122,17 @@ func (r resource) command(a *app) *cobra.Command {
 		}}
 	getQuery = boolQueryFlags(get.Flags(), r.getQuery)
 
-	del := &cobra.Command{Use: "delete " + one + "...", Aliases: []string{"rm"}, Short: "Delete " + r.plural, Args: rangeArgs(1, 1<<20, one+"..."),
+	del := &cobra.Command{Use: "delete " + getArg + "...", Aliases: []string{"rm"}, Short: "Delete " + r.plural + " (by id or name)", Args: rangeArgs(1, 1<<20, getArg+"..."),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			for _, id := range args {
-				if err := a.client().Do(cmd.Context(), http.MethodDelete, r.path+"/"+url.PathEscape(id), nil, nil); err != nil {
+			for _, arg := range args {
+				err := a.withID(cmd.Context(), r, arg, func(id string) error {
+					return a.client().Do(cmd.Context(), http.MethodDelete, r.path+"/"+url.PathEscape(id), nil, nil)
+				})
+				if err != nil {
 					return err
 				}
 				if !a.printer().json {
-					fmt.Fprintln(a.o.Stdout, "deleted", id)
+					fmt.Fprintln(a.o.Stdout, "deleted", arg)
 				}
 			}
 			if a.printer().json {
@@ -140,7 +144,7 @@ func (r resource) command(a *app) *cobra.Command {
 	create := r.createCommand(a)
 	cmd.AddCommand(list, get, create, del)
 	if r.update != nil {
-		cmd.AddCommand(r.updateCommand(a, one))
+		cmd.AddCommand(r.updateCommand(a, getArg))
 	}
 	if r.noun == "pod" {
 		cmd.AddCommand(podCommands(a)...)
@@ -173,6 +177,47 @@ func (a *app) idByName(ctx context.Context, r resource, name string, notFound er
 		return ids[0], nil
 	}
 	return "", &exitError{ExitConflict, fmt.Errorf("%d %s are named %q (%s): give the id", len(ids), r.plural, name, strings.Join(ids, ", "))}
+}
+
+// withID runs do with arg, an id; when the answer is "not found" and one
+// record of r is named arg, again with its id — so every verb that takes
+// an id takes a name too, as get does.
+func (a *app) withID(ctx context.Context, r resource, arg string, do func(id string) error) error {
+	err := do(arg)
+	if !maybeName(err) {
+		return err
+	}
+	id, err2 := a.idByName(ctx, r, arg, err)
+	if err2 != nil || id == arg {
+		return cmpOr(err2, err) // none of that name: the 404; two: which
+	}
+	return do(id)
+}
+
+// maybeName: err may say arg was not an id — 404, or 400 where the API
+// refuses what cannot be an id (a template's) — so arg may be a name.
+func maybeName(err error) bool {
+	var ae *APIError
+	return errors.As(err, &ae) && (ae.Status == http.StatusNotFound || ae.Status == http.StatusBadRequest)
+}
+
+func cmpOr(errs ...error) error {
+	for _, e := range errs {
+		if e != nil {
+			return e
+		}
+	}
+	return nil
+}
+
+// resourceOf is the resource of noun.
+func resourceOf(noun string) resource {
+	for _, r := range resources() {
+		if r.noun == noun {
+			return r
+		}
+	}
+	panic("cli: no resource " + noun)
 }
 
 // unknownVerb is a noun's own action: help when bare, exit 2 for a verb
@@ -289,7 +334,10 @@ func (r resource) updateCommand(a *app, one string) *cobra.Command {
 				return usageErr("%s: nothing to change: give field flags or -f FILE", cmd.CommandPath())
 			}
 			var obj any
-			if err := a.client().Do(cmd.Context(), http.MethodPatch, r.path+"/"+url.PathEscape(args[0]), body, &obj); err != nil {
+			err = a.withID(cmd.Context(), r, args[0], func(id string) error {
+				return a.client().Do(cmd.Context(), http.MethodPatch, r.path+"/"+url.PathEscape(id), body, &obj)
+			})
+			if err != nil {
 				return err
 			}
 			return a.printer().Object(obj)
