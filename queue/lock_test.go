@@ -86,6 +86,11 @@ func gatedHarness(t *testing.T, cfg queue.Config) (*harness, *gatedStore) {
 	return h, g
 }
 
+// lockWait bounds a call that must not wait for a held read or a hook:
+// held, it would wait forever, so the bound only ends a failing test and
+// is generous for a loaded machine.
+const lockWait = 30 * time.Second
+
 // within fails the test unless f returns within d.
 func within(t *testing.T, d time.Duration, what string, f func()) {
 	t.Helper()
@@ -117,7 +122,7 @@ func TestNoStoreReadUnderTheQueueLock(t *testing.T) {
 	status := make(chan queue.StatusResponse)
 	go func() { r, _ := h.q.Status(ep, cold, 0); status <- r }()
 	<-g.entered // the status read is in flight
-	within(t, 5*time.Second, "requests during a status read", other)
+	within(t, lockWait, "requests during a status read", other)
 	g.open()
 	if r := <-status; r.Status != store.InQueue || string(r.Input) != `{"n":1}` {
 		t.Fatalf("status %+v", r)
@@ -127,7 +132,7 @@ func TestNoStoreReadUnderTheQueueLock(t *testing.T) {
 	taken := make(chan []queue.TakenJob)
 	go func() { js, _ := h.q.Take(context.Background(), ep, "w1", 2); taken <- js }()
 	<-g.entered
-	within(t, 5*time.Second, "requests during a take's read", other)
+	within(t, lockWait, "requests during a take's read", other)
 	g.open()
 	if js := <-taken; len(js) != 2 || js[0].ID != cold {
 		t.Fatalf("took %+v", js)
@@ -146,12 +151,12 @@ func TestHooksRunAfterTheLock(t *testing.T) {
 	}
 	h := newHarness(t, cfg)
 	q = h.q
-	within(t, 5*time.Second, "submit with a re-entrant OnQueueChange", func() { h.submit(`{}`) })
+	within(t, lockWait, "submit with a re-entrant OnQueueChange", func() { h.submit(`{}`) })
 	if st := <-changes; st.InQueue != 1 {
 		t.Fatalf("stats in the hook: %+v", st)
 	}
 	j := h.take("w1")
-	within(t, 5*time.Second, "job-done with a re-entrant OnJobFinished", func() {
+	within(t, lockWait, "job-done with a re-entrant OnJobFinished", func() {
 		if ok, err := h.q.Done(ep, "w1", j.ID, done(`{"output":1}`)); !ok || err != nil {
 			t.Error(ok, err)
 		}
