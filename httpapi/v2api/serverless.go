@@ -107,6 +107,12 @@ func viewEndpoint(e store.Endpoint, t *store.Template, base string) Endpoint {
 		v.RequestURLs = QueueURLs{Run: u + "/run", RunSync: u + "/runsync", Status: u + "/status", Stream: u + "/stream",
 			Cancel: u + "/cancel", Retry: u + "/retry", PurgeQueue: u + "/purge-queue", Health: u + "/health"}
 	}
+	if typ == store.EndpointQueue && e.ScalerType == "REQUEST_COUNT" {
+		// v2.json: not applicable to a queue endpoint scaling on
+		// requestCount, and omitted from responses (the stored value
+		// stays, for a later change of scaler).
+		v.Workers.IdleTimeout = nil
+	}
 	if e.Flashboot {
 		v.Flashboot = "FLASHBOOT"
 	}
