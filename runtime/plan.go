@@ -78,7 +78,11 @@ func observeWorker(w workerSnap, now time.Time, lim observeLimits) workerObs {
 	if w.state == wsStarting || w.state == wsCancelled || w.state == wsExited {
 		return o
 	}
-	if w.known && !w.load.LastSeen.IsZero() && !o.contacted {
+	// An instance accepted but not run yet (a Pod waiting for its node or
+	// image) cannot have contacted Berth: the queue's sighting is the grace
+	// it gives every worker it loads at a start.
+	notRunYet := w.startedAt.IsZero() && !w.launchedAt.IsZero()
+	if w.known && !w.load.LastSeen.IsZero() && !o.contacted && !notRunYet {
 		o.contacted, o.firstContact = true, true
 	}
 	wasIdle := w.contacted && w.running == 0 && w.state != wsInitializing

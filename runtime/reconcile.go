@@ -148,7 +148,7 @@ func (s *Supervisor) resyncWorker(ctx context.Context, info Instance, eps map[st
 	ws = &workerState{
 		id: wid, endpointID: epID, instanceID: info.ID, version: version, specKey: info.Labels[LabelSpec],
 		gpus: gpus, gpuType: s.gpuTypeOf(gpus), state: wsInitializing, startedAt: info.StartedAt,
-		contacted: !l.LastSeen.IsZero(), image: info.Image, vcpus: ep.VCPUCount,
+		contacted: info.Running && !l.LastSeen.IsZero(), image: info.Image, vcpus: ep.VCPUCount,
 		waiting: info.Waiting, waitReason: info.Error,
 	}
 	switch {
