@@ -51,7 +51,7 @@ func TestObserveWorker(t *testing.T) {
 		{name: "forgotten by the queue", w: workerSnap{state: wsRunning, contacted: true, running: 1},
 			state: wsIdle, idleSince: t0, contacted: true, fault: "stopped contacting Berth"},
 		{name: "adopted while waiting for its node: the queue's sighting at the start is no contact",
-			w: workerSnap{state: wsInitializing, known: true, load: lost, launchedAt: t0.Add(-2 * time.Minute), waiting: WaitingUnschedulable},
+			w:     workerSnap{state: wsInitializing, known: true, load: lost, launchedAt: t0.Add(-2 * time.Minute), waiting: WaitingUnschedulable},
 			state: wsInitializing},
 		{name: "never contacted within the init timeout", w: workerSnap{state: wsInitializing, known: true, startedAt: t0.Add(-11 * time.Minute)},
 			state: wsInitializing, fault: "did not contact Berth within 10m0s of starting; can the container reach http://host.docker.internal:8080?"},
