@@ -195,3 +195,25 @@ func TestUnschedulableWorkerIsThrottled(t *testing.T) {
 		t.Errorf("/health after the Pod ran: %+v", h)
 	}
 }
+
+// TestWorkerOOMKilled: a worker Pod whose container the kernel killed for
+// memory (the kubelet's OOMKilled) is handled as on Docker: the endpoint's
+// status names the OOM and its exit code, and another Pod is made.
+func TestWorkerOOMKilled(t *testing.T) {
+	e := newEnv(t)
+	e.c.AddNode(t, kubetest.NodeSpec{TestKubelet: true})
+	e.start()
+	tpl := e.template(map[string]any{"imageName": "registry.example.com/team/echo:1"})
+	ep := e.endpoint(map[string]any{"templateId": tpl, "computeType": "CPU", "workersMin": 1, "workersMax": 1})
+	pod := e.newPod(ep, nil, true)
+	e.runQuiet(pod.Name)
+	if _, err := e.kl.Terminated(e.ctx, e.ns.Name, pod.Name, 137, "OOMKilled", ""); err != nil {
+		t.Fatal(err)
+	}
+	var st epStatus
+	e.eventually("the OOM on the endpoint's status", func() bool {
+		st = e.status(ep)
+		return strings.Contains(st.LastError, "lack of memory (OOM, exit code 137)")
+	}, func() string { return fmt.Sprintf("%+v", st) })
+	e.newPod(ep, []string{pod.Name}, false)
+}
