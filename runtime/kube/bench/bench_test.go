@@ -175,7 +175,7 @@ func (r *rig) call(method, path string, body any, out any) {
 	}
 	defer resp.Body.Close()
 	bs, _ := io.ReadAll(resp.Body)
-	if resp.StatusCode != http.StatusOK {
+	if resp.StatusCode != http.StatusOK && resp.StatusCode != http.StatusNoContent {
 		r.b.Fatalf("%s %s: %s: %s", method, path, resp.Status, bs)
 	}
 	if out != nil {
