@@ -357,7 +357,10 @@ func BenchmarkScale100x10(b *testing.B) {
 		r.c.AddNode(b, kubetest.NodeSpec{CPU: "256", Memory: "1Ti", Pods: 110})
 	}
 	var tpl idObj
-	r.call("POST", "/v1/templates", map[string]any{"name": "scale", "imageName": "berth-bench/echoworker:1", "isServerless": true}, &tpl)
+	// containerDiskInGb is each Pod's ephemeral-storage request: 5 GiB
+	// × 100 fits a node's 1 TiB (the default 50 GiB would not).
+	r.call("POST", "/v1/templates", map[string]any{"name": "scale", "imageName": "berth-bench/echoworker:1", "isServerless": true,
+		"containerDiskInGb": 5}, &tpl)
 	var eps []string
 	for i := range endpoints {
 		var ep idObj
