@@ -399,8 +399,23 @@ func BenchmarkScale100x10(b *testing.B) {
 			endpoints*workers, upCreated.Round(time.Millisecond), upBound.Round(time.Millisecond), up.Round(time.Millisecond), n-skip, formatCounts(counts))
 		b.ReportMetric(float64(n-skip)/up.Seconds(), "up-req/s")
 
-		// Idle: 1000 Pods up, nothing changes.
+		// Idle: 1000 Pods up, nothing changes. The window opens once
+		// Berth's requests have settled (none for 5 s: requests queued
+		// behind its client rate limit go out late).
 		b.StopTimer()
+		skip = n
+		settle := time.Now()
+		for last, quiet := n, time.Now(); time.Since(quiet) < 5*time.Second; {
+			if time.Since(settle) > 2*time.Minute {
+				b.Fatalf("Berth's requests did not settle within 2 minutes")
+			}
+			time.Sleep(250 * time.Millisecond) // paced reading of the audit log
+			if cur, _ := r.berthRequests(0); cur != last {
+				last, quiet = cur, time.Now()
+			}
+		}
+		n, counts = r.berthRequests(skip)
+		b.Logf("settled %s after all were running: %d more requests (%s)", time.Since(settle).Round(time.Millisecond), n-skip, formatCounts(counts))
 		skip = n
 		idleFrom := time.Now()
 		time.Sleep(idle) // the measurement window itself, not a synchronisation
