@@ -91,6 +91,11 @@ type Backend struct {
 	mu       sync.Mutex
 	subs     map[*subscriber]bool
 	waiters  map[string][]chan struct{} // pod name -> woken on each change
+	// fresh are the Pods Create made that the informer has not reported
+	// yet: the only ones Inspect asks the API server about on a cache
+	// miss (any other miss is a Pod that is gone). An entry goes at the
+	// Pod's first change the informer reports, its deletion at the latest.
+	fresh map[string]struct{}
 	devs     []gpu.Device
 	onDevs   func([]gpu.Device)
 	lastDevs string
@@ -133,6 +138,7 @@ func New(ctx context.Context, cfg Config) (*Backend, error) {
 		sel:     labels.SelectorFromSet(labels.Set{runtime.LabelManaged: "true", runtime.LabelDataDir: cfg.Instance}),
 		subs:    map[*subscriber]bool{},
 		waiters: map[string][]chan struct{}{},
+		fresh:   map[string]struct{}{},
 	}
 	own := informers.NewSharedInformerFactoryWithOptions(cs, 0, informers.WithNamespace(cfg.Namespace),
 		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = b.sel.String() }))
@@ -214,6 +220,7 @@ func (b *Backend) wake(name string) {
 	b.mu.Lock()
 	ws := b.waiters[name]
 	delete(b.waiters, name)
+	delete(b.fresh, name)
 	b.mu.Unlock()
 	for _, c := range ws {
 		close(c)

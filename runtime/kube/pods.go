@@ -62,6 +62,11 @@ func (b *Backend) Create(ctx context.Context, spec runtime.Spec, _ func(string))
 	if err != nil {
 		return runtime.Created{}, fmt.Errorf("create pod %s: %w", spec.Name, err)
 	}
+	if _, err := b.pods.Pods(b.cfg.Namespace).Get(made.Name); err != nil {
+		b.mu.Lock()
+		b.fresh[made.Name] = struct{}{}
+		b.mu.Unlock()
+	}
 	if spec.Publish && len(pod.Spec.Containers[0].Ports) > 0 {
 		if err := b.createService(ctx, made); err != nil {
 			_ = b.cs.CoreV1().Pods(b.cfg.Namespace).Delete(context.WithoutCancel(ctx), made.Name, metav1.DeleteOptions{GracePeriodSeconds: ptr(int64(0))})
@@ -313,6 +318,11 @@ func (b *Backend) ensureClaim(ctx context.Context, m runtime.Mount) (string, err
 // Start implements runtime.Backend: a created Pod starts by itself, so
 // this only says whether it runs yet (an EventStart follows otherwise).
 func (b *Backend) Start(ctx context.Context, id string) (bool, error) {
+	// The Pod Create just made reaches the informer's cache a moment
+	// later: wait for it there rather than ask the API server (a GET per
+	// new worker was a third of a scale-up's requests). Inspect reads the
+	// API should the watch be slower than this.
+	b.waitPod(ctx, id, 5*time.Second, func(p *corev1.Pod) bool { return p != nil })
 	in, err := b.Inspect(ctx, id)
 	if err != nil {
 		return false, err
@@ -349,10 +359,14 @@ func (b *Backend) Remove(ctx context.Context, id string) error {
 }
 
 // Inspect implements runtime.Backend, from the informer's cache (a Pod
-// just made that the cache has not seen yet is read from the API).
+// just made that the cache has not seen yet is read from the API; any
+// other Pod the cache lacks is gone).
 func (b *Backend) Inspect(ctx context.Context, id string) (runtime.Instance, error) {
 	p, err := b.pods.Pods(b.cfg.Namespace).Get(id)
-	if apierrors.IsNotFound(err) {
+	b.mu.Lock()
+	_, fresh := b.fresh[id]
+	b.mu.Unlock()
+	if apierrors.IsNotFound(err) && fresh {
 		p, err = b.cs.CoreV1().Pods(b.cfg.Namespace).Get(ctx, id, metav1.GetOptions{})
 		if err == nil && !b.sel.Matches(labels.Set(p.Labels)) {
 			err = apierrors.NewNotFound(corev1.Resource("pods"), id) // not this Berth's
