@@ -88,14 +88,14 @@ type Backend struct {
 	cancel context.CancelFunc
 	done   sync.WaitGroup
 
-	mu       sync.Mutex
-	subs     map[*subscriber]bool
-	waiters  map[string][]chan struct{} // pod name -> woken on each change
+	mu      sync.Mutex
+	subs    map[*subscriber]bool
+	waiters map[string][]chan struct{} // pod name -> woken on each change
 	// fresh are the Pods Create made that the informer has not reported
 	// yet: the only ones Inspect asks the API server about on a cache
 	// miss (any other miss is a Pod that is gone). An entry goes at the
 	// Pod's first change the informer reports, its deletion at the latest.
-	fresh map[string]struct{}
+	fresh    map[string]struct{}
 	devs     []gpu.Device
 	onDevs   func([]gpu.Device)
 	lastDevs string
