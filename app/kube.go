@@ -112,3 +112,17 @@ func (a *App) startKubernetes(log *slog.Logger) error {
 	log.Info("kubernetes runtime", "namespace", ns, "gpuSlots", len(devs), "advertise", base)
 	return a.newSupervisor(log, base)
 }
+
+// volumeDeleted removes what the runtime keeps of a deleted network
+// volume: on Kubernetes its claim (mgmt removed Docker's directory).
+func (a *App) volumeDeleted(id string) {
+	kb, ok := a.backend.(*kube.Backend)
+	if !ok {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := kb.RemoveNetworkVolume(ctx, id); err != nil {
+		a.log.Error("remove a deleted network volume's claim", "volume", id, "err", err)
+	}
+}

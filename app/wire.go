@@ -115,6 +115,7 @@ func New(cfg Config) (_ *App, err error) {
 		Jobs:            a.q, // a deleted endpoint's jobs are cancelled through the queue
 		EndpointChanged: func(id string) { api.Load().EndpointChanged(id) },
 		EndpointDeleted: func(id string) { api.Load().EndpointDeleted(id) },
+		VolumeDeleted:   a.volumeDeleted, // kube.go
 	})
 	hc := cfg.HTTP
 	hc.Store, hc.Queue, hc.Mgmt, hc.Clock, hc.Logger = a.db, a.q, a.mg, cfg.Clock, log.With("component", "http")

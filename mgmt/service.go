@@ -38,6 +38,10 @@ type Config struct {
 	// EndpointDeleted is told after an endpoint's record is deleted and
 	// its jobs cancelled: its workers must be stopped. Optional.
 	EndpointDeleted func(endpointID string)
+	// VolumeDeleted is told after a network volume's record is deleted,
+	// for what the runtime keeps of it (a Kubernetes volume claim; the
+	// Docker runtime's directory goes with the record). Optional.
+	VolumeDeleted func(volumeID string)
 	// Jobs cancels a deleted endpoint's unfinished jobs (the queue).
 	// Optional: without it an endpoint's jobs are left as they are.
 	Jobs EndpointJobs

@@ -283,6 +283,9 @@ func (s *Service) DeleteVolume(ctx context.Context, id string) error {
 		return err
 	}
 	s.forgetUsage(dir)
+	if s.cfg.VolumeDeleted != nil {
+		s.cfg.VolumeDeleted(id)
+	}
 	if moved {
 		if err := os.RemoveAll(trash); err != nil {
 			s.cfg.Logger.Error("remove deleted volume's files", "volume", id, "dir", trash, "err", err)

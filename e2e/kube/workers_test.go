@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -248,6 +249,14 @@ func TestGPUWorkerFromZeroAndBack(t *testing.T) {
 	if _, err := e.c.AdminClient.CoreV1().PersistentVolumeClaims(e.ns.Name).Get(e.ctx, claim, metav1.GetOptions{}); err != nil {
 		t.Errorf("the network volume's claim after its worker: %v", err)
 	}
+
+	// Deleting the endpoint, then the volume, deletes the volume's claim.
+	e.call("DELETE", "/v1/endpoints/"+ep, nil, 204, nil)
+	e.call("DELETE", "/v1/networkvolumes/"+vol.ID, nil, 204, nil)
+	e.eventually("the network volume's claim deleted", func() bool {
+		pvc, err := e.c.AdminClient.CoreV1().PersistentVolumeClaims(e.ns.Name).Get(e.ctx, claim, metav1.GetOptions{})
+		return apierrors.IsNotFound(err) || (err == nil && pvc.DeletionTimestamp != nil)
+	}, nil)
 }
 
 func hasRequirement(rs []corev1.NodeSelectorRequirement, key, value string) bool {

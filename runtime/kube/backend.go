@@ -21,7 +21,8 @@
 //   - a network volume is a PersistentVolumeClaim berth-vol-<volumeId>
 //     (Config.NetworkAccessMode, shared by the workers), a pod's own volume
 //     berth-pod-<podId> (ReadWriteOnce); both Config.StorageClass; they are
-//     mounted where Docker mounts them and outlive the Pods;
+//     mounted where Docker mounts them and outlive the Pods (a network
+//     volume's claim goes with the volume: RemoveNetworkVolume);
 //   - a pod's ports are a Service (NodePort by default) owned by its Pod;
 //   - stop is deletion with the grace; a stopped Pod is not started again
 //     (Caps.Restart false): Berth makes it anew, its volumes kept;

@@ -425,6 +425,18 @@ func (b *Backend) RemovePodVolume(ctx context.Context, podID string) error {
 	return nil
 }
 
+// RemoveNetworkVolume deletes a network volume's claim once the volume is
+// deleted (its data go with it, as the Docker runtime's directory does).
+// One that does not exist is not an error.
+func (b *Backend) RemoveNetworkVolume(ctx context.Context, volumeID string) error {
+	name := claimName(runtime.Mount{Kind: runtime.MountNetwork, ID: volumeID})
+	err := b.cs.CoreV1().PersistentVolumeClaims(b.cfg.Namespace).Delete(ctx, name, metav1.DeleteOptions{})
+	if err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("delete volume claim %s: %w", name, err)
+	}
+	return nil
+}
+
 // instance is a Pod as Berth sees it.
 func (b *Backend) instance(p *corev1.Pod) runtime.Instance {
 	in := runtime.Instance{ID: p.Name, Name: p.Name, Labels: maps.Clone(p.Labels), State: string(p.Status.Phase),
