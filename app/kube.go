@@ -113,6 +113,20 @@ func (a *App) startKubernetes(log *slog.Logger) error {
 	return a.newSupervisor(log, base)
 }
 
+// registryAuthDeleted removes a deleted registry login's pull Secret on
+// Kubernetes: the credential must not outlive its deletion.
+func (a *App) registryAuthDeleted(id string) {
+	kb, ok := a.backend.(*kube.Backend)
+	if !ok {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := kb.RemovePullSecret(ctx, id); err != nil {
+		a.log.Error("remove a deleted registry login's pull secret", "registryAuth", id, "err", err)
+	}
+}
+
 // volumeDeleted removes what the runtime keeps of a deleted network
 // volume: on Kubernetes its claim (mgmt removed Docker's directory).
 func (a *App) volumeDeleted(id string) {

@@ -112,10 +112,11 @@ func New(cfg Config) (_ *App, err error) {
 		pods = podRuntime{a.sup}
 	}
 	a.mg = mgmt.New(mgmt.Config{Store: a.db, Clock: cfg.Clock, Logger: log.With("component", "mgmt"), DataDir: cfg.DataDir, Pods: pods,
-		Jobs:            a.q, // a deleted endpoint's jobs are cancelled through the queue
-		EndpointChanged: func(id string) { api.Load().EndpointChanged(id) },
-		EndpointDeleted: func(id string) { api.Load().EndpointDeleted(id) },
-		VolumeDeleted:   a.volumeDeleted, // kube.go
+		Jobs:                a.q, // a deleted endpoint's jobs are cancelled through the queue
+		EndpointChanged:     func(id string) { api.Load().EndpointChanged(id) },
+		EndpointDeleted:     func(id string) { api.Load().EndpointDeleted(id) },
+		VolumeDeleted:       a.volumeDeleted,       // kube.go
+		RegistryAuthDeleted: a.registryAuthDeleted, // kube.go
 	})
 	hc := cfg.HTTP
 	hc.Store, hc.Queue, hc.Mgmt, hc.Clock, hc.Logger = a.db, a.q, a.mg, cfg.Clock, log.With("component", "http")

@@ -167,6 +167,9 @@ func (s *Service) DeleteRegistryAuth(ctx context.Context, id string) error {
 	if err != nil {
 		return err
 	}
+	if s.cfg.RegistryAuthDeleted != nil {
+		s.cfg.RegistryAuthDeleted(id)
+	}
 	for _, ep := range rolled {
 		s.changed(ep)
 	}

@@ -42,6 +42,10 @@ type Config struct {
 	// for what the runtime keeps of it (a Kubernetes volume claim; the
 	// Docker runtime's directory goes with the record). Optional.
 	VolumeDeleted func(volumeID string)
+	// RegistryAuthDeleted is told after a registry credential's record is
+	// deleted, for what the runtime keeps of it (a Kubernetes pull
+	// Secret: the credential must not outlive its deletion). Optional.
+	RegistryAuthDeleted func(authID string)
 	// Jobs cancels a deleted endpoint's unfinished jobs (the queue).
 	// Optional: without it an endpoint's jobs are left as they are.
 	Jobs EndpointJobs

@@ -250,8 +250,13 @@ func TestGPUWorkerFromZeroAndBack(t *testing.T) {
 		t.Errorf("the network volume's claim after its worker: %v", err)
 	}
 
-	// Deleting the endpoint, then the volume, deletes the volume's claim.
+	// Deleting the endpoint, then the volume, deletes the volume's claim;
+	// deleting the registry login deletes its pull Secret.
 	e.call("DELETE", "/v1/endpoints/"+ep, nil, 204, nil)
+	e.call("DELETE", "/v1/containerregistryauth/"+auth.ID, nil, 204, nil)
+	if _, err := e.c.AdminClient.CoreV1().Secrets(e.ns.Name).Get(e.ctx, secret, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		t.Errorf("the deleted registry login's pull secret %s: %v, want it gone", secret, err)
+	}
 	e.call("DELETE", "/v1/networkvolumes/"+vol.ID, nil, 204, nil)
 	e.eventually("the network volume's claim deleted", func() bool {
 		pvc, err := e.c.AdminClient.CoreV1().PersistentVolumeClaims(e.ns.Name).Get(e.ctx, claim, metav1.GetOptions{})

@@ -31,7 +31,7 @@ func (a *API) getRegistryAuth(w http.ResponseWriter, r *http.Request) {
 	a.answer(w, r, http.StatusOK, ra, err)
 }
 
-// deleteRegistryAuth refuses while a template or pod pulls with it.
+// deleteRegistryAuth: mgmt refuses while a pod pulls with it.
 func (a *API) deleteRegistryAuth(w http.ResponseWriter, r *http.Request) {
 	err := a.cfg.Mgmt.DeleteRegistryAuth(r.Context(), mux.Vars(r)["containerRegistryAuthId"])
 	a.answer(w, r, http.StatusNoContent, nil, err)

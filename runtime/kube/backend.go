@@ -17,7 +17,8 @@
 //     the slots it holds are the annotation berth.gpus;
 //   - CPU workers request cpu and memory (vcpuCount, the CPU flavour);
 //     containerDiskInGb is an ephemeral-storage limit;
-//   - a registry login is an image pull Secret berth-registry-<authId>;
+//   - a registry login is an image pull Secret berth-registry-<authId>,
+//     deleted with the login (RemovePullSecret);
 //   - a network volume is a PersistentVolumeClaim berth-vol-<volumeId>
 //     (Config.NetworkAccessMode, shared by the workers), a pod's own volume
 //     berth-pod-<podId> (ReadWriteOnce); both Config.StorageClass; they are

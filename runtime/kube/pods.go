@@ -245,7 +245,7 @@ func (b *Backend) ensurePullSecret(ctx context.Context, authID, image string, au
 		"username": auth.Username, "password": auth.Password,
 		"auth": base64.StdEncoding.EncodeToString([]byte(auth.Username + ":" + auth.Password)),
 	}}})
-	name := "berth-registry-" + strings.ToLower(authID)
+	name := pullSecretName(authID)
 	want := &corev1.Secret{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: b.cfg.Namespace,
 			Labels: map[string]string{runtime.LabelManaged: "true", runtime.LabelDataDir: b.cfg.Instance}},
@@ -424,6 +424,21 @@ func (b *Backend) RemovePodVolume(ctx context.Context, podID string) error {
 	}
 	return nil
 }
+
+// RemovePullSecret deletes a registry login's pull Secret once the login
+// is deleted (Pods that name it already have their image). One that does
+// not exist is not an error.
+func (b *Backend) RemovePullSecret(ctx context.Context, authID string) error {
+	name := pullSecretName(authID)
+	err := b.cs.CoreV1().Secrets(b.cfg.Namespace).Delete(ctx, name, metav1.DeleteOptions{})
+	if err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("delete pull secret %s: %w", name, err)
+	}
+	return nil
+}
+
+// pullSecretName is the pull Secret of a registry login.
+func pullSecretName(authID string) string { return "berth-registry-" + strings.ToLower(authID) }
 
 // RemoveNetworkVolume deletes a network volume's claim once the volume is
 // deleted (its data go with it, as the Docker runtime's directory does).
