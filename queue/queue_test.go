@@ -479,8 +479,15 @@ func TestWorkerLostRequeuesThenFails(t *testing.T) {
 	if r.Error == nil || !strings.Contains(*r.Error, "gave up after 2 attempts") {
 		t.Fatalf("%+v", r)
 	}
-	// The log says which job, endpoint and worker, as attributes.
+	// The log says which job, endpoint and worker, as attributes. A line
+	// is written once the queue's lock is released, after the status a
+	// reader sees: wait for it.
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
 	for msg, worker := range map[string]string{"job requeued": "w1", "job failed": "w2"} {
+		if err := h.logs.Wait(ctx, msg, 1); err != nil {
+			t.Fatal(err)
+		}
 		if a := h.logs.Find(msg); a == nil || a["job"] != id || a["endpoint"] != ep || a["worker"] != worker {
 			t.Errorf("log line %q: %v", msg, a)
 		}

@@ -90,10 +90,15 @@ func TestRunPodsRunsTheProgramAsThePodsKubelet(t *testing.T) {
 	}
 	var mu sync.Mutex
 	var events []string
+	deleted := make(chan struct{}) // the runner's last word on "runs"
+	var once sync.Once
 	r, err := c.RunPods(kubetest.RunPodsConfig{Namespace: ns.Name, Program: prog, Events: func(l string) {
 		mu.Lock()
 		events = append(events, l)
 		mu.Unlock()
+		if l == "runs deleted" {
+			once.Do(func() { close(deleted) })
+		}
 	}})
 	if err != nil {
 		t.Fatal(err)
@@ -151,6 +156,12 @@ func TestRunPodsRunsTheProgramAsThePodsKubelet(t *testing.T) {
 	}
 	if err := c.WaitPodGone(ctx, ns.Name, "runs", time.Minute); err != nil {
 		t.Fatal(err)
+	}
+	// The runner reports the deletion once its own call returned, which
+	// may be after the watch above saw the Pod go.
+	select {
+	case <-deleted:
+	case <-ctx.Done():
 	}
 	mu.Lock()
 	defer mu.Unlock()
