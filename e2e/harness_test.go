@@ -1,12 +1,9 @@
 package e2e_test
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"io"
 	"log/slog"
-	"net/http"
 	"strings"
 	"testing"
 	"time"
@@ -15,6 +12,7 @@ import (
 
 	"berth/app"
 	"berth/gpu"
+	"berth/internal/apitest"
 	"berth/internal/dockertest"
 	"berth/lbproxy"
 	"berth/queue"
@@ -91,29 +89,7 @@ func noGPUs() ([]gpu.Device, error) { return nil, nil }
 // into out (when not nil); it fails the test unless the status is want.
 func (s *stack) call(method, path string, body any, want int, out any) []byte {
 	s.t.Helper()
-	var rd io.Reader
-	if body != nil {
-		b, _ := json.Marshal(body)
-		rd = bytes.NewReader(b)
-	}
-	req, _ := http.NewRequest(method, s.base+path, rd)
-	req.Header.Set("Authorization", "Bearer "+apiKey)
-	req.Header.Set("Content-Type", "application/json")
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		s.t.Fatalf("%s %s: %v", method, path, err)
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	if resp.StatusCode != want {
-		s.t.Fatalf("%s %s: %s, want %d: %s", method, path, resp.Status, want, b)
-	}
-	if out != nil {
-		if err := json.Unmarshal(b, out); err != nil {
-			s.t.Fatalf("%s %s: %v: %s", method, path, err, b)
-		}
-	}
-	return b
+	return apitest.Call(context.Background(), s.t, s.base, apiKey, method, path, body, out, want)
 }
 
 // endpoint creates a CPU template of image and an endpoint of it through

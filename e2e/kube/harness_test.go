@@ -1,7 +1,6 @@
 package kube_test
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -9,7 +8,6 @@ import (
 	"io"
 	"log/slog"
 	"net"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -28,6 +26,7 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 
 	"berth/app"
+	"berth/internal/apitest"
 	"berth/internal/kubetest"
 	"berth/runtime"
 )
@@ -250,29 +249,7 @@ func (e *kenv) stop() {
 // into out (when not nil); it fails the test unless the status is want.
 func (e *kenv) call(method, path string, body any, want int, out any) []byte {
 	e.t.Helper()
-	var rd io.Reader
-	if body != nil {
-		b, _ := json.Marshal(body)
-		rd = bytes.NewReader(b)
-	}
-	req, _ := http.NewRequestWithContext(e.ctx, method, e.base+path, rd)
-	req.Header.Set("Authorization", "Bearer "+apiKey)
-	req.Header.Set("Content-Type", "application/json")
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		e.t.Fatalf("%s %s: %v", method, path, err)
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	if resp.StatusCode != want {
-		e.t.Fatalf("%s %s: %s, want %d: %s", method, path, resp.Status, want, b)
-	}
-	if out != nil {
-		if err := json.Unmarshal(b, out); err != nil {
-			e.t.Fatalf("%s %s: %v: %s", method, path, err, b)
-		}
-	}
-	return b
+	return apitest.Call(e.ctx, e.t, e.base, apiKey, method, path, body, out, want)
 }
 
 // eventually polls cond (API reads, cheap) until it holds or waitLong

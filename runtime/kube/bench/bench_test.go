@@ -1,13 +1,11 @@
 package bench_test
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
 	"io"
 	"log/slog"
-	"net/http"
 	"os/exec"
 	"path/filepath"
 	"slices"
@@ -22,6 +20,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 
 	"berth/app"
+	"berth/internal/apitest"
 	"berth/internal/kubetest"
 	"berth/runtime"
 )
@@ -161,28 +160,7 @@ func (r *rig) waitFor(what string, timeout time.Duration, cond func() bool) {
 // call makes an API call with the operator key and decodes the reply.
 func (r *rig) call(method, path string, body any, out any) {
 	r.b.Helper()
-	var rd io.Reader
-	if body != nil {
-		bs, _ := json.Marshal(body)
-		rd = bytes.NewReader(bs)
-	}
-	req, _ := http.NewRequest(method, r.base+path, rd)
-	req.Header.Set("Authorization", "Bearer "+apiKey)
-	req.Header.Set("Content-Type", "application/json")
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		r.b.Fatalf("%s %s: %v", method, path, err)
-	}
-	defer resp.Body.Close()
-	bs, _ := io.ReadAll(resp.Body)
-	if resp.StatusCode != http.StatusOK && resp.StatusCode != http.StatusNoContent {
-		r.b.Fatalf("%s %s: %s: %s", method, path, resp.Status, bs)
-	}
-	if out != nil {
-		if err := json.Unmarshal(bs, out); err != nil {
-			r.b.Fatalf("%s %s: %v: %s", method, path, err, bs)
-		}
-	}
+	apitest.Call(context.Background(), r.b, r.base, apiKey, method, path, body, out)
 }
 
 type idObj struct {
