@@ -28,6 +28,7 @@ func (nopQueue) ForgetWorker(string)               {}
 func (nopQueue) Workers(string) []queue.WorkerLoad { return nil }
 func (nopQueue) PendingStops(string) []string      { return nil }
 func (nopQueue) SetFrozen(string, bool)            {}
+func (nopQueue) DrainWorker(string) int            { return 0 }
 
 // BenchmarkProxyOverhead measures what the proxy adds to a small request:
 // the same GET to the same in-process worker server, directly and through

@@ -276,6 +276,7 @@ type RuntimeQueue interface {
 	Workers(endpointID string) []queue.WorkerLoad
 	PendingStops(workerID string) []string
 	SetFrozen(workerID string, frozen bool)
+	DrainWorker(workerID string) int
 }
 
 // Queue wraps the runtime's queue: load-balancing endpoints are answered
@@ -409,6 +410,16 @@ func (a *adapter) SetFrozen(id string, frozen bool) {
 	if !frozen {
 		go a.b.probeAll()
 	}
+}
+
+// DrainWorker: a load-balancing worker's requests are the balancer's (it
+// stops routing to it when the runtime forgets it); the queue's workers
+// are the queue's.
+func (a *adapter) DrainWorker(id string) int {
+	if a.lbWorker(id) {
+		return 0
+	}
+	return a.q.DrainWorker(id)
 }
 
 func (a *adapter) PendingStops(id string) []string {

@@ -59,9 +59,12 @@ type Service struct {
 }
 
 type job struct {
-	rec     store.Job
-	input   json.RawMessage
-	q       *qent         // its queue entry while queued
+	rec   store.Job
+	input json.RawMessage
+	q     *qent // its queue entry while queued
+	// unseen: handed to a worker while its container was paused (frozen)
+	// and not resumed since: the worker cannot have started it.
+	unseen  bool
 	changed chan struct{} // closed on every change, then replaced
 	timers  []clockwork.Timer
 	execT   clockwork.Timer
@@ -93,10 +96,11 @@ func (ep *endpointQ) nextWaiterLocked() *takeWaiter {
 	var first *takeWaiter
 	for e := ep.waiters.Front(); e != nil; e = e.Next() {
 		tw := e.Value.(*takeWaiter)
-		if !tw.w.frozen {
+		switch {
+		case tw.w.draining: // leaving with nothing
+		case !tw.w.frozen:
 			return tw
-		}
-		if first == nil {
+		case first == nil:
 			first = tw
 		}
 	}
@@ -117,6 +121,9 @@ type worker struct {
 	lostT    clockwork.Timer
 	lost     bool
 	frozen   bool // its container is paused (FlashBoot): silent, never lost
+	// draining: the worker is being stopped (DrainWorker); it is never
+	// handed a job again, and its long polls are answered at once.
+	draining bool
 }
 
 // New makes a Service; call Start before use.
@@ -1139,7 +1146,7 @@ func (s *Service) finishLocked(j *job, st store.JobStatus, output json.RawMessag
 	case store.InProgress:
 		ep.inProgress--
 		if w := s.workers[j.rec.WorkerID]; w != nil {
-			delete(w.inflight, j.rec.ID)
+			dropInflightLocked(w, j.rec.ID)
 			if stop {
 				w.toStop = append(w.toStop, j.rec.ID)
 				wakeStop(w)
@@ -1273,7 +1280,7 @@ func (s *Service) removeLocked(j *job) []store.Op {
 	case store.InProgress:
 		ep.inProgress--
 		if w := s.workers[j.rec.WorkerID]; w != nil {
-			delete(w.inflight, j.rec.ID)
+			dropInflightLocked(w, j.rec.ID)
 			w.toStop = append(w.toStop, j.rec.ID)
 			wakeStop(w)
 		}

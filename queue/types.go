@@ -65,8 +65,13 @@ type Config struct {
 	WorkerTimeout  time.Duration // no request from a worker this long: lost [60s]
 	ReconcileGrace time.Duration // a ping that omits a job taken this long ago requeues it [30s]
 	MaxAttempts    int           // takes per job before worker loss fails it [3]
-	RunRetention   time.Duration // results of /run jobs [30m]
-	SyncRetention  time.Duration // results of /runsync jobs [1m]
+	// DrainHold bounds a job-take of a draining worker (see DrainWorker):
+	// it never gets a job, and a worker that keeps polling after its stop
+	// is answered this often rather than at once, which would be a busy
+	// loop (the SDK re-polls a 204 at once) [1s; at most TakeHold].
+	DrainHold     time.Duration
+	RunRetention  time.Duration // results of /run jobs [30m]
+	SyncRetention time.Duration // results of /runsync jobs [1m]
 
 	// Worker identities nobody uses are forgotten (see ExpireWorkers):
 	// those the operator's key created on the fly after WorkerRetention
@@ -121,6 +126,10 @@ func (c *Config) defaults() {
 	if c.MaxAttempts <= 0 {
 		c.MaxAttempts = 3
 	}
+	if c.DrainHold <= 0 {
+		c.DrainHold = time.Second
+	}
+	c.DrainHold = min(c.DrainHold, c.TakeHold)
 	if c.RunRetention <= 0 {
 		c.RunRetention = 30 * time.Minute
 	}

@@ -45,10 +45,69 @@ func (s *Service) SetFrozen(workerID string, frozen bool) {
 		return
 	}
 	w.frozen = frozen
+	if !frozen {
+		for _, j := range w.inflight {
+			j.unseen = false // it runs again: it can act on its jobs
+		}
+	}
 	if !frozen && !w.lastSeen.IsZero() {
 		w.lastSeen = s.clock.Now()
 		w.lost = false
 		s.armLostLocked(w)
+	}
+}
+
+// DrainWorker tells the queue that a worker is being stopped (drained,
+// killed, or its endpoint deleted); the runtime calls it where it decides
+// the drain, before it signals the container. From then on the worker is
+// never handed a job: its job-take held now is answered at once with the
+// empty answer (204), later ones after DrainHold, and its job-stop poll at
+// once whenever it holds no job (so the SDK's loops end and it exits in
+// about a second). A job it holds that it cannot have started (handed over
+// while its container was paused, see requeueLocked) is given back to the
+// queue at once, without counting an attempt; the others stay its own, to
+// finish within the drain's grace. It returns how many jobs the worker
+// still holds. Unknown workers are ignored; a second call changes nothing
+// more.
+func (s *Service) DrainWorker(workerID string) int {
+	s.mu.Lock()
+	defer s.unlock()
+	w := s.workers[workerID]
+	if w == nil {
+		return 0
+	}
+	if !w.draining {
+		w.draining = true
+		if ep := s.endpoints[w.rec.EndpointID]; ep != nil {
+			for e := ep.waiters.Front(); e != nil; e = e.Next() {
+				if tw := e.Value.(*takeWaiter); tw.w == w {
+					wake(tw.ch)
+				}
+			}
+		}
+		wakeStop(w)
+	}
+	var ops []store.Op
+	for _, j := range w.inflight {
+		if !j.unseen {
+			continue
+		}
+		if ch := s.requeueLocked(j, fmt.Sprintf("worker %s is stopping and cannot have started the job", workerID)); ch == nil {
+			ops = append(ops, jobOps(j)...)
+		}
+	}
+	if len(ops) > 0 {
+		s.st.WriteAsync(ops...)
+	}
+	return len(w.inflight)
+}
+
+// dropInflightLocked removes job id from w's jobs; the job-stop poll of a
+// draining worker, held while it had jobs, is answered once it has none.
+func dropInflightLocked(w *worker, id string) {
+	delete(w.inflight, id)
+	if w.draining && len(w.inflight) == 0 {
+		wakeStop(w)
 	}
 }
 
@@ -280,16 +339,23 @@ func (s *Service) loseWorkerLocked(w *worker, reason string) <-chan error {
 
 // requeueLocked puts a running job back at the head of its queue, or fails
 // it when its attempts are used up (returning that write's channel).
+// Attempts count only hand-overs the worker could have acted on: one it
+// could not (j.unseen: the reply never reached it, or its container was
+// paused since and is being stopped) is not counted.
 func (s *Service) requeueLocked(j *job, reason string) <-chan error {
 	ep := s.endpointLocked(j.rec.EndpointID)
 	workerOf := j.rec.WorkerID
+	if j.unseen {
+		j.unseen = false
+		j.rec.Attempts--
+	}
 	if j.rec.Attempts >= s.cfg.MaxAttempts {
 		msg := fmt.Sprintf("%s; gave up after %d attempts", reason, j.rec.Attempts)
 		s.logLocked().Warn("job failed", "endpoint", j.rec.EndpointID, "job", j.rec.ID, "worker", workerOf, "reason", msg)
 		return s.finishLocked(j, store.Failed, nil, msg, false)
 	}
 	if w := s.workers[j.rec.WorkerID]; w != nil {
-		delete(w.inflight, j.rec.ID)
+		dropInflightLocked(w, j.rec.ID)
 	}
 	if j.execT != nil {
 		j.execT.Stop()
@@ -324,12 +390,27 @@ func (s *Service) Take(ctx context.Context, endpointID, workerID string, n int) 
 			return nil, nil
 		}
 		w := s.seenLocked(endpointID, workerID)
+		held := tw != nil
 		if tw != nil {
 			// pass a wake-up we may not use on to the next waiter
 			s.removeWaiterLocked(endpointID, tw)
 			tw = nil
 		}
 		ep := s.endpointLocked(endpointID)
+		if w.draining {
+			// Never a job for a worker being stopped: a job whose wake-up
+			// this take consumed goes to the next waiter.
+			if ep.fifo.len() > 0 {
+				if next := ep.nextWaiterLocked(); next != nil {
+					wake(next.ch)
+				}
+			}
+			s.unlock()
+			if !held {
+				s.drainedPause(ctx)
+			}
+			return nil, nil
+		}
 		if ep.fifo.len() > 0 {
 			s.loadFrontLocked(ep, n)
 			out := s.assignLocked(ep, w, n)
@@ -355,6 +436,18 @@ func (s *Service) Take(ctx context.Context, endpointID, workerID string, n int) 
 		s.removeWaiterLocked(endpointID, tw)
 		s.unlock()
 		return nil, nil
+	}
+}
+
+// drainedPause holds a draining worker's new job-take for DrainHold: it
+// gets nothing, and a worker that keeps polling is not answered in a busy
+// loop.
+func (s *Service) drainedPause(ctx context.Context) {
+	t := s.hold(s.cfg.DrainHold)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+	case <-t.C():
 	}
 }
 
@@ -434,6 +527,7 @@ func (s *Service) assignLocked(ep *endpointQ, w *worker, n int) []TakenJob {
 		j.rec.WorkerID = w.rec.ID
 		j.rec.StartedAt = now
 		j.rec.Attempts++
+		j.unseen = w.frozen // a paused worker acts on nothing until resumed
 		ep.inProgress++
 		w.inflight[j.rec.ID] = j
 		s.armExecLocked(j)
@@ -462,7 +556,7 @@ func (s *Service) Untake(endpointID, workerID string, ids []string) {
 		if j == nil || j.rec.Status != store.InProgress || j.rec.WorkerID != workerID {
 			continue
 		}
-		j.rec.Attempts--
+		j.unseen = true // the reply never reached the worker
 		s.requeueLocked(j, "the worker's job-take request was closed")
 		ops = append(ops, jobOps(j)...)
 	}
@@ -536,7 +630,7 @@ func (s *Service) Done(endpointID, workerID, jobID string, r DoneReport) (bool, 
 }
 
 // StopPoll holds a worker's job-stop request until a job of its must stop
-// or the hold elapses.
+// or the hold elapses. A draining worker's is held only while it has jobs.
 func (s *Service) StopPoll(ctx context.Context, endpointID, workerID string) []string {
 	timer := s.hold(s.cfg.TakeHold)
 	defer timer.Stop()
@@ -552,6 +646,11 @@ func (s *Service) StopPoll(ctx context.Context, endpointID, workerID string) []s
 			w.toStop = nil
 			s.unlock()
 			return ids
+		}
+		if w.draining && len(w.inflight) == 0 {
+			// Nothing left to stop: the worker's loop may end.
+			s.unlock()
+			return nil
 		}
 		ch := w.stopWake
 		s.unlock()

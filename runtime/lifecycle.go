@@ -169,6 +169,10 @@ func (s *Supervisor) drainLocked(ws *workerState, d drain) bool {
 		return false
 	}
 	ws.drain = d
+	// The queue stops offering it work now, before any signal reaches the
+	// container; a job handed over since the pass read the queue stays the
+	// worker's, to finish within the grace (stopAsync reads running).
+	ws.running = max(ws.running, s.q.DrainWorker(ws.id))
 	if d.kind == drainFault {
 		s.scaled(ws.endpointID, "kill")
 		s.wlog(ws).Warn("stopping worker", "reason", d.reason)

@@ -26,6 +26,11 @@ type Queue interface {
 	Workers(endpointID string) []queue.WorkerLoad
 	PendingStops(workerID string) []string
 	SetFrozen(workerID string, frozen bool)
+	// DrainWorker: the worker is being stopped; it is never handed a job
+	// again. It returns how many jobs the worker still holds. Called with
+	// the Supervisor's lock held (the queue never calls into the runtime
+	// under its own lock: its callbacks run after it is released).
+	DrainWorker(workerID string) int
 }
 
 // Config holds a Supervisor's dependencies and tuning. Zero durations take
@@ -377,9 +382,7 @@ func (s *Supervisor) scale(only map[string]bool) {
 		}
 		s.scaleEndpoint(ep)
 	}
-	if only == nil {
-		s.dropDeleted(present)
-	}
+	s.dropDeleted(present, only)
 }
 
 // eventLoop follows the daemon's events; when the stream breaks (daemon

@@ -132,8 +132,8 @@ type queueFacts struct {
 	stops map[string][]string // pending job-stops of the live workers
 }
 
-// queueView reads the queue's view of an endpoint's workers. Queue calls
-// happen without s.mu: the queue calls Notify while holding its own lock.
+// queueView reads the queue's view of an endpoint's workers, without s.mu
+// (the balancer's view of a load-balancing endpoint reads the store).
 func (s *Supervisor) queueView(endpointID string) queueFacts {
 	qf := queueFacts{loads: map[string]queue.WorkerLoad{}, stops: map[string][]string{}}
 	for _, l := range s.q.Workers(endpointID) {
@@ -772,13 +772,15 @@ func (s *Supervisor) logTail(ctx context.Context, id string, n int) string {
 	return out
 }
 
-// dropDeleted drains the workers of endpoints that no longer exist.
-func (s *Supervisor) dropDeleted(present map[string]bool) {
+// dropDeleted drains the workers of endpoints that no longer exist (of
+// those in only, when not nil: a deletion's own notification drains its
+// workers at once).
+func (s *Supervisor) dropDeleted(present, only map[string]bool) {
 	var drains []*workerState
 	var kept []string
 	s.mu.Lock()
 	for id, es := range s.eps {
-		if present[id] {
+		if present[id] || (only != nil && !only[id]) {
 			continue
 		}
 		busy := false
