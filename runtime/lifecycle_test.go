@@ -109,10 +109,14 @@ func TestWorkerLifecycle(t *testing.T) {
 }
 
 // TestDrainLocked: a starting worker is cancelled, a live one drained (a
-// fault counts as a kill); one on its way out is left alone.
+// fault counts as a kill); one on its way out is left alone. The queue is
+// told of every new drain, there and then, and a job it says the worker
+// holds keeps the worker running (the full grace).
 func TestDrainLocked(t *testing.T) {
 	var actions []string
 	s, _ := testSupervisor(t)
+	q := &drainQueue{held: 1}
+	s.q = q
 	s.cfg.OnScale = func(_, action string) { actions = append(actions, action) }
 	for _, tc := range []struct {
 		from, to wstate
@@ -128,9 +132,15 @@ func TestDrainLocked(t *testing.T) {
 		{from: wsStopping, to: wsStopping},
 		{from: wsExited, to: wsExited},
 	} {
-		actions = nil
+		actions, q.told = nil, nil
 		ws := &workerState{id: "w", endpointID: "ep", state: tc.from, drain: drain{reason: "earlier"}}
 		got := s.drainLocked(ws, drain{kind: tc.kind, reason: "now"})
+		if told := len(q.told) == 1 && q.told[0] == "w"; told != tc.drained || len(q.told) > 1 {
+			t.Errorf("%s: queue told %v; want told once: %v", tc.from, q.told, tc.drained)
+		}
+		if tc.drained && ws.running != q.held {
+			t.Errorf("%s: running %d after the drain, want the queue's %d", tc.from, ws.running, q.held)
+		}
 		if got != tc.drained || ws.state != tc.to {
 			t.Errorf("%s: drained %v to %s; want %v to %s", tc.from, got, ws.state, tc.drained, tc.to)
 		}
@@ -143,9 +153,21 @@ func TestDrainLocked(t *testing.T) {
 	}
 }
 
+// drainQueue records DrainWorker calls; the rest of Queue is not used.
+type drainQueue struct {
+	Queue
+	told []string
+	held int
+}
+
+func (q *drainQueue) DrainWorker(id string) int {
+	q.told = append(q.told, id)
+	return q.held
+}
+
 // testSupervisor is a Supervisor with no daemon, for the lifecycle's unit
 // tests; lines holds what it logged.
 func testSupervisor(t *testing.T) (*Supervisor, *logtest.Lines) {
 	log, lines := logtest.Check(t, nil)
-	return &Supervisor{log: log, ctx: context.Background(), workers: map[string]*workerState{}, eps: map[string]*endpointState{}}, lines
+	return &Supervisor{log: log, ctx: context.Background(), q: &drainQueue{}, workers: map[string]*workerState{}, eps: map[string]*endpointState{}}, lines
 }
