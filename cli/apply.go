@@ -65,7 +65,7 @@ and references by name ("registryAuth", "template", "networkVolume(s)");
 				return err
 			}
 			for _, act := range plan.Actions {
-				fmt.Fprintln(a.o.Stderr, act.String())
+				fmt.Fprintln(a.o.Stderr, printable(act.String()))
 			}
 			res := plan
 			if !dry {
@@ -91,7 +91,7 @@ and references by name ("registryAuth", "template", "networkVolume(s)");
 			fmt.Fprintf(&buf, "%s: %d change(s), %d record(s) unchanged\n", verb, changed, len(res.Actions)-changed)
 			for _, kind := range []string{"registryAuths", "networkVolumes", "templates", "endpoints"} {
 				for _, name := range sortedNames(res.IDs[kind]) {
-					fmt.Fprintf(&buf, "%s\t%s\t%s\n", kind, name, res.IDs[kind][name])
+					fmt.Fprintf(&buf, "%s\t%s\t%s\n", kind, printable(name), res.IDs[kind][name])
 				}
 			}
 			_, err = a.o.Stdout.Write(buf.Bytes())

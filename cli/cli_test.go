@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -600,5 +601,53 @@ func TestVerbsTakeNames(t *testing.T) {
 	b.ok(&list, "endpoint", "list", "--json")
 	if len(list) != 0 {
 		t.Fatalf("after delete by name: %v", list)
+	}
+}
+
+// Text no surface accepts any more (mgmt.CheckText) may still be in a
+// file written before the rule: a table, a record's fields and apply's
+// lines show it escaped (strconv.Quote), never raw, so a name cannot clear
+// the terminal or reorder the line; --json keeps the stored text. And the
+// CLI's own create is refused like every surface's, naming the field.
+func TestTablesEscapeControlCharacters(t *testing.T) {
+	b := startBerth(t)
+	var tpl, ep rec
+	b.ok(&tpl, "template", "create", "plain-tpl", "img:1", "--json")
+	b.ok(&ep, "endpoint", "create", tpl["id"].(string), "--name", "plain-ep", "--json")
+	const hostile = "ep\x1b[2J\x1b]0;owned\x07\u202egnp.exe\u0085"
+	quoted := strconv.Quote(hostile)
+	// As a file from before the rule holds it.
+	if err := b.db.Update(func(tx *store.Tx) error {
+		var e store.Endpoint
+		if err := tx.Get(store.Endpoints, ep["id"].(string), &e); err != nil {
+			return err
+		}
+		e.Name = hostile
+		return tx.Apply(store.Put(store.Endpoints, e.ID, e))
+	}); err != nil {
+		t.Fatal(err)
+	}
+	raw := func(s string) bool {
+		return strings.ContainsAny(s, "\x1b\x07\u202e\u0085")
+	}
+	for _, args := range [][]string{{"endpoint", "list"}, {"endpoint", "get", ep["id"].(string)}, {"template", "list"}} {
+		r := b.runWith(map[string]string{"BERTH_API_KEY": testKey}, true, args...)
+		if r.code != 0 || raw(r.stdout) || !strings.Contains(r.stdout, quoted) {
+			t.Errorf("berth %s on a terminal shows %q, want the name as %s and no raw control character", strings.Join(args, " "), r.stdout, quoted)
+		}
+	}
+	// JSON holds the stored text, with every control character escaped.
+	var list []rec
+	if out := b.ok(&list, "endpoint", "list", "--json"); raw(out) || len(list) != 1 || list[0]["name"] != hostile {
+		t.Errorf("--json: %q, want the stored name, escaped", out)
+	}
+
+	r := b.run("endpoint", "create", tpl["id"].(string), "--name", "new\x1b[31m")
+	if r.code != ExitError || !strings.Contains(r.stderr, "name holds a control character") {
+		t.Errorf("endpoint create with an escape in its name: %+v", r)
+	}
+	b.ok(&list, "endpoint", "list", "--json")
+	if len(list) != 1 {
+		t.Errorf("a refused create stored an endpoint: %v", list)
 	}
 }

@@ -7,12 +7,16 @@ import (
 	"io"
 	"os"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"text/tabwriter"
 	"time"
+	"unicode"
 
 	"golang.org/x/term"
+
+	"berth/mgmt"
 )
 
 func isTerminal(w io.Writer) bool {
@@ -41,8 +45,26 @@ func (p *printer) JSON(v any) error {
 	if err != nil {
 		return err
 	}
-	_, err = fmt.Fprintf(p.w, "%s\n", b)
+	_, err = fmt.Fprintf(p.w, "%s\n", escapeControls(b))
 	return err
+}
+
+// escapeControls writes the controls encoding/json leaves raw (C1, the
+// bidi overrides and isolates; it escapes C0 itself) as \uXXXX: the same
+// JSON value, which a terminal cannot act on.
+func escapeControls(b []byte) []byte {
+	if !bytes.ContainsFunc(b, func(r rune) bool { return r > 0x7f && mgmt.IsControl(r) }) {
+		return b
+	}
+	var out bytes.Buffer
+	for _, r := range string(b) {
+		if r > 0x7f && mgmt.IsControl(r) {
+			fmt.Fprintf(&out, "\\u%04x", r)
+			continue
+		}
+		out.WriteRune(r)
+	}
+	return out.Bytes()
 }
 
 // List prints a list of objects: JSON as is, or a table with cols.
@@ -100,16 +122,28 @@ func (p *printer) Object(v any) error {
 	sort.Strings(keys)
 	tw := tabwriter.NewWriter(p.w, 0, 0, 2, ' ', 0)
 	for _, k := range keys {
-		fmt.Fprintf(tw, "%s\t%s\n", k, format(obj[k]))
+		fmt.Fprintf(tw, "%s\t%s\n", printable(k), printable(format(obj[k])))
 	}
 	return tw.Flush()
 }
 
 func cell(obj map[string]any, c column) string {
 	if c.fn != nil {
-		return c.fn(obj)
+		return printable(c.fn(obj))
 	}
-	return format(lookup(obj, c.path))
+	return printable(format(lookup(obj, c.path)))
+}
+
+// printable is s as a table shows it: as is when every character is
+// printable, else quoted as Go quotes strings ("ep\x1b[2J", "a\u202eb"),
+// so no stored text (a record from before mgmt.CheckText, a worker's
+// message) can move the cursor, clear the screen, retitle the terminal or
+// reorder the line it is on.
+func printable(s string) string {
+	if strings.IndexFunc(s, func(r rune) bool { return !unicode.IsPrint(r) || mgmt.IsControl(r) }) < 0 {
+		return s
+	}
+	return strconv.Quote(s)
 }
 
 // lookup follows a dotted path; nil when any step is missing.

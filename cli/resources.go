@@ -503,7 +503,7 @@ func boundTo(obj map[string]any) string {
 	var out []string
 	for _, e := range list {
 		em, _ := e.(map[string]any)
-		out = append(out, fmt.Sprintf("%v (%v)", em["name"], em["id"]))
+		out = append(out, fmt.Sprintf("%s (%v)", printable(fmt.Sprint(em["name"])), em["id"]))
 	}
 	return strings.Join(out, ", ")
 }

@@ -188,14 +188,46 @@ func (s *Server) Handler() http.Handler { return s.router }
 // methods and its middleware: request deadlines, then panic recovery.
 func (s *Server) newRouter() *mux.Router {
 	r := mux.NewRouter()
-	r.NotFoundHandler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		writeErr(w, r, http.StatusNotFound, "no such route: "+r.Method+" "+r.URL.Path)
+	notAllowed := func(w http.ResponseWriter, req *http.Request, allow []string) {
+		w.Header().Set("Allow", strings.Join(allow, ", "))
+		writeErr(w, req, http.StatusMethodNotAllowed, "method "+req.Method+" not allowed on "+req.URL.Path+" (allowed: "+strings.Join(allow, ", ")+")")
+	}
+	// gorilla/mux reports a method mismatch inside a subrouter (/v1,
+	// /v2/…, the job API) as "not found": the path is tried again with
+	// each method, and a path some method matches answers 405.
+	r.NotFoundHandler = http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		if allow := allowedMethods(r, req); len(allow) > 0 {
+			notAllowed(w, req, allow)
+			return
+		}
+		writeErr(w, req, http.StatusNotFound, "no such route: "+req.Method+" "+req.URL.Path)
 	})
-	r.MethodNotAllowedHandler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		writeErr(w, r, http.StatusMethodNotAllowed, "method "+r.Method+" not allowed on "+r.URL.Path)
+	r.MethodNotAllowedHandler = http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		notAllowed(w, req, allowedMethods(r, req))
 	})
 	r.Use(s.recoverer)
 	return r
+}
+
+// routeMethods are the methods allowedMethods tries.
+var routeMethods = []string{http.MethodGet, http.MethodHead, http.MethodPost, http.MethodPut, http.MethodPatch, http.MethodDelete, http.MethodOptions}
+
+// allowedMethods are the methods of routeMethods with which req's path
+// matches a route of r (matching runs no handler).
+func allowedMethods(r *mux.Router, req *http.Request) []string {
+	var out []string
+	for _, m := range routeMethods {
+		if m == req.Method {
+			continue
+		}
+		probe := req.Clone(req.Context())
+		probe.Method = m
+		var match mux.RouteMatch
+		if r.Match(probe, &match) && match.MatchErr == nil {
+			out = append(out, m)
+		}
+	}
+	return out
 }
 
 func (s *Server) routes() {

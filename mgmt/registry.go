@@ -80,7 +80,7 @@ func checkCredential(in RegistryAuthInput) error {
 			return err
 		}
 	}
-	return nil
+	return CheckText("username", *in.Username, false)
 }
 
 // ListRegistryAuths lists them oldest first.

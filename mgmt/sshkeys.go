@@ -49,6 +49,9 @@ func (s *Service) SetSSHKeys(ctx context.Context, keys []string) ([]string, erro
 		if err := LimitSSHKeyLen.CheckLen(fmt.Sprintf("keys[%d]", i), k); err != nil {
 			return nil, reField(err, "keys")
 		}
+		if err := CheckText(fmt.Sprintf("keys[%d]", i), k, false); err != nil {
+			return nil, reField(err, "keys")
+		}
 		if !sshKeyRe.MatchString(k) {
 			return nil, invalid("keys", "keys[%d] is not an OpenSSH public key (\"ssh-ed25519 AAAA… comment\")", i)
 		}

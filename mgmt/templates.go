@@ -137,6 +137,9 @@ func ApplyTemplate(t *store.Template, in TemplateInput, create bool) error {
 		if err := LimitReadme.CheckLen("readme", *in.Readme); err != nil {
 			return err
 		}
+		if err := CheckText("readme", *in.Readme, true); err != nil {
+			return err
+		}
 		t.Readme = *in.Readme
 	}
 	if in.IsPublic != nil {

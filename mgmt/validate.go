@@ -62,6 +62,9 @@ func checkDataCenters(field string, ids []string, warn *[]string) error {
 // ids give warnings.
 func CheckGPUIDs(field string, ids []string) (warnings []string, err error) {
 	for _, id := range ids {
+		if err := CheckText(field, id, false); err != nil {
+			return nil, err
+		}
 		w, err := gpu.CheckID(id)
 		if err != nil {
 			return nil, invalid(field, "%s: %v", field, err)
@@ -148,6 +151,9 @@ func validatePortLabels(labels map[string]string, ports []string) error {
 		if strings.TrimSpace(name) == "" {
 			return invalid("portsConfig", "portsConfig: the label of port %s must not be empty", port)
 		}
+		if err := CheckText("portsConfig", name, false); err != nil {
+			return err
+		}
 		if len(name) > 64 {
 			return invalid("portsConfig", "portsConfig: the label of port %s must be at most 64 characters", port)
 		}
@@ -160,8 +166,11 @@ func validateEnv(env map[string]string) error {
 		return err
 	}
 	for k, v := range env {
-		if k == "" || strings.ContainsAny(k, "=\x00") {
-			return invalid("env", "env name %s is not a valid variable name", quote(ShortID(k)))
+		if k == "" || strings.ContainsAny(k, "=\x00") || strings.ContainsFunc(k, IsControl) {
+			return invalid("env", "env name %s is not a valid variable name", strconv.Quote(ShortID(k)))
+		}
+		if err := CheckText("env "+strconv.Quote(ShortID(k)), v, true); err != nil {
+			return reField(err, "env")
 		}
 		if err := LimitEnvName.CheckLen("env name "+quote(ShortID(k)), k); err != nil {
 			return reField(err, "env")
@@ -181,19 +190,55 @@ func reField(err error, field string) error {
 	return err
 }
 
-// checkName checks a resource's name: not blank, at most LimitName.
+// IsControl reports whether r is a character no text field may hold: C0
+// controls (U+0000–001F), DEL, C1 controls (U+0080–009F) and the
+// bidirectional embeddings, overrides and isolates (U+202A–202E,
+// U+2066–2069), which make a terminal or a page show other text than is
+// stored (escape sequences, "Trojan Source" reordering).
+func IsControl(r rune) bool {
+	return r < 0x20 || (r >= 0x7f && r <= 0x9f) || (r >= 0x202a && r <= 0x202e) || (r >= 0x2066 && r <= 0x2069)
+}
+
+// CheckText is the one rule of free text: s, the value of field, must
+// not hold a control character (IsControl). A multiline field (a readme,
+// a command's words, an environment value) may hold tabs and line breaks;
+// a one-line field (names, imageName, paths, labels) may not.
+func CheckText(field, s string, multiline bool) error {
+	for i, r := range s {
+		if multiline && (r == '\t' || r == '\n' || r == '\r') {
+			continue
+		}
+		if IsControl(r) {
+			what := "one line of printable text"
+			if multiline {
+				what = "printable text (tabs and line breaks allowed)"
+			}
+			return invalid(field, "%s holds a control character (%U at byte %d): it must be %s", field, r, i, what)
+		}
+	}
+	return nil
+}
+
+// checkName checks a resource's name: not blank, at most LimitName, one
+// line of text.
 func checkName(name string) error {
 	if strings.TrimSpace(name) == "" {
 		return invalid("name", "name must not be empty")
 	}
+	if err := CheckText("name", name, false); err != nil {
+		return err
+	}
 	return LimitName.CheckLen("name", name)
 }
 
-// checkImage checks an image reference's length (Docker judges the rest
-// when it pulls).
+// checkImage checks an image reference's length and text (Docker judges
+// the rest when it pulls).
 func checkImage(image string) error {
 	if strings.TrimSpace(image) == "" {
 		return invalid("imageName", "imageName must not be empty")
+	}
+	if err := CheckText("imageName", image, false); err != nil {
+		return err
 	}
 	return LimitImage.CheckLen("imageName", image)
 }
@@ -205,6 +250,9 @@ func checkCmd(field string, words []string) error {
 	}
 	n := 0
 	for _, w := range words {
+		if err := CheckText(field, w, true); err != nil {
+			return err
+		}
 		n += len(w)
 	}
 	if int64(n) > LimitCmdChars.Max {
@@ -222,8 +270,8 @@ func checkID(field, id string) error {
 	if len(id) > int(LimitID.Max) {
 		return invalid(field, "%s %s is not an id: ids are at most %d characters", field, quote(ShortID(id)), LimitID.Max)
 	}
-	if strings.ContainsFunc(id, func(r rune) bool { return r < 0x20 || r == 0x7f }) {
-		return invalid(field, "%s %s holds a control character", field, quote(ShortID(id)))
+	if strings.ContainsFunc(id, IsControl) {
+		return invalid(field, "%s %s holds a control character", field, strconv.Quote(ShortID(id)))
 	}
 	return nil
 }
@@ -397,6 +445,9 @@ func applyDisks(disk, volume *int, mount *string, toDisk, toVolume *int, toMount
 	}
 	if mount != nil {
 		if err := LimitMountPath.CheckLen("volumeMountPath", *mount); err != nil {
+			return err
+		}
+		if err := CheckText("volumeMountPath", *mount, false); err != nil {
 			return err
 		}
 		if !path.IsAbs(*mount) {
