@@ -29,15 +29,23 @@ var ErrWebhookForbidden = errors.New("webhook address not allowed")
 // WebhookPolicy configures a WebhookGuard. The zero value is the default
 // policy: no loopback, link-local (169.254.0.0/16 with the cloud metadata
 // address, fe80::/10), unspecified, multicast or broadcast addresses, no
-// known cloud metadata addresses, and never Berth's own listeners. Private
-// ranges (10/8, 172.16/12, 192.168/16, fc00::/7, 100.64/10) and public
-// addresses are allowed: a homelab's webhook receiver is usually on the LAN.
+// known cloud metadata addresses, none of the host's own addresses (every
+// interface's: the Docker bridge's 172.17.0.1, the LAN address — a service
+// listening on 0.0.0.0 is as reachable there as on loopback), and never
+// Berth's own listeners. Other private addresses (10/8, 172.16/12,
+// 192.168/16, fc00::/7, 100.64/10) and public addresses are allowed: a
+// homelab's webhook receiver is usually on the LAN.
 type WebhookPolicy struct {
 	// Allow opens addresses the defaults forbid: CIDRs ("127.0.0.0/8"),
-	// single addresses ("::1") or host names ("receiver.lan", matched
-	// against the URL's host as written, whatever it resolves to). Berth's
-	// own listeners stay forbidden.
+	// single addresses ("::1", "172.17.0.1") or host names ("receiver.lan",
+	// matched against the URL's host as written, whatever it resolves
+	// to). Berth's own listeners stay forbidden.
 	Allow []string
+	// HostAddrs lists the host's own addresses [every interface's, from
+	// net.InterfaceAddrs, read again when older than hostAddrsTTL, so an
+	// interface that comes up later (a new Docker network) is covered];
+	// tests stub it.
+	HostAddrs func() ([]netip.Addr, error)
 	// Lookup resolves a host name [net.DefaultResolver.LookupNetIP]; tests
 	// stub it.
 	Lookup func(ctx context.Context, host string) ([]netip.Addr, error)
@@ -183,11 +191,57 @@ type WebhookGuard struct {
 
 	mu  sync.RWMutex
 	own map[netip.AddrPort]bool
+
+	hostAddrs func() ([]netip.Addr, error)
+	hostMu    sync.Mutex
+	host      map[netip.Addr]bool // the host's addresses, as last read
+	hostRead  time.Time
+}
+
+// hostAddrsTTL is how long the host's addresses are used before they are
+// read again (net.InterfaceAddrs costs a netlink dump).
+const hostAddrsTTL = time.Second
+
+// InterfaceAddrs is every address of the host's interfaces, without zones.
+func InterfaceAddrs() ([]netip.Addr, error) {
+	addrs, err := net.InterfaceAddrs()
+	if err != nil {
+		return nil, err
+	}
+	var out []netip.Addr
+	for _, a := range addrs {
+		if n, ok := a.(*net.IPNet); ok {
+			if ip, ok := netip.AddrFromSlice(n.IP); ok {
+				out = append(out, ip.WithZone("").Unmap())
+			}
+		}
+	}
+	return out, nil
+}
+
+// isHostAddr reports whether a is one of the host's own addresses. When
+// they cannot be read, the last list read stays in use.
+func (g *WebhookGuard) isHostAddr(a netip.Addr) bool {
+	g.hostMu.Lock()
+	defer g.hostMu.Unlock()
+	if now := time.Now(); g.host == nil || now.Sub(g.hostRead) > hostAddrsTTL {
+		if addrs, err := g.hostAddrs(); err == nil || g.host == nil {
+			g.host = make(map[netip.Addr]bool, len(addrs))
+			for _, h := range addrs {
+				g.host[h.WithZone("").Unmap()] = true
+			}
+		}
+		g.hostRead = now
+	}
+	return g.host[a]
 }
 
 // NewWebhookGuard checks p and returns its guard.
 func NewWebhookGuard(p WebhookPolicy) (*WebhookGuard, error) {
-	g := &WebhookGuard{allowHosts: map[string]bool{}, own: map[netip.AddrPort]bool{}, lookup: p.Lookup, dial: p.Dial}
+	g := &WebhookGuard{allowHosts: map[string]bool{}, own: map[netip.AddrPort]bool{}, lookup: p.Lookup, dial: p.Dial, hostAddrs: p.HostAddrs}
+	if g.hostAddrs == nil {
+		g.hostAddrs = InterfaceAddrs
+	}
 	for _, e := range p.Allow {
 		pre, host, err := parseAllow(e)
 		if err != nil {
@@ -220,13 +274,9 @@ func (g *WebhookGuard) DenyListener(addr net.Addr) {
 	}
 	ips := []netip.Addr{ap.Addr().WithZone("").Unmap()}
 	if ap.Addr().IsUnspecified() {
-		if addrs, err := net.InterfaceAddrs(); err == nil {
+		if addrs, err := g.hostAddrs(); err == nil {
 			for _, a := range addrs {
-				if n, ok := a.(*net.IPNet); ok {
-					if ip, ok := netip.AddrFromSlice(n.IP); ok {
-						ips = append(ips, ip.WithZone("").Unmap())
-					}
-				}
+				ips = append(ips, a.WithZone("").Unmap())
 			}
 		}
 	}
@@ -277,6 +327,9 @@ func (g *WebhookGuard) judge(a netip.Addr) error {
 		if f.prefix.Contains(a) {
 			return errors.New(f.why)
 		}
+	}
+	if g.isHostAddr(a) {
+		return errors.New("this host's own address")
 	}
 	return nil
 }

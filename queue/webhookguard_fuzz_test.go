@@ -22,6 +22,18 @@ import (
 // `--addr 0.0.0.0:8080` gives.
 var fuzzOwn = []string{"127.0.0.1:8080", "[::1]:8080", "192.168.1.10:8080"}
 
+// The host's own addresses in the fuzz target: loopback, the LAN address,
+// the Docker bridge and a ULA.
+var fuzzHost = []string{"127.0.0.1", "::1", "192.168.1.10", "172.17.0.1", "fd12:3456::10"}
+
+func fuzzHostAddrs() ([]netip.Addr, error) {
+	var out []netip.Addr
+	for _, h := range fuzzHost {
+		out = append(out, netip.MustParseAddr(h))
+	}
+	return out, nil
+}
+
 // FuzzWebhookPolicy: whatever the webhook URL, the chain of redirects its
 // receivers answer and the addresses its names resolve to, the webhook
 // client never dials a forbidden address — judged by an oracle written
@@ -53,6 +65,9 @@ func FuzzWebhookPolicy(f *testing.F) {
 		{"http://[::]:8080/", "", "0.0.0.0"},
 		{"http://[ff02::1%25lo]/", "", ""},
 		{"http://hooks.example/", "http://[::1%25lo]:8080\nhttp://[::1%25lo]:8080", "64:ff9b::7f00:1,2002:c000:207::"},
+		{"http://172.17.0.1:2375/", "", ""},
+		{"http://hooks.example/", "http://[::ffff:172.17.0.1]:9000/\nhttp://[64:ff9b::c0a8:10a]/", "192.168.1.10,fd12:3456::10"},
+		{"http://[fd12:3456::10%25eth0]:22/", "", ""},
 	} {
 		f.Add(seed[0], seed[1], seed[2])
 	}
@@ -81,8 +96,9 @@ func FuzzWebhookPolicy(f *testing.F) {
 			var next atomic.Int32 // the next hop of the chain to answer
 			var wg sync.WaitGroup
 			g, err := queue.NewWebhookGuard(queue.WebhookPolicy{
-				Allow:  allow,
-				Lookup: func(context.Context, string) ([]netip.Addr, error) { return dns, nil },
+				Allow:     allow,
+				HostAddrs: fuzzHostAddrs,
+				Lookup:    func(context.Context, string) ([]netip.Addr, error) { return dns, nil },
 				Dial: func(_ context.Context, _, addr string) (net.Conn, error) {
 					if why := oracleForbidden(addr, allowLoopback); why != "" {
 						// Errorf, not Fatalf: this is the transport's goroutine.
@@ -192,6 +208,11 @@ func oracleForbidden(addr string, allowLoopback bool) string {
 		case a.Equal(net.ParseIP("100.100.100.200")), a.Equal(net.ParseIP("fd00:ec2::254")):
 			return "a metadata service"
 		}
+		for _, h := range fuzzHost {
+			if ip := net.ParseIP(h); ip.Equal(a) && !ip.IsLoopback() {
+				return "the host's own address (as " + a.String() + ")"
+			}
+		}
 	}
 	return ""
 }
@@ -258,7 +279,8 @@ func TestFuzzWebhookOracle(t *testing.T) {
 		"127.0.0.1:80": true, "[::1%lo]:80": true, "[64:ff9b:1::7f00:1]:80": true, "[2002:a9fe:a9fe::]:80": true,
 		"[2001:0:4136:e378:8000:63bf:80ff:fffe]:80": true, "[2001:db8::200:5efe:7f00:1]:80": true, "192.168.1.10:8080": true,
 		"hooks.example:80": true, "[fe80::1%eth0]:80": true, "100.100.100.200:80": true,
-		"203.0.113.7:443": false, "192.168.1.10:80": false, "[2001:db8::1]:80": false, "[64:ff9b::c000:207]:80": false,
+		"192.168.1.10:80": true, "172.17.0.1:2375": true, "[::ffff:172.17.0.1]:80": true, "[fd12:3456::10]:80": true,
+		"203.0.113.7:443": false, "192.168.1.20:80": false, "172.17.0.2:80": false, "[2001:db8::1]:80": false, "[64:ff9b::c000:207]:80": false,
 	} {
 		if got := oracleForbidden(addr, false) != ""; got != want {
 			t.Errorf("oracle(%s) forbidden=%v, want %v", addr, got, want)

@@ -91,9 +91,22 @@ func TestWebhookPolicyDecisions(t *testing.T) {
 		{[]string{"169.254.7.0/24"}, "x", "169.254.169.254", 80, "metadata"},
 		{[]string{"hooks.local"}, "Hooks.Local.", "127.0.0.1", 80, ""},
 		{[]string{"hooks.local"}, "other.local", "127.0.0.1", 80, "loopback"},
+		// The host's own addresses (testHostAddrs) are as good as
+		// loopback: every service listening on 0.0.0.0 answers there.
+		{nil, "docker", "172.17.0.1", 2375, "this host's own address"},
+		{nil, "lan", "192.168.1.10", 8080, "this host's own address"},
+		{nil, "x", "::ffff:172.17.0.1", 80, "this host's own address"},
+		{nil, "x", "64:ff9b::ac11:1", 80, "this host's own address"}, // NAT64 of 172.17.0.1
+		{nil, "x", "2002:c0a8:10a::", 80, "this host's own address"}, // 6to4 of 192.168.1.10
+		{nil, "x", "fd12:3456::10%eth0", 22, "this host's own address"},
+		{nil, "x", "172.17.0.2", 80, ""}, // a container on the bridge is not the host
+		{[]string{"172.17.0.1"}, "x", "172.17.0.1", 2375, ""},
+		{[]string{"192.168.1.0/24"}, "x", "192.168.1.10", 80, ""},
+		{[]string{"hooks.lan"}, "hooks.lan", "192.168.1.10", 80, ""},
+		{[]string{"127.0.0.0/8", "::1"}, "x", "172.17.0.1", 80, "this host's own address"},
 	} {
 		t.Run(fmt.Sprintf("%v %s %s", tc.allow, tc.host, tc.ip), func(t *testing.T) {
-			g, err := queue.NewWebhookGuard(queue.WebhookPolicy{Allow: tc.allow})
+			g, err := queue.NewWebhookGuard(queue.WebhookPolicy{Allow: tc.allow, HostAddrs: testHostAddrs})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -122,6 +135,57 @@ func TestParseWebhookAllow(t *testing.T) {
 
 // net is a fake network for the guard: names resolve through a table that
 // can change between lookups (DNS rebinding), and only addresses in the
+// testHostAddrs are a host's addresses: loopback, the LAN, the Docker
+// bridge and a ULA (none of them this machine's, none ever dialled).
+func testHostAddrs() ([]netip.Addr, error) {
+	var out []netip.Addr
+	for _, a := range []string{"127.0.0.1", "::1", "192.168.1.10", "172.17.0.1", "fd12:3456::10"} {
+		out = append(out, netip.MustParseAddr(a))
+	}
+	return out, nil
+}
+
+// A name resolving to the host's own address is refused before any
+// connection is made, even when its resolution changes to it between a
+// first allowed delivery and the next; --webhook-allow naming the address
+// lets it through.
+func TestWebhookToTheHostsOwnAddressNeverDialled(t *testing.T) {
+	recv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))
+	defer recv.Close()
+	for _, tc := range []struct {
+		allow []string
+		dials string // the dials made, in order
+	}{
+		{nil, "192.168.1.20:80"},
+		{[]string{"172.17.0.1"}, "192.168.1.20:80,172.17.0.1:80"},
+	} {
+		n := &fakeNet{
+			names:  map[string][]string{"hooks.lan": {"192.168.1.20", "172.17.0.1"}},
+			routes: map[string]string{"192.168.1.20:80": hostPort(t, recv), "172.17.0.1:80": hostPort(t, recv)},
+		}
+		p := n.policy(tc.allow...)
+		p.HostAddrs = testHostAddrs
+		g, err := queue.NewWebhookGuard(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c := g.Client(5 * time.Second)
+		for i, wantErr := range []bool{false, tc.allow == nil} {
+			res, err := c.Post("http://hooks.lan/hook", "application/json", strings.NewReader(`{}`))
+			if err == nil {
+				res.Body.Close()
+			}
+			if (err != nil) != wantErr || (wantErr && (!errors.Is(err, queue.ErrWebhookForbidden) || !strings.Contains(err.Error(), "this host's own address"))) {
+				t.Errorf("allow %v, delivery %d: %v, want refused=%v as the host's own address", tc.allow, i, err, wantErr)
+			}
+			c.CloseIdleConnections()
+		}
+		if d := strings.Join(n.dials(), ","); d != tc.dials {
+			t.Errorf("allow %v: dialled %q, want %q", tc.allow, d, tc.dials)
+		}
+	}
+}
+
 // routes table connect (to a real httptest server); every dial is recorded.
 type fakeNet struct {
 	mu     sync.Mutex
@@ -132,7 +196,8 @@ type fakeNet struct {
 
 func (n *fakeNet) policy(allow ...string) queue.WebhookPolicy {
 	return queue.WebhookPolicy{
-		Allow: allow,
+		Allow:     allow,
+		HostAddrs: func() ([]netip.Addr, error) { return []netip.Addr{netip.MustParseAddr("127.0.0.1")}, nil },
 		Lookup: func(_ context.Context, host string) ([]netip.Addr, error) {
 			n.mu.Lock()
 			defer n.mu.Unlock()
