@@ -99,6 +99,7 @@ func serveConfig(o cli.ServeOptions) app.Config {
 	// runtime.Config's zero means the default and negative never;
 	// ServeOptions' zero means never.
 	c.Runtime.FlashMaxFrozen, c.Runtime.FlashMinMemAvailable = o.FlashMaxFrozen, int64(o.FlashMinMemMiB)<<20
+	c.Runtime.VCPUsPerGPU, c.Runtime.MemoryGiBPerGPU = o.WorkerVCPUsPerGPU, o.WorkerMemoryGiBPerGPU
 	if c.Runtime.FlashMaxFrozen <= 0 {
 		c.Runtime.FlashMaxFrozen = -1
 	}

@@ -233,6 +233,9 @@ default socket). Every flag has an environment variable (in brackets).`,
 			default:
 				return usageErr("--service-type must be NodePort, LoadBalancer or ClusterIP, got %q", o.ServiceType)
 			}
+			if o.WorkerVCPUsPerGPU < 0 || o.WorkerMemoryGiBPerGPU < 0 {
+				return usageErr("--worker-vcpus-per-gpu and --worker-memory-per-gpu must be 0 (the default rule) or more, got %d and %d", o.WorkerVCPUsPerGPU, o.WorkerMemoryGiBPerGPU)
+			}
 			allow, err := queue.ParseWebhookAllow(webhookAllow)
 			if err != nil {
 				return usageErr("%v", err)
@@ -258,6 +261,8 @@ default socket). Every flag has an environment variable (in brackets).`,
 	f.StringVar(&webhookAllow, "webhook-allow", env("BERTH_WEBHOOK_ALLOW", ""), "comma-separated CIDRs, addresses or host names webhooks may reach although the default policy forbids them (loopback, link-local, metadata) [BERTH_WEBHOOK_ALLOW]")
 	f.DurationVar(&o.FlashMaxFrozen, "flashboot-max-frozen", envDur("BERTH_FLASHBOOT_MAX_FROZEN", time.Hour), "flashboot: a frozen (paused) idle worker is stopped after this long; 0 never [BERTH_FLASHBOOT_MAX_FROZEN]")
 	f.IntVar(&o.FlashMinMemMiB, "flashboot-min-memory", envInt("BERTH_FLASHBOOT_MIN_MEMORY", 512), "flashboot: while the host has less than this many MiB available (MemAvailable), frozen workers are stopped, least recently used first; 0 never [BERTH_FLASHBOOT_MIN_MEMORY]")
+	f.IntVar(&o.WorkerVCPUsPerGPU, "worker-vcpus-per-gpu", envInt("BERTH_WORKER_VCPUS_PER_GPU", 0), "vCPUs a GPU worker requests per GPU (Kubernetes schedules by it); 0: 2 [BERTH_WORKER_VCPUS_PER_GPU]")
+	f.IntVar(&o.WorkerMemoryGiBPerGPU, "worker-memory-per-gpu", envInt("BERTH_WORKER_MEMORY_PER_GPU", 0), "GiB of memory a GPU worker requests per GPU (Kubernetes schedules by it; /dev/shm is half a worker's memory); 0: half the GPU's memory, at least 8 [BERTH_WORKER_MEMORY_PER_GPU]")
 	f.StringVar(&o.Runtime, "runtime", env("BERTH_RUNTIME", "docker"), "where workers and pods run: docker (containers of the local daemon) or kubernetes (Pods of --namespace) [BERTH_RUNTIME]")
 	f.StringVar(&o.Kubeconfig, "kubeconfig", env("KUBECONFIG", ""), "kubernetes: the kubeconfig file; empty: the in-cluster service account when Berth runs in a Pod, else ~/.kube/config [KUBECONFIG]")
 	f.StringVar(&o.Namespace, "namespace", env("BERTH_NAMESPACE", ""), "kubernetes: the namespace of Berth's Pods, Services, Secrets and volume claims; empty: the kubeconfig's (in a Pod: its own) [BERTH_NAMESPACE]")

@@ -226,6 +226,10 @@ type ServeOptions struct {
 	// available (0: never). See docs/flashboot.md.
 	FlashMaxFrozen time.Duration
 	FlashMinMemMiB int
+	// What a GPU worker asks for per GPU beside it (runtime.Config's
+	// VCPUsPerGPU, MemoryGiBPerGPU; 0: the per-type rule).
+	WorkerVCPUsPerGPU     int
+	WorkerMemoryGiBPerGPU int
 	// Apply is a declarative file (package apply) made true once Berth
 	// runs, before it reports ready; ApplyPrune deletes what it does not
 	// name.

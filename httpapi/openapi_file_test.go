@@ -125,6 +125,7 @@ var v1Limits = map[string]mgmt.Limit{
 	"containerDiskInGb": mgmt.LimitContainerDisk,
 	// volumeInGb: 0 (none) or LimitPodVolume.
 	"volumeInGb":   {Min: 0, Max: mgmt.LimitPodVolume.Max},
+	"shmSizeInMb":  {Min: 0, Max: mgmt.LimitShmSize.Max}, // 0: the rule
 	"minRAMPerGPU": mgmt.LimitMinRAMPerGPU, "minVCPUPerGPU": mgmt.LimitMinVCPUPerGPU, "minDownloadMbps": mgmt.LimitBandwidth,
 	"minUploadMbps": mgmt.LimitBandwidth, "minDiskBandwidthMBps": mgmt.LimitBandwidth, "size": mgmt.LimitVolumeSize,
 }

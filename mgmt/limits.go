@@ -51,7 +51,10 @@ var (
 	// Network volumes: v2.json's range (v1.json says 0-4000; v2 is
 	// RunPod's current API, and its 10 GB floor is upstream's).
 	LimitVolumeSize = Limit{"size", 10, 4096, "GB", "v2.json CreateNetworkVolumeRequest.size"}
-	LimitGPUCount   = Limit{"gpuCount", 1, 16, "GPUs", "v1.json/v2.json minimum 1"}
+	// A worker's /dev/shm (Berth's field): 0 (the rule) or 64 MiB, Docker's
+	// default, up to 1 TiB.
+	LimitShmSize  = Limit{"shmSizeInMb", 64, 1 << 20, "MB", ""}
+	LimitGPUCount = Limit{"gpuCount", 1, 16, "GPUs", "v1.json/v2.json minimum 1"}
 	// vCPUs of a CPU pod or endpoint: v2.json's minimum 2, and a power of
 	// two (its text); beside GPUs any count from 1.
 	LimitVCPUs       = Limit{"vcpuCount", 2, 256, "vCPUs", "v2.json CpuConfig.vcpuCount minimum 2, a power of two"}
@@ -88,7 +91,7 @@ var (
 // AllLimits is the table, for documents and tests.
 var AllLimits = []Limit{
 	LimitName, LimitImage, LimitCmdWords, LimitCmdChars, LimitEnvEntries, LimitEnvName, LimitEnvValue, LimitPorts,
-	LimitReadme, LimitMountPath, LimitContainerDisk, LimitPodVolume, LimitVolumeSize, LimitGPUCount, LimitVCPUs, LimitVCPUsBeside,
+	LimitReadme, LimitMountPath, LimitContainerDisk, LimitPodVolume, LimitVolumeSize, LimitShmSize, LimitGPUCount, LimitVCPUs, LimitVCPUsBeside,
 	LimitWorkersMin, LimitWorkersMax, LimitIdleTimeout, LimitQueueDelay, LimitRequestCount, LimitExecTimeout,
 	LimitGPUIDs, LimitDataCenters, LimitVolumeIDs, LimitInstanceIDs, LimitCudaVersions, LimitCountryCodes, LimitID,
 	LimitMinRAMPerGPU, LimitMinVCPUPerGPU, LimitBandwidth, LimitRegistryUser, LimitRegistryPassword,

@@ -36,6 +36,9 @@ type TemplateInput struct {
 	StartSSH            *bool    // REST v2
 	StartJupyter        *bool    // REST v2
 	AllowedCudaVersions []string // REST v2; nil: not given, [] clears
+	// ShmSizeInMb is Berth's: the workers' /dev/shm in MiB, 0 for the
+	// rule (runtime.ShmMiB).
+	ShmSizeInMb *int
 }
 
 // templateIDRe is the shape of a template id: 10 lowercase alphanumerics,
@@ -94,6 +97,14 @@ func ApplyTemplate(t *store.Template, in TemplateInput, create bool) error {
 	}
 	if err := applyDisks(in.ContainerDiskInGb, in.VolumeInGb, in.VolumeMountPath, &t.ContainerDiskInGb, &t.VolumeInGb, &t.VolumeMountPath); err != nil {
 		return err
+	}
+	if in.ShmSizeInMb != nil && *in.ShmSizeInMb != 0 {
+		if err := LimitShmSize.Check(int64(*in.ShmSizeInMb)); err != nil {
+			return invalid("shmSizeInMb", "shmSizeInMb must be 0 (half the worker's memory) or %s, got %d", LimitShmSize.Range(), *in.ShmSizeInMb)
+		}
+	}
+	if in.ShmSizeInMb != nil {
+		t.ShmSizeInMb = *in.ShmSizeInMb
 	}
 	if in.DockerEntrypoint != nil {
 		if err := checkCmd("dockerEntrypoint", in.DockerEntrypoint); err != nil {

@@ -135,6 +135,12 @@ type Spec struct {
 	// a cluster schedules by them, Docker does not limit them.
 	VCPUs     int
 	MemoryMiB int
+	// ShmMiB sizes its /dev/shm (0: the backend's default, 64 MiB).
+	ShmMiB int
+	// SecretEnv names the Env entries that are credentials (the worker's
+	// API key): a backend that can keeps them out of the instance's
+	// visible spec (Kubernetes: a Secret owned by the Pod).
+	SecretEnv []string
 	// ContainerDiskGB caps the container's writable layer where the
 	// backend can (Created.Warning says when it cannot).
 	ContainerDiskGB int

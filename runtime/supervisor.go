@@ -55,6 +55,12 @@ type Config struct {
 	// app, wires it to worker.PlatformEnv). nil uses DefaultWorkerEnv.
 	WorkerEnv func(base, endpointID, workerID, key string) map[string]string
 
+	// VCPUsPerGPU and MemoryGiBPerGPU are what a GPU worker asks for per
+	// GPU beside it [0: the rule of resources.go — 2 vCPUs; half the
+	// GPU's memory, at least 8 GiB].
+	VCPUsPerGPU     int
+	MemoryGiBPerGPU int
+
 	// Credentials returns the registry login of a template's or pod's
 	// containerRegistryAuthId. Optional: without it pulls are anonymous.
 	Credentials func(authID string) (*RegistryAuth, error)

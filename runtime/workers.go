@@ -853,6 +853,11 @@ func (s *Supervisor) workerSpec(ws *workerState, ep store.Endpoint, tmpl store.T
 		spec.Mounts = append(spec.Mounts, Mount{Kind: MountNetwork, ID: ep.NetworkVolumeID, Target: "/runpod-volume"})
 	}
 	spec.VCPUs, spec.MemoryMiB = cpuRequest(ep)
+	if len(ws.devices) > 0 {
+		spec.VCPUs, spec.MemoryMiB = gpuRequest(ws.devices, s.cfg.VCPUsPerGPU, s.cfg.MemoryGiBPerGPU)
+	}
+	spec.ShmMiB = ShmMiB(spec.MemoryMiB, tmpl.ShmSizeInMb)
+	spec.SecretEnv = []string{worker.EnvAPIKey}
 	return spec
 }
 
@@ -908,11 +913,16 @@ func specKey(ep store.Endpoint, t store.Template) string {
 		}
 		return m
 	}
-	b, _ := json.Marshal([]any{
+	parts := []any{
 		t.ImageName, norm(t.DockerEntrypoint), norm(t.DockerStartCmd), normMap(t.Env), normMap(ep.Env),
 		strings.ToUpper(ep.ComputeType), norm(ep.GPUTypeIDs), max(ep.GPUCount, 1), ep.NetworkVolumeID,
 		t.ContainerDiskInGb, t.ContainerRegistryAuthID,
-	})
+	}
+	if t.ShmSizeInMb != 0 {
+		// Only when set, so workers made before the field keep their key.
+		parts = append(parts, t.ShmSizeInMb)
+	}
+	b, _ := json.Marshal(parts)
 	sum := sha256.Sum256(b)
 	return hex.EncodeToString(sum[:6])
 }

@@ -26,6 +26,9 @@ type Template struct {
 	// PortLabels names ports for people (port number → label), as
 	// RunPod's portsConfig does; set through GraphQL.
 	PortLabels map[string]string `json:"portLabels,omitempty"`
+	// ShmSizeInMb (Berth's) sizes the /dev/shm of the template's workers
+	// in MiB; 0: the rule (half the worker's memory, 1-32 GiB).
+	ShmSizeInMb int `json:"shmSizeInMb,omitempty"`
 	// StartSSH and StartJupyter (REST v2): pods made from the template get
 	// PUBLIC_KEY (the account's SSH keys) and a JUPYTER_PASSWORD.
 	StartSSH     bool `json:"startSsh,omitempty"`

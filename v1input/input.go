@@ -30,6 +30,8 @@ type TemplateInput struct {
 	IsPublic                *bool             `json:"isPublic"`
 	IsServerless            *bool             `json:"isServerless"`
 	ContainerRegistryAuthID *string           `json:"containerRegistryAuthId"`
+	// ShmSizeInMb is Berth's: the workers' /dev/shm in MiB (0: the rule).
+	ShmSizeInMb *int `json:"shmSizeInMb"`
 }
 
 // Mgmt is the input in mgmt's terms.
@@ -39,6 +41,7 @@ func (in TemplateInput) Mgmt() mgmt.TemplateInput {
 		VolumeInGb: in.VolumeInGb, VolumeMountPath: in.VolumeMountPath, DockerEntrypoint: in.DockerEntrypoint,
 		DockerStartCmd: in.DockerStartCmd, Env: in.Env, Ports: in.Ports.list(), Readme: in.Readme,
 		IsPublic: in.IsPublic, IsServerless: in.IsServerless, ContainerRegistryAuthID: in.ContainerRegistryAuthID,
+		ShmSizeInMb: in.ShmSizeInMb,
 	}
 }
 

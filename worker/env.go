@@ -2,6 +2,9 @@ package worker
 
 import "strconv"
 
+// EnvAPIKey is the variable holding the worker's API key.
+const EnvAPIKey = "RUNPOD_AI_API_KEY"
+
 // PlatformEnv is the environment a platform gives one worker: the URL
 // templates exactly as runpod-python substitutes them ($ID is the job id;
 // each template already holds a '?', since the SDK appends '&…'), the
@@ -14,7 +17,7 @@ func PlatformEnv(base, endpointID, workerID, key string, pingMs int64) map[strin
 		"RUNPOD_WEBHOOK_POST_OUTPUT":     ep + "/job-done/" + workerID + "/$ID?gpu=",
 		"RUNPOD_WEBHOOK_POST_STREAM":     ep + "/job-stream/" + workerID + "/$ID?gpu=",
 		"RUNPOD_WEBHOOK_PING":            ep + "/ping/" + workerID,
-		"RUNPOD_AI_API_KEY":              key,
+		EnvAPIKey:                        key,
 		"RUNPOD_POD_ID":                  workerID,
 		"RUNPOD_ENDPOINT_ID":             endpointID,
 		"RUNPOD_PING_INTERVAL":           strconv.FormatInt(pingMs, 10),

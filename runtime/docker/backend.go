@@ -116,6 +116,7 @@ func (b *Backend) containerSpec(spec runtime.Spec) (ContainerSpec, error) {
 		Name: spec.Name, Image: spec.Image, Env: envList(spec.Env), Labels: maps.Clone(spec.Labels),
 		Ports: spec.Ports, PublishPorts: spec.Publish && len(spec.Ports) > 0, ContainerDiskGB: spec.ContainerDiskGB,
 		ExtraHosts: b.cfg.ExtraHosts, NetworkMode: b.cfg.NetworkMode, StopTimeout: spec.StopGrace,
+		ShmSize: int64(spec.ShmMiB) << 20,
 		// docker-init as PID 1: signals reach programs that do not handle
 		// them as PID 1 (python) and zombies are reaped.
 		Init:     true,

@@ -56,6 +56,8 @@ type ContainerSpec struct {
 	ExtraHosts  []string // e.g. host.docker.internal:host-gateway
 	NetworkMode string   // "" = daemon default (bridge)
 	Memory      int64    // bytes; 0 = unlimited
+	// ShmSize sizes /dev/shm in bytes [0: Docker's 64 MiB].
+	ShmSize int64
 	// StopTimeout is the container's default grace on stop (whole seconds).
 	StopTimeout time.Duration
 	// Init runs docker-init as PID 1 so signals reach programs that do not
@@ -366,6 +368,7 @@ func buildConfig(spec ContainerSpec) (*container.Config, *container.HostConfig, 
 		NetworkMode: container.NetworkMode(spec.NetworkMode),
 	}
 	hc.Resources.Memory = spec.Memory
+	hc.ShmSize = spec.ShmSize
 	if spec.Init {
 		on := true
 		hc.Init = &on

@@ -19,6 +19,11 @@
 //	{"big_output_bytes": N}     output a string of N bytes ("xxx...")
 //	{"env": "NAME"}             output the value of env var NAME (null if unset)
 //	{"read_file": "/path"}      output the file's contents as a string
+//	{"shm_write_bytes": N}      output {"shmBytes": size of /dev/shm,
+//	                            "wroteBytes": N} after writing N bytes to a
+//	                            file mapped from /dev/shm as PyTorch's shared
+//	                            tensors are (a too small /dev/shm is a SIGBUS:
+//	                            the worker dies, as PyTorch's DataLoader does)
 //	{"stop_pod": true}          add "refresh_worker": true to the returned map so
 //	                            the result carries "stopPod": true; a non-object
 //	                            output X is wrapped as {"value": X}
@@ -64,6 +69,7 @@ type input struct {
 	BigOutputBytes *int              `json:"big_output_bytes"`
 	Env            *string           `json:"env"`
 	ReadFile       *string           `json:"read_file"`
+	ShmWriteBytes  *int64            `json:"shm_write_bytes"`
 	StopPod        bool              `json:"stop_pod"`
 }
 
@@ -172,6 +178,12 @@ func handle(ctx context.Context, job *worker.Job) (any, error) {
 			return nil, err
 		}
 		out = string(b)
+	case in.ShmWriteBytes != nil:
+		size, err := shmWrite(*in.ShmWriteBytes)
+		if err != nil {
+			return nil, err
+		}
+		out = map[string]any{"shmBytes": size, "wroteBytes": *in.ShmWriteBytes}
 	}
 	if in.StopPod {
 		m, ok := out.(map[string]any)
