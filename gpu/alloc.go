@@ -38,6 +38,13 @@ type Allocator struct {
 	byUUID map[string]int // UUID -> position in devs
 	types  []string       // distinct TypeIDs, by lowest index
 	sample []Device       // sample[i] is a device of types[i]
+
+	// A cluster's accounting (SetCluster); cluster is false on a machine.
+	cluster  bool
+	uses     []Use                   // the cluster's last word
+	reported map[string]bool         // holders its uses name
+	prov     map[string]*provisional // given by Allocate or Restore, not in uses yet
+	seq      int64
 }
 
 // NewAllocator tracks devs, all free. The slice is copied.
@@ -116,6 +123,7 @@ func (a *Allocator) Allocate(holder string, typeIDs []string, count int) ([]Devi
 				a.holder[pos] = holder
 				out[i] = a.devs[pos]
 			}
+			a.remember(holder, t, out)
 			return out, nil
 		}
 	}
@@ -149,6 +157,7 @@ func (a *Allocator) Release(holder string) {
 	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
+	delete(a.prov, holder)
 	for i, h := range a.holder {
 		if h == holder {
 			a.holder[i] = ""
@@ -158,13 +167,19 @@ func (a *Allocator) Release(holder string) {
 
 // Restore marks GPUs as held by holder, e.g. after a restart, from the
 // labels of containers that are still running. It changes nothing unless
-// every UUID is known and free or already held by holder.
+// every UUID is known and free or already held by holder. On a cluster
+// (SetCluster) it never refuses: the holder's Pod exists, so its GPUs are
+// the cluster's to count and the scheduler's to arbitrate.
 func (a *Allocator) Restore(holder string, uuids []string) error {
 	if holder == "" {
 		return errors.New("gpu: restore: empty holder")
 	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
+	if a.cluster {
+		a.restoreClusterLocked(holder, uuids)
+		return nil
+	}
 	pos := make([]int, 0, len(uuids))
 	for _, u := range uuids {
 		i, ok := a.byUUID[u]
@@ -249,7 +264,7 @@ func (a *Allocator) known(typeIDs []string) []string {
 func (a *Allocator) freeOf(t string) []int {
 	var out []int
 	for i, d := range a.devs {
-		if d.TypeID == t && a.holder[i] == "" {
+		if d.TypeID == t && a.holder[i] == "" && !d.Unschedulable {
 			out = append(out, i)
 		}
 	}

@@ -18,6 +18,10 @@ type Device struct {
 	// Node is the cluster node the GPU is on, "" for this machine. The
 	// GPUs of one allocation are always on one node.
 	Node string `json:"node,omitempty"`
+	// Unschedulable: the node is cordoned or not Ready. Its GPUs are
+	// counted (the Pods on it still hold theirs, and it may come back)
+	// but none is given.
+	Unschedulable bool `json:"unschedulable,omitempty"`
 }
 
 // ErrUnavailable means GPU discovery is impossible here: no cgo build, or no
