@@ -104,7 +104,7 @@ func (a *App) startKubernetes(log *slog.Logger) error {
 	a.backend = kb
 	devs, _ := kb.Devices(ctx)
 	a.gpus = gpu.NewAllocator(devs)
-	kb.OnDevices(a.gpus.SetDevices)
+	kb.OnCluster(a.gpus.SetCluster)
 	base := strings.TrimRight(k.AdvertiseURL, "/")
 	if base == "" {
 		base = a.URL()

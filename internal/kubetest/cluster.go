@@ -391,6 +391,12 @@ func start(binDir string) (c *Cluster, err error) {
 				// leave the machine, and a test can serve a pod's port
 				// itself on the pod's IP.
 				"--cidr=127.16.0.0/16", "--node-ip=127.0.0.1",
+				// The nodes' heartbeat: kwok renews each node's Lease every
+				// 10 s, as a kubelet does. Without it (kwok's default)
+				// nothing renews a node after its first status, so the node
+				// lifecycle controller marked every node NotReady about a
+				// minute in, and kwok Ready again: a blip per node.
+				"--node-lease-duration-seconds="+strconv.Itoa(NodeLeaseSeconds),
 				"--server-address="+hostPort(port))
 			if err != nil {
 				return nil, "", err

@@ -408,3 +408,53 @@ func TestPodLogsThroughTheAPIServer(t *testing.T) {
 }
 
 func ptr[T any](v T) *T { return &v }
+
+// TestNodeHeartbeatIsSteady: kwok renews each node's Lease, as a kubelet
+// does, so the node lifecycle controller never takes a node for lost: a
+// node (kwok's, and one whose kubelet is the test) stays Ready while its
+// Lease is renewed twice. Without the renewals every node went NotReady
+// and Ready again about a minute in.
+func TestNodeHeartbeatIsSteady(t *testing.T) {
+	c := kubetest.Shared(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	nodes := []*corev1.Node{c.AddNode(t, kubetest.NodeSpec{GPUs: 1, GPUProduct: "NVIDIA-L4"}), c.AddNode(t, kubetest.NodeSpec{TestKubelet: true})}
+	leases := c.AdminClient.CoordinationV1().Leases(corev1.NamespaceNodeLease)
+	for _, n := range nodes {
+		var renewals []time.Time
+		var since time.Time
+		for len(renewals) < 3 {
+			l, err := leases.Get(ctx, n.Name, metav1.GetOptions{})
+			if err != nil && !apierrors.IsNotFound(err) {
+				t.Fatal(err)
+			}
+			if err == nil && l.Spec.RenewTime != nil && (len(renewals) == 0 || l.Spec.RenewTime.After(renewals[len(renewals)-1])) {
+				renewals = append(renewals, l.Spec.RenewTime.Time)
+				if d := l.Spec.LeaseDurationSeconds; d == nil || *d != kubetest.NodeLeaseSeconds {
+					t.Errorf("node %s: lease duration %v, want %d s", n.Name, d, kubetest.NodeLeaseSeconds)
+				}
+			}
+			got, err := c.AdminClient.CoreV1().Nodes().Get(ctx, n.Name, metav1.GetOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, cond := range got.Status.Conditions {
+				if cond.Type != corev1.NodeReady {
+					continue
+				}
+				if since.IsZero() {
+					since = cond.LastTransitionTime.Time
+				}
+				// A blip between two looks moves the transition time.
+				if cond.Status != corev1.ConditionTrue || !cond.LastTransitionTime.Time.Equal(since) {
+					t.Fatalf("node %s: Ready %s since %v (%s), was Ready since %v, while its lease is renewed", n.Name, cond.Status, cond.LastTransitionTime, cond.Message, since)
+				}
+			}
+			select {
+			case <-ctx.Done():
+				t.Fatalf("node %s: lease renewed at %v only: %v", n.Name, renewals, ctx.Err())
+			case <-time.After(time.Second):
+			}
+		}
+	}
+}

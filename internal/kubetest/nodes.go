@@ -14,6 +14,10 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
+// NodeLeaseSeconds is the duration of the Leases kwok renews for its
+// nodes (a quarter of it apart): the nodes' heartbeat.
+const NodeLeaseSeconds = 40
+
 // GPUResource is what NVIDIA's device plugin makes allocatable.
 const GPUResource corev1.ResourceName = "nvidia.com/gpu"
 

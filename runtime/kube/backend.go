@@ -9,12 +9,17 @@
 //   - a worker or pod is a Pod named like its Docker container
 //     (berth-<workerId>, berth-pod-<podId>), restartPolicy Never (Berth
 //     decides replacements), one container "main" with the same env;
-//   - GPUs: the allocator gives a worker slots of one node (Devices makes
-//     one device per nvidia.com/gpu of each Ready node, typed by its
-//     nvidia.com/gpu.product label); the Pod requests nvidia.com/gpu: N and
-//     is pinned to that node (required node affinity on metadata.name and
-//     the product label) with a toleration of the nvidia.com/gpu taint;
-//     the slots it holds are the annotation berth.gpus;
+//   - GPUs: the scheduler places, Berth accounts (gpus.go). A GPU Pod
+//     requests nvidia.com/gpu: N with required node affinity on the GPU
+//     product label (and memory, for a type the catalogue lacks) and a
+//     toleration of the nvidia.com/gpu taint; the scheduler picks the
+//     node. Devices makes one device per nvidia.com/gpu of each GPU node;
+//     who holds them is derived at every change from the Pods that exist
+//     (OnCluster: Berth's own, bound or waiting, and every other bound
+//     Pod's nvidia.com/gpu requests, from a cluster-wide Pod informer).
+//     The slots Berth chose are the annotation berth.gpus (kept where they
+//     still fit). A waiting worker Pod bound or pinned to a node that is
+//     gone is deleted, so its worker is made anew;
 //   - CPU workers request cpu and memory (vcpuCount, the CPU flavour);
 //     containerDiskInGb is an ephemeral-storage limit;
 //   - a registry login is an image pull Secret berth-registry-<authId>,
@@ -36,7 +41,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"slices"
 	"sync"
 	"time"
 
@@ -86,6 +90,9 @@ type Backend struct {
 	pods  corelisters.PodLister
 	svcs  corelisters.ServiceLister
 	nodes corelisters.NodeLister
+	// bound are the cluster's bound, unfinished Pods (slim): the GPUs
+	// other workloads hold.
+	bound corelisters.PodLister
 
 	cancel context.CancelFunc
 	done   sync.WaitGroup
@@ -97,11 +104,21 @@ type Backend struct {
 	// yet: the only ones Inspect asks the API server about on a cache
 	// miss (any other miss is a Pod that is gone). An entry goes at the
 	// Pod's first change the informer reports, its deletion at the latest.
-	fresh    map[string]struct{}
-	devs     []gpu.Device
-	onDevs   func([]gpu.Device)
-	lastDevs string
+	fresh map[string]struct{}
+
+	// kick wakes the accounting loop (a node or a GPU Pod changed).
+	kick      chan struct{}
+	onCluster func([]gpu.Device, []gpu.Use)
+	lastKey   string
+	// strandedSince is when a Pod was first seen stranded (its node
+	// gone): it is deleted once that has lasted strandedGrace, so a node
+	// the node informer has not reported yet is not taken for a gone one.
+	strandedSince map[string]time.Time
 }
+
+// strandedGrace is how long a worker Pod's node must be missing before
+// the Pod is replaced.
+var strandedGrace = 10 * time.Second
 
 type subscriber struct {
 	ctx context.Context
@@ -141,40 +158,58 @@ func New(ctx context.Context, cfg Config) (*Backend, error) {
 		subs:    map[*subscriber]bool{},
 		waiters: map[string][]chan struct{}{},
 		fresh:   map[string]struct{}{},
+		kick:    make(chan struct{}, 1),
+
+		strandedSince: map[string]time.Time{},
 	}
 	own := informers.NewSharedInformerFactoryWithOptions(cs, 0, informers.WithNamespace(cfg.Namespace),
 		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = b.sel.String() }))
 	cluster := informers.NewSharedInformerFactory(cs, 0)
+	// Every bound Pod that has not ended, in every namespace: what other
+	// workloads hold. Stored slim (the GPU requests and little else).
+	boundPods := informers.NewSharedInformerFactoryWithOptions(cs, 0, informers.WithTweakListOptions(func(o *metav1.ListOptions) {
+		o.FieldSelector = "spec.nodeName!=,status.phase!=Succeeded,status.phase!=Failed"
+	}))
 	podInf := own.Core().V1().Pods()
 	svcInf := own.Core().V1().Services()
 	nodeInf := cluster.Core().V1().Nodes()
-	b.pods, b.svcs, b.nodes = podInf.Lister(), svcInf.Lister(), nodeInf.Lister()
+	boundInf := boundPods.Core().V1().Pods()
+	if err := boundInf.Informer().SetTransform(slim); err != nil {
+		return nil, err
+	}
+	b.pods, b.svcs, b.nodes, b.bound = podInf.Lister(), svcInf.Lister(), nodeInf.Lister(), boundInf.Lister()
 	if _, err := podInf.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    func(obj any) { b.podChanged(nil, obj) },
-		UpdateFunc: func(old, obj any) { b.podChanged(old, obj) },
-		DeleteFunc: b.podDeleted,
+		AddFunc:    func(obj any) { b.podChanged(nil, obj); b.account() },
+		UpdateFunc: func(old, obj any) { b.podChanged(old, obj); b.account() },
+		DeleteFunc: func(obj any) { b.podDeleted(obj); b.account() },
 	}); err != nil {
 		return nil, err
 	}
-	nodeChanged := func(any) { b.refreshDevices() }
-	if _, err := nodeInf.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc: nodeChanged, UpdateFunc: func(_, n any) { nodeChanged(n) }, DeleteFunc: nodeChanged,
-	}); err != nil {
+	changed := cache.ResourceEventHandlerFuncs{
+		AddFunc: func(any) { b.account() }, UpdateFunc: func(_, _ any) { b.account() }, DeleteFunc: func(any) { b.account() },
+	}
+	if _, err := nodeInf.Informer().AddEventHandler(changed); err != nil {
+		return nil, err
+	}
+	if _, err := boundInf.Informer().AddEventHandler(changed); err != nil {
 		return nil, err
 	}
 	ictx, cancel := context.WithCancel(context.Background())
 	b.cancel = cancel
 	own.Start(ictx.Done())
 	cluster.Start(ictx.Done())
+	boundPods.Start(ictx.Done())
 	b.done.Add(1)
 	go func() {
 		defer b.done.Done()
 		<-ictx.Done()
 		own.Shutdown()
 		cluster.Shutdown()
+		boundPods.Shutdown()
 	}()
 	synced := map[string]cache.InformerSynced{
 		"pods": podInf.Informer().HasSynced, "services": svcInf.Informer().HasSynced, "nodes": nodeInf.Informer().HasSynced,
+		"the cluster's bound pods": boundInf.Informer().HasSynced,
 	}
 	for what, ok := range synced {
 		if !cache.WaitForCacheSync(ctx.Done(), ok) {
@@ -185,7 +220,9 @@ func New(ctx context.Context, cfg Config) (*Backend, error) {
 			return nil, fmt.Errorf("kubernetes backend: %s of namespace %s not listed", what, cfg.Namespace)
 		}
 	}
-	b.refreshDevices()
+	b.done.Add(1)
+	go b.accounting(ictx)
+	b.account()
 	return b, nil
 }
 
@@ -362,39 +399,103 @@ func (b *Backend) podDeleted(obj any) {
 	b.emit(runtime.Event{Action: runtime.EventDestroy, ID: p.Name, Labels: b.instance(p).Labels})
 }
 
-// OnDevices makes f hear the cluster's GPU slots whenever nodes change
-// (the allocator's SetDevices).
-func (b *Backend) OnDevices(f func([]gpu.Device)) {
+// OnCluster makes f hear the cluster's GPU slots and who holds them (the
+// allocator's SetCluster): now, and at every change after.
+func (b *Backend) OnCluster(f func([]gpu.Device, []gpu.Use)) {
+	devs, uses := b.Cluster()
 	b.mu.Lock()
-	b.onDevs = f
+	b.onCluster, b.lastKey = f, fmt.Sprint(devs, uses)
 	b.mu.Unlock()
+	f(devs, uses)
+	b.account()
 }
 
 // Devices implements runtime.Backend: one device per nvidia.com/gpu slot
-// of each Ready, schedulable node.
+// of each GPU node (those of a cordoned or not Ready one Unschedulable).
 func (b *Backend) Devices(context.Context) ([]gpu.Device, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return slices.Clone(b.devs), nil
+	devs, _ := b.Cluster()
+	return devs, nil
 }
 
-func (b *Backend) refreshDevices() {
-	nodes, err := b.nodes.List(labels.Everything())
-	if err != nil {
-		return
+// Cluster is the GPU slots of the cluster's nodes and the Pods that hold
+// or wait for them, from the informers' caches.
+func (b *Backend) Cluster() ([]gpu.Device, []gpu.Use) {
+	nodes, _ := b.nodes.List(labels.Everything())
+	bound, _ := b.bound.List(labels.Everything())
+	own, _ := b.pods.Pods(b.cfg.Namespace).List(labels.Everything())
+	return devicesOf(nodes), usesOf(bound, own, b.cfg.Instance)
+}
+
+// account wakes the accounting loop.
+func (b *Backend) account() {
+	select {
+	case b.kick <- struct{}{}:
+	default:
 	}
-	devs := devicesOf(nodes)
-	key := fmt.Sprint(devs)
-	b.mu.Lock()
-	if key == b.lastDevs {
+}
+
+// accounting is the loop that follows the cluster: at each change it
+// tells OnCluster's f what is held (when that changed), and replaces the
+// worker Pods stranded on a node that is gone.
+func (b *Backend) accounting(ctx context.Context) {
+	defer b.done.Done()
+	t := time.NewTimer(time.Hour)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-b.kick:
+		case <-t.C:
+		}
+		devs, uses := b.Cluster()
+		key := fmt.Sprint(devs, uses)
+		b.mu.Lock()
+		f := b.onCluster
+		same := key == b.lastKey
+		if f != nil {
+			b.lastKey = key
+		}
 		b.mu.Unlock()
-		return
+		if f != nil && !same {
+			b.log.Debug("cluster GPUs", "slots", len(devs), "uses", len(uses))
+			f(devs, uses)
+		}
+		if next := b.replaceStranded(ctx); next > 0 {
+			t.Reset(next)
+		}
 	}
-	b.devs, b.lastDevs = devs, key
-	f := b.onDevs
-	b.mu.Unlock()
-	b.log.Info("cluster GPUs", "slots", len(devs))
-	if f != nil {
-		f(slices.Clone(devs))
+}
+
+// replaceStranded deletes the worker Pods whose node has been gone for
+// strandedGrace, and returns when to look again (0: nothing waits).
+func (b *Backend) replaceStranded(ctx context.Context) time.Duration {
+	own, _ := b.pods.Pods(b.cfg.Namespace).List(labels.Everything())
+	nodes, _ := b.nodes.List(labels.Everything())
+	now := time.Now()
+	var next time.Duration
+	still := map[string]time.Time{}
+	for _, p := range stranded(own, nodes) {
+		since, ok := b.strandedSince[string(p.UID)]
+		if !ok {
+			since = now
+		}
+		if wait := strandedGrace - now.Sub(since); wait > 0 {
+			still[string(p.UID)] = since
+			if next == 0 || wait < next {
+				next = wait
+			}
+			continue
+		}
+		b.log.Warn("replacing a worker pod whose node is gone", "pod", p.Name, "node", pinnedNodes(p))
+		err := b.cs.CoreV1().Pods(b.cfg.Namespace).Delete(ctx, p.Name, metav1.DeleteOptions{
+			GracePeriodSeconds: ptr(int64(0)), Preconditions: &metav1.Preconditions{UID: &p.UID}})
+		if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) && ctx.Err() == nil {
+			b.log.Error("delete a stranded worker pod", "pod", p.Name, "err", err)
+			still[string(p.UID)] = since
+			next = strandedGrace
+		}
 	}
+	b.strandedSince = still
+	return next
 }

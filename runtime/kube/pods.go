@@ -24,7 +24,6 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
 
-	"berth/gpu"
 	"berth/runtime"
 )
 
@@ -131,16 +130,12 @@ func (b *Backend) podFor(ctx context.Context, spec runtime.Spec) (*corev1.Pod, e
 		}
 		n := *resource.NewQuantity(int64(len(spec.GPUs)), resource.DecimalSI)
 		c.Resources.Limits[gpuResource] = n
-		term := corev1.NodeSelectorTerm{MatchFields: []corev1.NodeSelectorRequirement{
-			{Key: "metadata.name", Operator: corev1.NodeSelectorOpIn, Values: []string{node}},
-		}}
-		if nd, err := b.nodes.Get(node); err == nil && nd.Labels[labelGPUProduct] != "" {
-			term.MatchExpressions = []corev1.NodeSelectorRequirement{
-				{Key: labelGPUProduct, Operator: corev1.NodeSelectorOpIn, Values: []string{nd.Labels[labelGPUProduct]}},
-			}
+		nodes, err := b.nodes.List(labels.Everything())
+		if err != nil {
+			return nil, fmt.Errorf("create pod %s: nodes: %w", spec.Name, err)
 		}
 		pod.Spec.Affinity = &corev1.Affinity{NodeAffinity: &corev1.NodeAffinity{
-			RequiredDuringSchedulingIgnoredDuringExecution: &corev1.NodeSelector{NodeSelectorTerms: []corev1.NodeSelectorTerm{term}},
+			RequiredDuringSchedulingIgnoredDuringExecution: &corev1.NodeSelector{NodeSelectorTerms: []corev1.NodeSelectorTerm{gpuAffinity(spec.GPUs, nodes)}},
 		}}
 		pod.Spec.Tolerations = []corev1.Toleration{{Key: string(gpuResource), Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoSchedule}}
 	}
@@ -522,39 +517,6 @@ func (b *Backend) instance(p *corev1.Pod) runtime.Instance {
 		}
 	}
 	return in
-}
-
-// devicesOf is one GPU device per nvidia.com/gpu slot of each Ready,
-// schedulable node, typed by its GPU Feature Discovery product label; the
-// slot's id is <node>/gpu<k>.
-func devicesOf(nodes []*corev1.Node) []gpu.Device {
-	sort.Slice(nodes, func(i, j int) bool { return nodes[i].Name < nodes[j].Name })
-	var out []gpu.Device
-	for _, n := range nodes {
-		q, ok := n.Status.Allocatable[gpuResource]
-		if !ok || q.Value() <= 0 || n.Spec.Unschedulable || !nodeReady(n) {
-			continue
-		}
-		typ := gpu.TypeFromProduct(n.Labels[labelGPUProduct])
-		if typ == "" {
-			typ = "NVIDIA GPU"
-		}
-		mem, _ := strconv.ParseUint(n.Labels[labelGPUMemory], 10, 64)
-		for k := range int(q.Value()) {
-			out = append(out, gpu.Device{Index: len(out), UUID: fmt.Sprintf("%s/gpu%d", n.Name, k), Name: typ, TypeID: typ,
-				MemoryMiB: mem, Node: n.Name})
-		}
-	}
-	return out
-}
-
-func nodeReady(n *corev1.Node) bool {
-	for _, c := range n.Status.Conditions {
-		if c.Type == corev1.NodeReady {
-			return c.Status == corev1.ConditionTrue
-		}
-	}
-	return false
 }
 
 func ptr[T any](v T) *T { return &v }

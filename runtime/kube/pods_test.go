@@ -6,7 +6,6 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/tools/cache"
@@ -112,49 +111,6 @@ func TestInstanceFromPod(t *testing.T) {
 	in := listerBackend(t, svc).instance(pod(func(*corev1.Pod) {}))
 	if in.PublicPorts["8888/tcp"] != 30123 || in.PublicPorts["53/udp"] != 30053 || len(in.PublicPorts) != 2 {
 		t.Fatalf("public ports %v", in.PublicPorts)
-	}
-}
-
-func TestDevicesOf(t *testing.T) {
-	node := func(name string, gpus int64, product, mem string, ready, cordoned bool) *corev1.Node {
-		n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{}},
-			Spec: corev1.NodeSpec{Unschedulable: cordoned},
-			Status: corev1.NodeStatus{Allocatable: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("8")},
-				Conditions: []corev1.NodeCondition{{Type: corev1.NodeReady, Status: map[bool]corev1.ConditionStatus{true: corev1.ConditionTrue, false: corev1.ConditionFalse}[ready]}}}}
-		if gpus > 0 {
-			n.Status.Allocatable[gpuResource] = *resource.NewQuantity(gpus, resource.DecimalSI)
-		}
-		if product != "" {
-			n.Labels[labelGPUProduct] = product
-		}
-		if mem != "" {
-			n.Labels[labelGPUMemory] = mem
-		}
-		return n
-	}
-	devs := devicesOf([]*corev1.Node{
-		node("b-4090", 2, "NVIDIA-GeForce-RTX-4090", "24564", true, false),
-		node("a-a100", 1, "NVIDIA-A100-SXM4-80GB", "81920", true, false),
-		node("cpu", 0, "", "", true, false),
-		node("down", 4, "NVIDIA-L4", "", false, false),
-		node("cordoned", 4, "NVIDIA-L4", "", true, true),
-		node("unlabelled", 1, "", "", true, false),
-	})
-	var got []string
-	for _, d := range devs {
-		got = append(got, d.UUID+"|"+d.TypeID+"|"+d.Node)
-	}
-	want := []string{
-		"a-a100/gpu0|NVIDIA A100-SXM4-80GB|a-a100",
-		"b-4090/gpu0|NVIDIA GeForce RTX 4090|b-4090",
-		"b-4090/gpu1|NVIDIA GeForce RTX 4090|b-4090",
-		"unlabelled/gpu0|NVIDIA GPU|unlabelled",
-	}
-	if !slices.Equal(got, want) {
-		t.Fatalf("devices\n%v\nwant\n%v", got, want)
-	}
-	if devs[0].MemoryMiB != 81920 || devs[2].Index != 2 {
-		t.Fatalf("memory or index: %+v", devs)
 	}
 }
 
