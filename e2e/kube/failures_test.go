@@ -8,7 +8,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"berth/internal/kubetest"
 	"berth/queue"
@@ -116,28 +115,17 @@ func TestImagePullFailure(t *testing.T) {
 	}
 }
 
-// TestUnschedulableWorkerIsThrottled: the cluster has less than Berth
-// counted (another workload holds the node's GPU): the worker's Pod is
-// Unschedulable for lack of nvidia.com/gpu, so it counts as throttled —
-// not failed, not unhealthy — with the scheduler's words, and the job
-// waits; once the GPU is free the scheduler binds the Pod, it runs and the
+// TestUnschedulableWorkerIsThrottled: the scheduler refuses what Berth
+// counted free (the GPU node has a taint the worker Pods do not tolerate):
+// the worker's Pod is Unschedulable, so it counts as throttled — not
+// failed, not unhealthy — with the scheduler's words, and the job waits;
+// once the taint is lifted the scheduler binds the Pod, it runs and the
 // job completes.
 func TestUnschedulableWorkerIsThrottled(t *testing.T) {
 	e := newEnv(t)
-	node := e.c.AddNode(t, kubetest.NodeSpec{GPUs: 1, GPUProduct: rtx4090Label, GPUMemoryMiB: 24564, TestKubelet: true})
-	// Not Berth's: a Pod holding the node's one GPU.
-	one := resource.MustParse("1")
-	other := &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: "someone-elses"},
-		Spec: corev1.PodSpec{
-			NodeName: node.Name, RestartPolicy: corev1.RestartPolicyNever,
-			Containers: []corev1.Container{{Name: "c", Image: "example.invalid/training:1",
-				Resources: corev1.ResourceRequirements{Limits: corev1.ResourceList{kubetest.GPUResource: one}}}},
-		},
-	}
-	if _, err := e.c.AdminClient.CoreV1().Pods(e.ns.Name).Create(e.ctx, other, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	taint := corev1.Taint{Key: "dedicated", Value: "training", Effect: corev1.TaintEffectNoSchedule}
+	node := e.c.AddNode(t, kubetest.NodeSpec{GPUs: 1, GPUProduct: rtx4090Label, GPUMemoryMiB: 24564, TestKubelet: true,
+		Taints: []corev1.Taint{taint}})
 	e.start()
 	tpl := e.template(map[string]any{"imageName": "registry.example.com/team/echo:1"})
 	ep := e.endpoint(map[string]any{"templateId": tpl, "computeType": "GPU", "gpuTypeIds": []string{rtx4090}, "gpuCount": 1,
@@ -156,7 +144,7 @@ func TestUnschedulableWorkerIsThrottled(t *testing.T) {
 		h = e.health(ep)
 		return h.Workers.Throttled == 1
 	}, func() string { return fmt.Sprintf("%+v; status %+v", h, e.status(ep)) })
-	if !strings.Contains(h.Reason, "Insufficient nvidia.com/gpu") || h.Workers.Unhealthy != 0 || h.Workers.Initializing != 0 || h.Jobs.InQueue != 1 {
+	if !strings.Contains(h.Reason, "untolerated taint") || h.Workers.Unhealthy != 0 || h.Workers.Initializing != 0 || h.Jobs.InQueue != 1 {
 		t.Errorf("/health %+v: want the job in the queue, one throttled worker and the scheduler's reason", h)
 	}
 	if st := e.status(ep); st.Unhealthy || st.Workers.Throttled != 1 || st.Failures != 0 {
@@ -183,10 +171,10 @@ func TestUnschedulableWorkerIsThrottled(t *testing.T) {
 		t.Fatalf("after a restart the endpoint's Pods are %v, want only %s (adopted); status %+v", podNames(ps), pod.Name, e.status(ep))
 	}
 
-	// The GPU frees up: the scheduler binds the Pod, which runs.
-	if err := e.c.AdminClient.CoreV1().Pods(e.ns.Name).Delete(e.ctx, other.Name, metav1.DeleteOptions{GracePeriodSeconds: new(int64)}); err != nil {
-		t.Fatal(err)
-	}
+	// The taint is lifted: the scheduler binds the Pod, which runs.
+	e.setNode(node.Name, func(n *corev1.Node) {
+		n.Spec.Taints = slices.DeleteFunc(n.Spec.Taints, func(tt corev1.Taint) bool { return tt.Key == taint.Key })
+	})
 	e.runPod(pod.Name)
 	if got := e.waitJob(ep, job); got.Status != "COMPLETED" || string(got.Output) != `"scheduled"` {
 		t.Errorf("job: %+v", got)
