@@ -3,10 +3,13 @@ package apply
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 
 	"berth/mgmt"
+	"berth/store"
 	"berth/v1input"
 )
 
@@ -29,15 +32,115 @@ func Apply(ctx context.Context, m *mgmt.Service, f File, prune, dryRun bool) (Re
 	if err != nil {
 		return Result{}, err
 	}
-	actions, err := Plan(f, StateOf(sn), prune)
+	st := StateOf(sn)
+	actions, err := Plan(f, st, prune)
 	if err != nil {
 		return Result{}, PlanError{err}
+	}
+	if err := Check(actions, st); err != nil {
+		return Result{}, err
 	}
 	if dryRun {
 		return result(actions, true), nil
 	}
 	done, err := Execute(ctx, m, actions)
 	return result(done, false), err
+}
+
+// Check runs mgmt's rules of a record's fields (mgmt.ApplyEndpoint,
+// ApplyTemplate, CheckVolume, CheckRegistryAuth: no store access) on every
+// create and update of actions, an update on a copy of the record it
+// changes, so a dry run refuses what the real apply would and a real apply
+// refuses before it changes anything. References are the plan's (Plan
+// resolved them); what depends on the other records at the moment of the
+// change (a name taken meanwhile) is refused by the execution.
+func Check(actions []Action, st State) error {
+	for _, a := range actions {
+		if a.Op != OpCreate && a.Op != OpUpdate {
+			continue
+		}
+		if err := check(a, st); err != nil {
+			return fmt.Errorf("%s %s %s: %w", a.Op, a.Kind, shown(a.Name), err)
+		}
+	}
+	return nil
+}
+
+// shown is a name as an error shows it: quoted when it holds a control
+// character.
+func shown(name string) string {
+	if strings.ContainsFunc(name, mgmt.IsControl) {
+		return strconv.Quote(name)
+	}
+	return name
+}
+
+func check(a Action, st State) error {
+	create := a.Op == OpCreate
+	fields := a.fields
+	if fields == nil {
+		fields = map[string]any{}
+	}
+	switch a.Kind {
+	case KindRegistryAuth:
+		in, err := checkInto[v1input.RegistryAuthInput](fields)
+		if err != nil {
+			return err
+		}
+		return mgmt.CheckRegistryAuth(in.Mgmt(), create)
+	case KindVolume:
+		in, err := checkInto[v1input.VolumeInput](fields)
+		if err != nil {
+			return err
+		}
+		var cur *store.NetworkVolume
+		for i := range st.Volumes {
+			if st.Volumes[i].ID == a.ID {
+				cur = &st.Volumes[i]
+			}
+		}
+		_, err = mgmt.CheckVolume(in.Mgmt(), create, cur)
+		return err
+	case KindTemplate:
+		in, err := checkInto[v1input.TemplateInput](fields)
+		if err != nil {
+			return err
+		}
+		t := mgmt.NewTemplateDefaults()
+		for _, c := range st.Templates {
+			if c.ID == a.ID {
+				t = c
+			}
+		}
+		return mgmt.ApplyTemplate(&t, in.Mgmt(), create)
+	case KindEndpoint:
+		in, err := checkInto[v1input.EndpointInput](fields)
+		if err != nil {
+			return err
+		}
+		e := mgmt.NewEndpointDefaults()
+		for _, c := range st.Endpoints {
+			if c.ID == a.ID {
+				e = c
+			}
+		}
+		return mgmt.ApplyEndpoint(&e, in.Mgmt(), create)
+	}
+	return fmt.Errorf("unknown kind %q", a.Kind)
+}
+
+// checkInto is into with a field of the wrong type refused as mgmt
+// refuses input.
+func checkInto[T any](fields map[string]any) (T, error) {
+	v, err := into[T](fields)
+	if err != nil {
+		var te *json.UnmarshalTypeError
+		if errors.As(err, &te) {
+			return v, mgmt.InvalidInput(te.Field, "%s: a %s is not a %s", te.Field, te.Value, te.Type)
+		}
+		return v, mgmt.InvalidInput("", "%v", err)
+	}
+	return v, nil
 }
 
 func result(actions []Action, dry bool) Result {

@@ -549,7 +549,11 @@ func TestVerbsTakeNames(t *testing.T) {
 	b := startBerth(t)
 	var tpl, ep, pod rec
 	b.ok(&tpl, "template", "create", "named-tpl", "img:1", "--json")
-	b.ok(&ep, "endpoint", "create", tpl["id"].(string), "--name", "named-ep", "--json")
+	b.ok(&ep, "endpoint", "create", "named-tpl", "--name", "named-ep", "--json")
+	if ep["templateId"] != tpl["id"] {
+		t.Fatalf("endpoint create by template name: %v", ep)
+	}
+	b.fails(ExitNotFound, []string{"no template has the id or name \"nosuchtemplate\""}, "endpoint", "create", "nosuchtemplate", "--name", "orphan")
 	b.ok(&pod, "pod", "create", "--name", "named-pod", "--image-name", "img:1", "--compute-type", "CPU", "--json")
 	eid, pid := ep["id"].(string), pod["id"].(string)
 

@@ -256,7 +256,7 @@ func (r resource) createCommand(a *app) *cobra.Command {
 	case "template":
 		use = "create [NAME IMAGE] [flags]"
 	case "endpoint":
-		use = "create [TEMPLATE_ID] [flags]"
+		use = "create [TEMPLATE] [flags]"
 	}
 	var fields *inputFlags
 	var file string
@@ -272,7 +272,17 @@ func (r resource) createCommand(a *app) *cobra.Command {
 			case r.noun == "template" && len(args) == 2:
 				body["name"], body["imageName"] = args[0], args[1]
 			case r.noun == "endpoint" && len(args) == 1:
-				body["templateId"] = args[0]
+				// A template's id or, as every other verb takes, its name.
+				tid, tpl := args[0], resourceOf("template")
+				err := a.client().Do(cmd.Context(), http.MethodGet, tpl.path+"/"+url.PathEscape(tid), nil, nil)
+				if maybeName(err) {
+					none := &exitError{ExitNotFound, fmt.Errorf("%s: no template has the id or name %q", cmd.CommandPath(), tid)}
+					tid, err = a.idByName(cmd.Context(), tpl, tid, none)
+				}
+				if err != nil {
+					return err
+				}
+				body["templateId"] = tid
 			case len(args) > 0:
 				return usageErr("%s: unexpected arguments %q (fields are flags: see --help)", cmd.CommandPath(), args)
 			}

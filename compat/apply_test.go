@@ -67,6 +67,30 @@ func TestApply(t *testing.T) {
 		t.Fatalf("a dry run created %d templates", len(list))
 	}
 
+	// A dry run refuses, exit 1, naming the action and the field, what the
+	// real apply would refuse (mgmt's rules of each record): nothing made.
+	for _, c := range []struct{ from, to, want string }{
+		{`"workersMax": 1}`, `"workersMax": 1, "idleTimeout": -5}`, "create endpoint echo: idleTimeout"},
+		{`"workersMin": 0, "workersMax": 1}`, `"workersMin": 3, "workersMax": 1}`, "create endpoint echo: workersMin"},
+		{`"size": 10`, `"size": 5`, "create network volume models: size"},
+		{`"name": "echo-tpl", "imageName"`, `"name": "echo\u001b[2J", "imageName"`, "create template \"echo\\x1b[2J\": name holds a control character"},
+		{`"username": "ci"`, `"username": ""`, "create registry auth ghcr: username"},
+		{`"computeType": "CPU"`, `"computeType": "TPU"`, "create endpoint echo: computeType"},
+	} {
+		doc := strings.Replace(applyFile, c.from, c.to, 1)
+		if c.from == `"name": "echo-tpl", "imageName"` {
+			doc = strings.ReplaceAll(doc, `"template": "echo-tpl"`, `"template": "echo\u001b[2J"`)
+		}
+		_, errs, code := berth(env, "apply", "-f", write(doc), "--dry-run")
+		if code != 1 || !strings.Contains(errs, c.want) {
+			t.Errorf("dry run of %s: exit %d, want 1 naming %q\n%s", c.to, code, c.want, errs)
+		}
+	}
+	s.rest("GET", "/v1/templates?includeEndpointBoundTemplates=true", nil, 200, &list)
+	if len(list) != 0 {
+		t.Fatalf("a refused dry run created %d templates", len(list))
+	}
+
 	// Applied: created, ids by name.
 	out, errs, code = berth(env, "apply", "-f", file, "-o", "json")
 	var res struct {
@@ -114,11 +138,24 @@ func TestApply(t *testing.T) {
 		t.Errorf("workersMax after the update: %d", ep.WorkersMax)
 	}
 
-	// A refusal from mgmt names the action and changes nothing.
+	// A refusal from mgmt names the action and changes nothing: the
+	// whole plan is checked before its first change (the template's new
+	// image is not applied either), and a dry run refuses it alike, also
+	// where an update would break a rule with the record's other fields.
 	bad := write(strings.Replace(applyFile, `"workersMax": 1}`, `"workersMax": 1, "idleTimeout": 99999}`, 1))
-	_, errs, code = berth(env, "apply", "-f", bad)
-	if code == 0 || !strings.Contains(errs, "update endpoint echo") || !strings.Contains(errs, "idleTimeout") {
-		t.Errorf("refused apply: exit %d\n%s", code, errs)
+	for _, dry := range []string{"--dry-run", "--prune=false"} {
+		_, errs, code = berth(append(env, "TAG=v3"), "apply", "-f", bad, dry)
+		if code != 1 || !strings.Contains(errs, "update endpoint echo") || !strings.Contains(errs, "idleTimeout") {
+			t.Errorf("refused apply %s: exit %d\n%s", dry, code, errs)
+		}
+	}
+	s.rest("GET", "/v1/templates/"+ep.TemplateID, nil, 200, &tpl)
+	if tpl.ImageName != "me/echo:v2" {
+		t.Errorf("a refused apply changed the template's image to %s", tpl.ImageName)
+	}
+	minOverMax := write(strings.Replace(applyFile, `"workersMin": 0, "workersMax": 1}`, `"workersMin": 5}`, 1))
+	if _, errs, code = berth(env, "apply", "-f", minOverMax, "--dry-run"); code != 1 || !strings.Contains(errs, "update endpoint echo: workersMin") {
+		t.Errorf("dry run of workersMin over the endpoint's workersMax: exit %d\n%s", code, errs)
 	}
 	// An unknown field or an unset variable is the file's fault: exit 2.
 	if _, errs, code := berth(env, "apply", "-f", write(`{"endpoints": [{"name": "x", "template": "echo-tpl", "workerMax": 1}]}`)); code != 2 || !strings.Contains(errs, "workerMax") {

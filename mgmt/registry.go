@@ -35,13 +35,7 @@ func (s *Service) CreateRegistryAuth(ctx context.Context, in RegistryAuthInput) 
 	if err := live(ctx); err != nil {
 		return RegistryAuth{}, err
 	}
-	if in.Name == nil {
-		return RegistryAuth{}, invalid("name", "name is required")
-	}
-	if err := checkName(*in.Name); err != nil {
-		return RegistryAuth{}, err
-	}
-	if err := checkCredential(in); err != nil {
+	if err := CheckRegistryAuth(in, true); err != nil {
 		return RegistryAuth{}, err
 	}
 	// RunPod's ids here are cuids ("clzdaifot0001l90809257ynb"): 25
@@ -63,6 +57,23 @@ func (s *Service) CreateRegistryAuth(ctx context.Context, in RegistryAuthInput) 
 		return RegistryAuth{}, err
 	}
 	return viewRegistryAuth(a), nil
+}
+
+// CheckRegistryAuth checks a registry credential's input without storing
+// anything: a create needs a name; an update may not rename; both need a
+// username and a password.
+func CheckRegistryAuth(in RegistryAuthInput, create bool) error {
+	switch {
+	case create && in.Name == nil:
+		return invalid("name", "name is required")
+	case create:
+		if err := checkName(*in.Name); err != nil {
+			return err
+		}
+	case in.Name != nil:
+		return invalid("name", "name cannot be changed; create a new container registry auth")
+	}
+	return checkCredential(in)
 }
 
 // checkCredential checks a username and password: both required, within
@@ -182,10 +193,7 @@ func (s *Service) UpdateRegistryAuth(ctx context.Context, id string, in Registry
 	if err := live(ctx); err != nil {
 		return RegistryAuth{}, err
 	}
-	if in.Name != nil {
-		return RegistryAuth{}, invalid("name", "name cannot be changed; create a new container registry auth")
-	}
-	if err := checkCredential(in); err != nil {
+	if err := CheckRegistryAuth(in, false); err != nil {
 		return RegistryAuth{}, err
 	}
 	var a store.RegistryAuth

@@ -104,35 +104,62 @@ func (s *Service) ViewVolume(v store.NetworkVolume) Volume {
 
 func checkSize(size int) error { return LimitVolumeSize.Check(int64(size)) }
 
+// CheckVolume checks a volume's input without storing anything: on a
+// create every required field, on an update what may change; with cur
+// (the volume updated), also that its size only grows. The warning is for
+// a data centre Berth does not know.
+func CheckVolume(in VolumeInput, create bool, cur *store.NetworkVolume) (warning string, err error) {
+	if create {
+		switch {
+		case in.Name == nil:
+			return "", invalid("name", "name is required")
+		case in.Size == nil:
+			return "", invalid("size", "size is required (GB)")
+		case in.DataCenterID == nil:
+			return "", invalid("dataCenterId", "dataCenterId is required: this Berth host is the one data centre %q", DataCenterID)
+		}
+		if warning, err = CheckDataCenter("dataCenterId", *in.DataCenterID); err != nil {
+			return "", err
+		}
+		if in.Type != nil && *in.Type != "STANDARD" && *in.Type != "HIGH_PERFORMANCE" {
+			return "", invalid("type", "type must be STANDARD or HIGH_PERFORMANCE, got %q", *in.Type)
+		}
+	} else {
+		if in.DataCenterID != nil {
+			return "", invalid("dataCenterId", "dataCenterId cannot be changed: a volume stays where it was created")
+		}
+		if in.Type != nil {
+			return "", invalid("type", "type cannot be changed after a volume is created")
+		}
+	}
+	if in.Name != nil {
+		if err := checkName(*in.Name); err != nil {
+			return "", err
+		}
+	}
+	if in.Size != nil {
+		if err := checkSize(*in.Size); err != nil {
+			return "", err
+		}
+		if cur != nil && *in.Size < cur.Size {
+			return "", invalid("size", "size can only grow: the volume has %d GB, got %d", cur.Size, *in.Size)
+		}
+	}
+	return warning, nil
+}
+
 // CreateVolume makes the volume's directory and record and starts billing
 // its size.
 func (s *Service) CreateVolume(ctx context.Context, in VolumeInput) (Volume, error) {
 	if err := live(ctx); err != nil {
 		return Volume{}, err
 	}
-	switch {
-	case in.Name == nil:
-		return Volume{}, invalid("name", "name is required")
-	case in.Size == nil:
-		return Volume{}, invalid("size", "size is required (GB)")
-	case in.DataCenterID == nil:
-		return Volume{}, invalid("dataCenterId", "dataCenterId is required: this Berth host is the one data centre %q", DataCenterID)
-	}
-	if err := checkName(*in.Name); err != nil {
-		return Volume{}, err
-	}
-	warn, err := CheckDataCenter("dataCenterId", *in.DataCenterID)
+	warn, err := CheckVolume(in, true, nil)
 	if err != nil {
-		return Volume{}, err
-	}
-	if err := checkSize(*in.Size); err != nil {
 		return Volume{}, err
 	}
 	v := store.NetworkVolume{ID: queue.NewID(10), Name: *in.Name, Size: *in.Size, DataCenterID: *in.DataCenterID, CreatedAt: s.now()}
 	if in.Type != nil {
-		if *in.Type != "STANDARD" && *in.Type != "HIGH_PERFORMANCE" {
-			return Volume{}, invalid("type", "type must be STANDARD or HIGH_PERFORMANCE, got %q", *in.Type)
-		}
 		v.Type = *in.Type
 	}
 	if warn != "" {
@@ -202,34 +229,21 @@ func (s *Service) UpdateVolume(ctx context.Context, id string, in VolumeInput) (
 	if err := live(ctx); err != nil {
 		return Volume{}, err
 	}
-	if in.DataCenterID != nil {
-		return Volume{}, invalid("dataCenterId", "dataCenterId cannot be changed: a volume stays where it was created")
-	}
-	if in.Type != nil {
-		return Volume{}, invalid("type", "type cannot be changed after a volume is created")
-	}
-	if in.Name != nil {
-		if err := checkName(*in.Name); err != nil {
-			return Volume{}, err
-		}
-	}
-	if in.Size != nil {
-		if err := checkSize(*in.Size); err != nil {
-			return Volume{}, err
-		}
+	if _, err := CheckVolume(in, false, nil); err != nil {
+		return Volume{}, err
 	}
 	var v store.NetworkVolume
 	err := s.cfg.Store.Update(func(tx *store.Tx) error {
 		if err := getOr404(tx, store.Volumes, id, "network volume", &v); err != nil {
 			return err
 		}
+		if _, err := CheckVolume(in, false, &v); err != nil {
+			return err
+		}
 		if in.Name != nil {
 			v.Name = *in.Name
 		}
 		if in.Size != nil && *in.Size != v.Size {
-			if *in.Size < v.Size {
-				return invalid("size", "size can only grow: the volume has %d GB, got %d", v.Size, *in.Size)
-			}
 			v.Size = *in.Size
 			if err := tx.StartUsage(store.UsageInterval{Kind: store.UsageVolume, ID: v.ID, SizeGB: v.Size, Start: s.now()}); err != nil {
 				return err
