@@ -6,7 +6,9 @@ import (
 	"context"
 	"encoding/json"
 	"net"
+	"net/http"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"sync"
 	"testing"
@@ -98,5 +100,103 @@ func TestServeBadLogFlags(t *testing.T) {
 		if code != cli.ExitUsage || !strings.Contains(out.String(), args[1]) {
 			t.Errorf("%v: exit %d: %s", args, code, out.String())
 		}
+	}
+}
+
+// serveCmd runs `berth serve` in-process with args and the environment's
+// BERTH_API_KEY unset: ready is its address once it accepts, done its
+// result. cancel stops it.
+func serveCmd(t *testing.T, stderr *syncBuffer, args ...string) (ready chan string, done chan error, cancel context.CancelFunc) {
+	t.Helper()
+	ready, done = make(chan string, 1), make(chan error, 1)
+	ctx, cancel := context.WithCancel(context.Background())
+	root := cli.New(cli.Options{Version: "test", Stderr: stderr, Stdout: stderr, Getenv: func(string) string { return "" },
+		Serve: func(ctx context.Context, o cli.ServeOptions) error {
+			o.Ready = func(addr string) { ready <- addr }
+			return serve(ctx, o)
+		}})
+	root.SetArgs(append([]string{"serve"}, args...))
+	go func() { done <- root.ExecuteContext(ctx) }()
+	return ready, done, cancel
+}
+
+var shownKeyRe = regexp.MustCompile(`shown only this once[^\n]*\n\n\s+(berth_[0-9a-f]+)\n`)
+
+// A first start that fails (its port in use) does not use up the one
+// showing of the generated API key: it shows none and stores none; the
+// next start that serves shows a key, which the API then takes; the start
+// after that shows none.
+func TestServeFailedFirstStartKeepsTheKeyToShow(t *testing.T) {
+	t.Setenv("BERTH_API_KEY", "")
+	t.Setenv("DOCKER_HOST", "unix://"+filepath.Join(t.TempDir(), "no-docker.sock")) // no containers needed
+	data := filepath.Join(t.TempDir(), "data")
+	taken, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer taken.Close()
+
+	var first syncBuffer
+	_, done, cancel := serveCmd(t, &first, "--addr", taken.Addr().String(), "--data", data)
+	defer cancel()
+	select {
+	case err := <-done:
+		if err == nil || !strings.Contains(err.Error(), "address already in use") {
+			t.Fatalf("serve on a taken port: %v", err)
+		}
+	case <-time.After(60 * time.Second):
+		t.Fatal("serve on a taken port did not fail")
+	}
+	if strings.Contains(first.String(), "berth_") {
+		t.Fatalf("a failed start showed a key:\n%s", first.String())
+	}
+
+	var second syncBuffer
+	ready, done, cancel := serveCmd(t, &second, "--addr", "127.0.0.1:0", "--data", data)
+	var addr string
+	select {
+	case addr = <-ready:
+	case err := <-done:
+		t.Fatalf("serve ended: %v\n%s", err, second.String())
+	case <-time.After(60 * time.Second):
+		t.Fatalf("serve not ready\n%s", second.String())
+	}
+	m := shownKeyRe.FindStringSubmatch(second.String())
+	if m == nil {
+		cancel()
+		t.Fatalf("the first start that serves showed no key:\n%s", second.String())
+	}
+	for key, want := range map[string]int{m[1]: http.StatusOK, "berth_wrong": http.StatusUnauthorized} {
+		req, _ := http.NewRequest(http.MethodGet, "http://"+addr+"/v1/endpoints", nil)
+		req.Header.Set("Authorization", "Bearer "+key)
+		res, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		res.Body.Close()
+		if res.StatusCode != want {
+			t.Errorf("GET /v1/endpoints with %s: %d, want %d", key, res.StatusCode, want)
+		}
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("serve: %v", err)
+	}
+
+	var third syncBuffer
+	ready, done, cancel = serveCmd(t, &third, "--addr", "127.0.0.1:0", "--data", data)
+	select {
+	case <-ready:
+	case err := <-done:
+		t.Fatalf("serve ended: %v\n%s", err, third.String())
+	case <-time.After(60 * time.Second):
+		t.Fatalf("serve not ready\n%s", third.String())
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("serve: %v", err)
+	}
+	if strings.Contains(third.String(), "berth_") || !strings.Contains(third.String(), "using the API key generated on first start") {
+		t.Errorf("a later start:\n%s", third.String())
 	}
 }

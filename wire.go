@@ -92,7 +92,7 @@ func stop(a *app.App) error {
 func serveConfig(o cli.ServeOptions) app.Config {
 	c := app.Config{
 		DataDir: o.Data, Addr: o.Addr, Logger: o.Logger, Version: version,
-		APIKey: os.Getenv("BERTH_API_KEY"), KeyNotice: os.Stderr,
+		APIKey: os.Getenv("BERTH_API_KEY"), KeyNotice: o.KeyNotice,
 		RateLimits: o.RateLimits, WebhookAllow: o.WebhookAllow,
 	}
 	c.Queue.WorkerTimeout, c.Queue.ReconcileGrace, c.Queue.MaxAttempts = o.WorkerTimeout, o.ReconcileGrace, o.MaxAttempts

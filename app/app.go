@@ -65,7 +65,8 @@ type Config struct {
 	Version string
 
 	// APIKey is the operator's key. "" uses the key stored on first start,
-	// or generates one, stores its hash and prints it once to KeyNotice.
+	// or generates one and, once Start serves, stores its hash and prints
+	// it once to KeyNotice (a start that fails stores and shows nothing).
 	APIKey    string
 	KeyNotice io.Writer // [discarded]
 
@@ -132,6 +133,8 @@ type App struct {
 	sup     *runtime.Supervisor // nil without Docker
 	cleaner *cleaner.Service
 	inst    string
+
+	keepKey func() error // stores and shows a generated key once serving (key.go)
 
 	verifyStop context.CancelFunc // the background check of the file
 	verified   chan struct{}
@@ -223,6 +226,14 @@ func (a *App) Start(ctx context.Context) error {
 		go a.serve(a.workerSrv, a.workerLn)
 	}
 	go a.serve(a.srv, a.ln)
+	if a.keepKey != nil {
+		// The listeners accept: a generated key is stored and shown now,
+		// not before a start that might still fail.
+		if err := a.keepKey(); err != nil {
+			return err
+		}
+		a.keepKey = nil
+	}
 	a.log.Info("berth serving", "addr", a.ln.Addr().String(), "data", a.cfg.DataDir, "version", a.cfg.Version, "rateLimits", a.cfg.RateLimits)
 	return nil
 }

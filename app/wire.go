@@ -25,7 +25,7 @@ import (
 const PingInterval = 10 * time.Second
 
 // New assembles a Berth: it opens the database (refusing a damaged one),
-// settles the operator's key, finds the GPUs, connects to Docker (as
+// settles the operator's key (a generated one is stored at Start), finds the GPUs, connects to Docker (as
 // cfg.Docker says), binds the listeners and builds every service. Nothing
 // runs until Start; Stop releases what New took.
 func New(cfg Config) (_ *App, err error) {
@@ -65,7 +65,8 @@ func New(cfg Config) (_ *App, err error) {
 	if a.db, err = store.Open(filepath.Join(cfg.DataDir, "berth.db"), store.Options{OnCommit: a.metrics.Commit, Logger: log.With("component", "store")}); err != nil {
 		return nil, err
 	}
-	keyHash, err := apiKeyHash(a.db, cfg.APIKey, cfg.KeyNotice, log)
+	keyHash, keep, err := apiKeyHash(a.db, cfg.APIKey, cfg.KeyNotice, log) // key.go
+	a.keepKey = keep
 	if err != nil {
 		return nil, err
 	}

@@ -245,7 +245,7 @@ default socket). Every flag has an environment variable (in brackets).`,
 			if err != nil {
 				return err
 			}
-			o.Logger = log
+			o.Logger, o.KeyNotice = log, a.o.Stderr
 			if a.o.Serve == nil {
 				return fmt.Errorf("serve: not available in this build")
 			}

@@ -248,6 +248,9 @@ type ServeOptions struct {
 	VolumeAccessMode string
 	ServiceType      string
 	Logger           *slog.Logger
+	// KeyNotice receives the API key generated on the first successful
+	// start (the command's stderr).
+	KeyNotice io.Writer
 	// Ready is called once the server accepts connections (systemd
 	// readiness is sent from main's wiring; tests use it too).
 	Ready func(addr string)
