@@ -128,11 +128,13 @@ type App struct {
 	api     *httpapi.Server
 	lb      *lbproxy.Balancer
 	gpus    *gpu.Allocator
-	dock    *docker.Docker      // nil without Docker
-	backend runtime.Backend     // nil without a runtime
-	sup     *runtime.Supervisor // nil without Docker
-	cleaner *cleaner.Service
-	inst    string
+	dock    *docker.Docker // nil without Docker
+	// noRuntime: why Docker was not reached (DockerAuto), nil otherwise.
+	noRuntime error
+	backend   runtime.Backend     // nil without a runtime
+	sup       *runtime.Supervisor // nil without Docker
+	cleaner   *cleaner.Service
+	inst      string
 
 	keepKey func() error // stores and shows a generated key once serving (key.go)
 

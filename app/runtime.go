@@ -55,6 +55,7 @@ func (a *App) startRuntime(log *slog.Logger) error {
 				return err
 			}
 			log.Warn("no Docker daemon: endpoints get no worker containers; attach workers with `berth worker-env`", "err", err)
+			a.noRuntime = err
 		}
 	}
 	// The GPUs are the backend's (NVML's on Docker); without a backend
@@ -199,6 +200,16 @@ func wireRuntime(cfg *httpapi.Config, s *runtime.Supervisor) {
 		return rc, translate(err, runtime.ErrUnknownPod, mgmt.ErrNoSuchPod)
 	}
 	cfg.EndpointStatus = func(ep string) any { return s.Status(ep) }
+}
+
+// wireNoRuntime makes the daemon Berth could not reach at start (why) every
+// endpoint's status reason, so the surfaces that show one — v1's status,
+// /v2/ID/health, `berth endpoint get`, `berth health`, the dashboard — say
+// why no worker container starts, not only the start-up log. Berth does
+// not connect later: it needs a restart once Docker runs.
+func wireNoRuntime(cfg *httpapi.Config, why error) {
+	reason := fmt.Sprintf("no container runtime: %v; Berth starts no worker containers until it is restarted with Docker running — until then only workers attached with `berth worker-env` run jobs", why)
+	cfg.EndpointStatus = func(string) any { return runtime.EndpointStatus{Reason: reason} }
 }
 
 // translate wraps err with to as well when it is from.

@@ -134,6 +134,8 @@ func New(cfg Config) (_ *App, err error) {
 	}
 	if a.sup != nil {
 		wireRuntime(&hc, a.sup) // runtime.go
+	} else if a.noRuntime != nil {
+		wireNoRuntime(&hc, a.noRuntime) // runtime.go
 	}
 	a.api = httpapi.New(hc)
 	api.Store(a.api)

@@ -60,11 +60,14 @@ func (f *fakePods) RemovePod(_ context.Context, id string) error {
 	return nil
 }
 
-func startBerth(t *testing.T) *berth {
+func startBerth(t *testing.T) *berth { return startBerthWith(t, nil) }
+
+// startBerthWith is startBerth with its Config changed by change first.
+func startBerthWith(t *testing.T, change func(*berthapp.Config)) *berth {
 	t.Helper()
 	b := &berth{t: t, pods: &fakePods{}}
 	dev := gpu.Device{Index: 0, UUID: "GPU-1", Name: "NVIDIA GeForce RTX 4090", TypeID: "NVIDIA GeForce RTX 4090", MemoryMiB: 24564}
-	a, err := berthapp.New(berthapp.Config{DataDir: t.TempDir(), Addr: "127.0.0.1:0", APIKey: testKey,
+	cfg := berthapp.Config{DataDir: t.TempDir(), Addr: "127.0.0.1:0", APIKey: testKey,
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Docker: berthapp.DockerOff, Pods: b.pods,
 		DiscoverGPUs: func() ([]gpu.Device, error) { return []gpu.Device{dev}, nil },
 		WrapHandler: func(h http.Handler) http.Handler {
@@ -76,7 +79,11 @@ func startBerth(t *testing.T) *berth {
 				}
 				h.ServeHTTP(w, r)
 			})
-		}})
+		}}
+	if change != nil {
+		change(&cfg)
+	}
+	a, err := berthapp.New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -79,7 +79,9 @@ type endpointQ struct {
 	// counts of retained jobs
 	inProgress, completed, failed, retried int
 	// done: finished jobs kept only as their entry (see retireLocked).
-	done    map[string]*qent
+	done map[string]*qent
+	// recent: the last finished jobs, listed once gone (recent.go).
+	recent  recentRing
 	workers map[string]*worker
 }
 
@@ -1169,6 +1171,7 @@ func (s *Service) finishLocked(j *job, st store.JobStatus, output json.RawMessag
 	}
 	j.rec.RetainUntil = now.Add(ret)
 	s.countTerminalLocked(ep, st, +1)
+	s.recordRecentLocked(ep, j) // recent.go
 	ops := jobOps(j)
 	var hook *store.OutboxEntry
 	if j.rec.Webhook != "" {

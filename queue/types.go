@@ -72,6 +72,10 @@ type Config struct {
 	DrainHold     time.Duration
 	RunRetention  time.Duration // results of /run jobs [30m]
 	SyncRetention time.Duration // results of /runsync jobs [1m]
+	// RecentJobs: finished jobs per endpoint still listed (id, status,
+	// times, worker) once their results expire [DefaultRecentJobs];
+	// negative: none (recent.go).
+	RecentJobs int
 
 	// Worker identities nobody uses are forgotten (see ExpireWorkers):
 	// those the operator's key created on the fly after WorkerRetention
@@ -135,6 +139,9 @@ func (c *Config) defaults() {
 	}
 	if c.SyncRetention <= 0 {
 		c.SyncRetention = time.Minute
+	}
+	if c.RecentJobs == 0 {
+		c.RecentJobs = DefaultRecentJobs
 	}
 	if c.WorkerRetention <= 0 {
 		c.WorkerRetention = time.Hour

@@ -19,6 +19,9 @@ type JobView struct {
 	StartedAt   *time.Time      `json:"startedAt,omitempty"`
 	CompletedAt *time.Time      `json:"completedAt,omitempty"`
 	LowPriority bool            `json:"lowPriority,omitempty"`
+	// ResultExpired: the job is gone (its result's retention ended) and
+	// only its id, status, times and worker are still known (recent.go).
+	ResultExpired bool `json:"resultExpired,omitempty"`
 	// Stream is the chunks a running streaming job has produced that no
 	// /stream call has read yet (peeked, not drained). Only on Job.
 	Stream []json.RawMessage `json:"stream,omitempty"`
@@ -96,6 +99,11 @@ func (s *Service) Jobs(endpointID string, f JobFilter) []JobView {
 		}
 		slices.SortFunc(done, func(a, b *qent) int { return cmpSeq(b.seq, a.seq) })
 		entries = append(entries, done[:min(len(done), f.Limit)]...)
+		for _, v := range s.expiredRecentLocked(ep) {
+			if want(v.Status) {
+				items = append(items, item{0, v.CreatedAt, v})
+			}
+		}
 	}
 	for _, q := range entries {
 		var x *qextra

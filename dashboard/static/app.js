@@ -259,12 +259,14 @@ async function loadGPUs() {
 function endpointHealth(e, q) {
   const st = e.status || {};
   const counts = Object.assign({ initializing: 0, idle: 0, running: 0, throttled: 0, unhealthy: 0, draining: 0 }, st.workers || {});
-  if (!e.status) { // no container runtime: count the workers the queue knows
-    for (const w of e.workers || []) counts[w.state] = (counts[w.state] || 0) + 1;
+  // The runtime's counts are its containers': a worker attached from the
+  // host (berth worker-env) is the queue's only, and counts too.
+  for (const w of e.workers || []) {
+    if (!e.status || w.external) counts[w.state] = (counts[w.state] || 0) + 1;
   }
   let pill = h('span.pill.ok', 'ready');
   if (st.unhealthy) pill = h('span.pill.bad', 'unhealthy');
-  else if (st.reason) pill = h('span.pill.warn', 'waiting');
+  else if (st.reason && counts.idle + counts.running === 0) pill = h('span.pill.warn', 'waiting');
   else if (q && q.inQueue > 0 && counts.running + counts.idle === 0) pill = h('span.pill.warn', 'scaling up');
   else if (counts.running > 0) pill = h('span.pill.run', 'busy');
   else if (counts.initializing > 0 && counts.idle === 0) pill = h('span.pill.warn.spin', 'starting');
@@ -427,15 +429,17 @@ function endpointView(main, id) {
   function jobDetail(j) {
     const d = details.get(j.id) || j;
     const blocks = [];
-    blocks.push(h('div', h('h3', 'Input'), h('pre.code', d.input === undefined ? '—' : pretty(d.input))));
+    if (d.resultExpired) {
+      blocks.push(h('div.full.small.muted', 'The result expired (kept 1 minute after /runsync, 30 minutes after /run, as on RunPod): only the job\'s status, times and worker are still known.'));
+    } else blocks.push(h('div', h('h3', 'Input'), h('pre.code', d.input === undefined ? '—' : pretty(d.input))));
     if (d.status === 'IN_PROGRESS' && d.stream && d.stream.length) blocks.push(h('div', h('h3', 'Stream (not yet read by a client)'), h('pre.code', d.stream.map((c) => JSON.stringify(c.output ?? c)).join('\n'))));
-    if (d.status !== 'IN_QUEUE' && (d.status !== 'IN_PROGRESS' || d.output !== undefined)) {
+    if (!d.resultExpired && d.status !== 'IN_QUEUE' && (d.status !== 'IN_PROGRESS' || d.output !== undefined)) {
       blocks.push(h('div', h('h3', d.status === 'IN_PROGRESS' ? 'Progress' : 'Output'), h('pre.code', d.output === undefined ? '—' : pretty(d.output))));
     }
     if (d.error) blocks.push(h('div.full', h('h3', 'Error'), h('pre.code', d.error)));
     const actions = [];
     if (d.status === 'IN_QUEUE' || d.status === 'IN_PROGRESS') actions.push(h('button.btn.small.danger.job-cancel', { onclick: () => act('cancel', j.id) }, 'Cancel'));
-    if (d.status === 'FAILED' || d.status === 'TIMED_OUT') actions.push(h('button.btn.small.job-retry', { onclick: () => act('retry', j.id) }, 'Retry'));
+    if (!d.resultExpired && (d.status === 'FAILED' || d.status === 'TIMED_OUT')) actions.push(h('button.btn.small.job-retry', { onclick: () => act('retry', j.id) }, 'Retry'));
     if (d.workerId) actions.push(h('a.btn.small', { href: '#/logs/worker/' + encodeURIComponent(id) + '/' + encodeURIComponent(d.workerId) + '/' + encodeURIComponent(j.id) }, 'Logs of this job'));
     return h('tr.detail', h('td', { colspan: 6 },
       h('div.row.small.muted', h('span.mono', j.id), h('span', 'created ' + ago(d.createdAt)), d.retries ? h('span', d.retries + ' retries') : null,
@@ -454,7 +458,7 @@ function endpointView(main, id) {
         onkeydown: (ev) => { if (ev.key === 'Enter' || ev.key === ' ') { ev.preventDefault(); toggle(); } } },
       h('td', { 'data-label': 'Status' }, statusPill(j.status)),
       h('td.mono', { 'data-label': 'Job', title: j.id }, short(j.id)),
-      h('td.num', { 'data-label': 'Created' }, ago(j.createdAt)),
+      h('td.num', { 'data-label': 'Created' }, ago(j.createdAt), j.resultExpired ? h('div.small.faint.expired', 'result expired') : null),
       h('td.num', { 'data-label': 'Delay' }, dur(j.delayTime)),
       h('td.num', { 'data-label': 'Execution' }, dur(j.executionTime)),
       h('td.mono.hide-phone', { 'data-label': 'Worker' }, j.workerId ? short(j.workerId) : '—')));
