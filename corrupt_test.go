@@ -66,7 +66,7 @@ func TestServeRefusesDamagedDatabase(t *testing.T) {
 			}
 			later := time.Now().Add(2 * time.Second)
 			return os.Chtimes(path, later, later)
-		}, "bucket registry_auths key reg1: the record does not decode"},
+		}, "bucket registry_auths key reg1: the record is damaged: checksum mismatch"},
 		{"truncated", func(path string, _ int64) error { return os.Truncate(path, 8*page) }, "truncated"},
 		{"zeroed pages", func(path string, size int64) error {
 			f, err := os.OpenFile(path, os.O_WRONLY, 0)

@@ -266,6 +266,11 @@ func (a *App) verifyInBackground() {
 			if problems++; problems <= 100 {
 				a.log.Error("database damage found", "bucket", p.Bucket, "key", p.Key, "page", p.Page, "err", p.Err)
 			}
+			if !p.Page && (p.Bucket == store.Jobs || p.Bucket == store.JobInputs) {
+				// Its key is the job's id: the job leaves the queue and
+				// counts, and its reads name the damage.
+				a.q.RecordDamaged(p.Key, &store.DamagedError{Bucket: p.Bucket, Key: p.Key, Why: p.Err.Error()})
+			}
 		})
 		switch {
 		case err != nil && ctx.Err() == nil:

@@ -17,7 +17,11 @@ import (
 func (a *App) newCleaner(log *slog.Logger) *cleaner.Service {
 	live := func() (func(string) bool, error) {
 		ids := map[string]bool{}
-		err := a.db.Scan(store.Endpoints, func(id string, _ []byte) error { ids[id] = true; return nil })
+		// Every key, damaged records included: a damaged endpoint's
+		// containers are not orphans.
+		err := a.db.View(func(tx *store.Tx) error {
+			return tx.ForEachKey(store.Endpoints, func(id string) error { ids[id] = true; return nil })
+		})
 		return func(id string) bool { return ids[id] }, err
 	}
 	return cleaner.New(cleaner.Config{Clock: a.cfg.Clock, Logger: log, OnRun: a.metrics.Cleaned, Tasks: []cleaner.Task{

@@ -103,28 +103,81 @@ DATA/berth.db, start Berth.`,
 	backup.Flags().StringVar(&dataDir, "data", "", "copy the database in this data directory instead (Berth stopped)")
 
 	var checkData string
-	check := &cobra.Command{Use: "check", Short: "Run bbolt's full consistency check of berth.db (Berth stopped)",
-		Long: `Run bbolt's full consistency check of DATA/berth.db. Run it with 'berth serve'
-stopped (serve runs the cheaper checks at every start). Exit 0 and "PATH: ok",
-or exit 1 and the problems found.`,
+	var repair bool
+	check := &cobra.Command{Use: "check", Short: "Check berth.db (every page, every record's checksum); --repair writes a sound copy (Berth stopped)",
+		Long: `Check DATA/berth.db as 'berth serve' does at every start (both header pages, the
+free-page list, bbolt's page-tree check), then verify every record's checksum and
+decode it. Run it with 'berth serve' stopped. Exit 0 and "PATH: ok", or exit 1
+and the problems found.
+
+With --repair, a damaged file is replaced by a copy holding every record that
+verifies (a job is kept or left out whole): the records left out are written,
+with their problem and bytes, to PATH.damaged-TIME.jsonl, and the damaged file
+is kept as PATH.before-repair-TIME. Records on pages the page tree no longer
+reaches cannot be found: compare with a backup ('berth backup'). Exit 0 once
+the copy is in place and passes the check.`,
 		Args: exactArgs(0, "no arguments"),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			path := filepath.Join(checkData, "berth.db")
-			if err := store.Check(path); err != nil {
-				if errors.Is(err, store.ErrLocked) {
-					return fmt.Errorf("%w (stop 'berth serve' first)", err)
+			err := store.Check(path)
+			if errors.Is(err, store.ErrLocked) {
+				return fmt.Errorf("%w (stop 'berth serve' first)", err)
+			}
+			if err != nil && repair && errors.Is(err, store.ErrCorrupt) {
+				fmt.Fprintln(a.o.Stderr, err)
+				return repairFile(a, path)
+			}
+			if err != nil {
+				if errors.Is(err, store.ErrCorrupt) {
+					return fmt.Errorf("%w\n'berth check --repair' writes a copy without the damaged records (the file is kept); or restore a backup", err)
 				}
 				return err
 			}
 			if a.asJSON || a.output == "json" {
 				return a.printer().JSON(map[string]any{"file": path, "ok": true})
 			}
-			_, err := fmt.Fprintln(a.o.Stdout, path+": ok")
+			_, err = fmt.Fprintln(a.o.Stdout, path+": ok")
 			return err
 		}}
 	check.Flags().StringVar(&checkData, "data", envOr(a, "BERTH_DATA", "./berth-data"), "data directory [BERTH_DATA]")
+	check.Flags().BoolVar(&repair, "repair", false, "replace a damaged file by a copy without its damaged records (the file and those records are kept aside)")
 
 	return []*cobra.Command{gpus, workerEnv, version, backup, check, serveCommand(a)}
+}
+
+// repairFile replaces the damaged database at path by store.Repair's copy,
+// keeping the damaged file and the records left out beside it.
+func repairFile(a *app, path string) error {
+	stamp := time.Now().UTC().Format("20060102T150405Z")
+	asidePath := path + ".damaged-" + stamp + ".jsonl"
+	before := path + ".before-repair-" + stamp
+	aside, err := os.OpenFile(asidePath, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		return err
+	}
+	rep, err := store.Repair(path, path+".repaired", aside)
+	if cerr := aside.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return fmt.Errorf("cannot repair %s: %w; restore a backup instead: stop Berth, put the copy ('berth backup') at %s", path, err, path)
+	}
+	if err := os.Rename(path, before); err != nil {
+		return err
+	}
+	if err := os.Rename(path+".repaired", path); err != nil {
+		return fmt.Errorf("%w (the damaged file is now %s; the copy is %s.repaired)", err, before, path)
+	}
+	os.Remove(path + ".clean") // the marker described the damaged file
+	if a.asJSON || a.output == "json" {
+		return a.printer().JSON(map[string]any{"file": path, "repaired": true, "kept": rep.Kept, "setAside": rep.SetAside,
+			"setAsideFile": asidePath, "damagedFile": before, "lost": rep.Lost})
+	}
+	fmt.Fprintf(a.o.Stdout, "%s: repaired: %d records kept, %d set aside in %s; the damaged file is kept as %s\n", path, rep.Kept, rep.SetAside, asidePath, before)
+	for _, l := range rep.Lost {
+		fmt.Fprintf(a.o.Stdout, "  lost: %s (compare with a backup)\n", l)
+	}
+	return nil
 }
 
 func envOr(a *app, name, def string) string {

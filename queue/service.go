@@ -51,6 +51,7 @@ type Service struct {
 	streamDropped uint64
 	seq           uint64
 	stopped       bool
+	damaged       map[string]damagedJob // jobs whose record is damaged (see damaged.go)
 
 	hq      hookQueue
 	stopCh  chan struct{}
@@ -280,6 +281,10 @@ func (s *Service) Start(ctx context.Context) error {
 			return nil
 		}
 		rec, input, err := load()
+		if errors.Is(err, store.ErrDamaged) {
+			s.noteDamagedLocked(e.EndpointID, e.ID, err)
+			return nil
+		}
 		if err != nil {
 			s.log().Error("skipping unreadable job record", "endpoint", e.EndpointID, "job", e.ID, "err", err)
 			return nil
@@ -310,7 +315,7 @@ func (s *Service) Start(ctx context.Context) error {
 		}
 		s.armTTLLocked(j)
 		return nil
-	})
+	}, func(id string, err error) { s.noteDamagedLocked("", id, err) })
 	if err != nil {
 		s.mu.Unlock()
 		return fmt.Errorf("load jobs: %w", err)
@@ -708,7 +713,7 @@ func (s *Service) lockJob(endpointID, id string) (*job, error) {
 		}
 		q := s.entryLocked(endpointID, id)
 		if q == nil {
-			return nil, ErrNotFound
+			return nil, s.missingLocked(endpointID, id)
 		}
 		rec, input, err := s.readEntry(q)
 		if !s.entryStillLocked(q) {
@@ -765,7 +770,11 @@ func (s *Service) readEntry(q *qent) (store.Job, json.RawMessage, error) {
 // unreadableLocked drops an entry whose record is gone or cannot be read:
 // it cannot be handed out or shown (berth check names the damage).
 func (s *Service) unreadableLocked(q *qent, err error) error {
-	s.logLocked().Error("cannot read a job's record; dropping the job from memory", "endpoint", q.ep.id, "job", q.id, "err", err)
+	if errors.Is(err, store.ErrDamaged) {
+		s.noteDamagedLocked(q.ep.id, q.id, err)
+	} else {
+		s.logLocked().Error("cannot read a job's record; dropping the job from memory", "endpoint", q.ep.id, "job", q.id, "err", err)
+	}
 	if q.fin == 0 {
 		s.dropColdLocked(q)
 	} else {
@@ -796,8 +805,9 @@ func (s *Service) peek(endpointID, id string, fn func(j *job, chunks []json.RawM
 		}
 		q := s.entryLocked(endpointID, id)
 		if q == nil {
+			err := s.missingLocked(endpointID, id)
 			s.unlock()
-			return ErrNotFound
+			return err
 		}
 		rec, input, err := s.readEntry(q)
 		if !s.entryStillLocked(q) {

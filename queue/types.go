@@ -51,7 +51,8 @@ type Store interface {
 	Scan(bucket string, fn func(key string, raw []byte) error) error
 	// ScanJobIndex yields every job's index entry in submission order;
 	// load reads that job's record and input in the same transaction.
-	ScanJobIndex(fn func(e store.JobEntry, load func() (store.Job, json.RawMessage, error)) error) error
+	// damaged is told the id of each job whose entry is damaged.
+	ScanJobIndex(fn func(e store.JobEntry, load func() (store.Job, json.RawMessage, error)) error, damaged func(id string, err error)) error
 	// LoadJob reads a job's record and input.
 	LoadJob(id string) (store.Job, json.RawMessage, error)
 }

@@ -2,6 +2,7 @@ package queue
 
 import (
 	"encoding/json"
+	"errors"
 	"slices"
 	"time"
 
@@ -42,6 +43,9 @@ type QueueView struct {
 	OldestQueuedAt *time.Time `json:"oldestQueuedAt,omitempty"`
 	// OldestWaitMs is how long that job has waited so far.
 	OldestWaitMs int64 `json:"oldestWaitMs"`
+	// Damaged (Berth) counts the endpoint's jobs left out of the queue,
+	// lists and counts because their stored record is damaged.
+	Damaged int `json:"damaged,omitempty"`
 }
 
 func jobView(j *job, now time.Time) JobView {
@@ -58,8 +62,9 @@ func jobView(j *job, now time.Time) JobView {
 
 // Jobs lists an endpoint's retained jobs, newest first. Jobs kept only as
 // entries (queued nobody looked at, finished) are read from the store with
-// the lock released.
-func (s *Service) Jobs(endpointID string, f JobFilter) []JobView {
+// the lock released. damaged is how many of the endpoint's jobs are left
+// out because their stored record is damaged.
+func (s *Service) Jobs(endpointID string, f JobFilter) (list []JobView, damaged int) {
 	if f.Limit <= 0 {
 		f.Limit = 50
 	}
@@ -113,12 +118,21 @@ func (s *Service) Jobs(endpointID string, f JobFilter) []JobView {
 		pend = append(pend, x)
 	}
 	s.unlock()
+	type bad struct {
+		q   *qent
+		err error
+	}
+	var bads []bad
 	for i, q := range entries {
 		var j *job
 		if x := pend[i]; x != nil {
 			j = &job{rec: *x.rec, input: x.input}
 		} else {
 			rec, input, err := s.st.LoadJob(q.id)
+			if errors.Is(err, store.ErrDamaged) {
+				bads = append(bads, bad{q, err})
+				continue
+			}
 			if err != nil {
 				continue // taken, finished or removed meanwhile: it is missed once
 			}
@@ -134,6 +148,14 @@ func (s *Service) Jobs(endpointID string, f JobFilter) []JobView {
 		}
 		return cmpSeq(b.seq, a.seq)
 	})
+	s.mu.Lock()
+	for _, b := range bads {
+		if s.entryStillLocked(b.q) {
+			s.unreadableLocked(b.q, b.err)
+		}
+	}
+	damaged = s.damagedCountLocked(endpointID)
+	s.unlock()
 	// A job read from the store may also be loaded by now: once each.
 	seen := map[string]bool{}
 	out := make([]JobView, 0, min(len(items), f.Limit))
@@ -146,7 +168,7 @@ func (s *Service) Jobs(endpointID string, f JobFilter) []JobView {
 			out = append(out, it.v)
 		}
 	}
-	return out
+	return out, damaged
 }
 
 func cmpSeq(a, b uint64) int {
@@ -175,6 +197,7 @@ func (s *Service) Queue(endpointID string) QueueView {
 	s.mu.Lock()
 	defer s.unlock()
 	var v QueueView
+	v.Damaged = s.damagedCountLocked(endpointID)
 	ep := s.endpoints[endpointID]
 	if ep == nil {
 		return v

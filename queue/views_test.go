@@ -28,19 +28,20 @@ func TestJobViews(t *testing.T) {
 	if v.InQueue != 3 || v.OldestQueuedAt == nil || v.OldestWaitMs != 5000 {
 		t.Fatalf("queue: %+v", v)
 	}
+	list := func(js []queue.JobView, _ int) []queue.JobView { return js }
 	ids := func(js []queue.JobView) (out []string) {
 		for _, j := range js {
 			out = append(out, j.ID)
 		}
 		return out
 	}
-	if got := ids(h.q.Jobs(ep, queue.JobFilter{})); len(got) != 3 || got[0] != third || got[1] != second || got[2] != first {
+	if got := ids(list(h.q.Jobs(ep, queue.JobFilter{}))); len(got) != 3 || got[0] != third || got[1] != second || got[2] != first {
 		t.Fatalf("newest first: %v, want %v", got, []string{third, second, first})
 	}
-	if got := ids(h.q.Jobs(ep, queue.JobFilter{Limit: 1})); len(got) != 1 || got[0] != third {
+	if got := ids(list(h.q.Jobs(ep, queue.JobFilter{Limit: 1}))); len(got) != 1 || got[0] != third {
 		t.Fatalf("limit 1: %v", got)
 	}
-	if got := h.q.Jobs("other", queue.JobFilter{}); len(got) != 0 {
+	if got := list(h.q.Jobs("other", queue.JobFilter{})); len(got) != 0 {
 		t.Fatalf("another endpoint's jobs: %v", got)
 	}
 
@@ -69,7 +70,7 @@ func TestJobViews(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	got := h.q.Jobs(ep, queue.JobFilter{Statuses: []store.JobStatus{store.Completed}})
+	got := list(h.q.Jobs(ep, queue.JobFilter{Statuses: []store.JobStatus{store.Completed}}))
 	if len(got) != 1 || got[0].ID != first {
 		t.Fatalf("completed: %v", ids(got))
 	}
@@ -79,7 +80,7 @@ func TestJobViews(t *testing.T) {
 		b, _ := json.Marshal(j)
 		t.Fatalf("completed job view: %s", b)
 	}
-	if got := ids(h.q.Jobs(ep, queue.JobFilter{Statuses: []store.JobStatus{store.InQueue, store.InProgress}})); len(got) != 2 || got[0] != third {
+	if got := ids(list(h.q.Jobs(ep, queue.JobFilter{Statuses: []store.JobStatus{store.InQueue, store.InProgress}}))); len(got) != 2 || got[0] != third {
 		t.Fatalf("queued: %v", got)
 	}
 	if _, err := h.q.Job(ep, "nope"); !errors.Is(err, queue.ErrNotFound) {

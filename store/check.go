@@ -22,33 +22,37 @@ func corrupt(path, what string) error {
 	return fmt.Errorf("%w: %s: %s", ErrCorrupt, path, what)
 }
 
-// preflight finds the damage that bbolt would otherwise meet as a crash or
-// silently paper over, before the read-write open:
+// preflight finds the damage that bbolt would otherwise meet as a crash,
+// serve from silently or paper over, before the read-write open. It is the
+// same check for 'berth serve' (full false) and 'berth check' (full true),
+// so serve refuses every file check rejects:
 //   - a zero-length file, which bbolt would initialise as a new, empty
 //     database;
-//   - invalid header (meta) pages, which bbolt reports;
+//   - invalid header (meta) pages: bbolt reads the newer valid one and
+//     silently falls back to the older, so both are read and compared
+//     (checkMetas);
 //   - a file shorter than its header says: reading pages past the end of a
 //     truncated file faults, which no recover can catch;
-//   - a broken page tree: bbolt's read-write open (with NoFreelistSync)
-//     rebuilds the free list by walking every page on a goroutine of its own
-//     and panics there on a page that is not what its parent says, which
-//     kills the process. walk makes the same visit on this goroutine, where
-//     the panic is caught.
+//   - a broken free-page list (checkFreelist), which bbolt would load as
+//     it is and hand out pages in use;
+//   - a broken page tree: walk visits every page through cursors on this
+//     goroutine (bbolt's own open walk panics on another, which kills the
+//     process), then structure runs bbolt's tx.Check: every page reachable
+//     once and not free, keys in order within and across pages. A branch
+//     page whose key or child pointer changed passes a walk but sends a
+//     look-up to the wrong leaf (jobs answered 404).
 //
-// The walk reads every page, as bbolt's own open walk does right after it;
-// the README gives its cost. A missing file is fine: Open creates it.
-//
-// The walk reads every page (seconds for a large queue), so it is skipped
-// when a clean-close marker (see writeCleanMarker) says the file is exactly
-// as Close left it. full (berth check) always walks and leaves the marker.
+// Its cost grows with the file (the README's Hardening section gives it
+// for a million jobs). A missing file is fine: Open creates it.
 func preflight(path string, full bool) error {
 	var marker []byte
 	if !full {
-		// Consumed before the read-write open: if this run crashes, the
-		// next start walks.
+		// Consumed before the read-write open: a crash leaves none.
 		if m, err := os.ReadFile(markerPath(path)); err == nil && os.Remove(markerPath(path)) == nil {
 			marker = m
 		}
+	} else if m, err := os.ReadFile(markerPath(path)); err == nil {
+		marker = m
 	}
 	info, err := os.Stat(path)
 	if errors.Is(err, os.ErrNotExist) {
@@ -74,28 +78,22 @@ func preflight(path string, full bool) error {
 		}
 		if !full {
 			// The records outside the job buckets are few: every one
-			// must decode (the jobs are decoded in the background, by
-			// DB.Verify), before anything is written.
+			// must verify and decode (the jobs are verified in the
+			// background, by DB.Verify), before anything is written.
 			defer func() {
 				if err == nil {
 					err = decodeSmall(path, tx)
 				}
 			}()
 		}
-		if marker != nil && string(marker) == fileStamp(info, tx.ID()) {
-			// As a clean close left it: the cheap checks, not the walk
-			// (a running Berth walks in the background: DB.Verify).
-			return checkClean(path, tx)
-		}
-		if marker != nil && strings.HasPrefix(string(marker), fileStamp(info, -1)) {
-			// Untouched since a clean close, yet bbolt fell back to the
-			// older header page: the newer one rotted.
-			return corrupt(path, fmt.Sprintf("a header (meta) page is damaged: the file is as a clean stop left it (%s), but bbolt can only read transaction %d", marker, tx.ID()))
+		clean := marker != nil && strings.HasPrefix(string(marker), fileStamp(info, -1))
+		if err := checkMetas(path, tx, clean); err != nil {
+			return err
 		}
 		if err := walk(path, tx); err != nil {
 			return err
 		}
-		return nil
+		return structure(path, tx)
 	})
 }
 
@@ -160,7 +158,7 @@ func openErr(path string, err error) error {
 }
 
 // advice is what Open adds to ErrCorrupt: Berth never repairs by itself.
-const advice = "; Berth will not start on it: run 'berth check' for a full report, then restore a backup or move the file away to start empty"
+const advice = "; Berth will not start on it: run 'berth check' for a full report, then 'berth check --repair' (a copy without the damaged records; the file is kept) or restore a backup"
 
 // openBolt opens the file read-write and runs init in a write transaction.
 // With NoFreelistSync bbolt rebuilds the free list at open by walking every
@@ -191,13 +189,17 @@ func openBolt(path string, o *bolt.Options, init func(*bolt.Tx) error) (b *bolt.
 		b.Close()
 		return nil, err
 	}
+	if err := sealAll(b); err != nil {
+		b.Close()
+		return nil, err
+	}
 	return b, nil
 }
 
-// Check runs bbolt's full consistency check (every page reachable once, key
-// order, free list) on the file at path, read-only, after the same header
-// and length checks Open makes, then decodes every record with its
-// bucket's type, naming the bucket and key of each that does not. It needs the file not to be open read-write
+// Check runs the checks Open makes (header pages, length, free list, page
+// tree: see preflight) on the file at path, read-only, then verifies every
+// record's checksum and decodes it with its bucket's type, naming the
+// bucket and key of each that fails. It needs the file not to be open read-write
 // elsewhere: a running Berth holds it, and Check then fails with ErrLocked.
 // The error lists every problem found, at most maxProblems of them.
 func Check(path string) error {
@@ -215,17 +217,11 @@ func Check(path string) error {
 	var problems []string
 	n := 0
 	err = b.View(func(tx *bolt.Tx) error {
-		for e := range tx.Check() {
-			if n++; n <= maxProblems {
-				problems = append(problems, e.Error())
-			}
-		}
-		if n > 0 {
-			return nil // the records cannot be trusted to be reachable
-		}
-		// Every record decoded with its bucket's type.
+		// Every record's checksum verified and the record decoded with its
+		// bucket's type.
+		legacy := !sealedFile(tx)
 		for _, name := range allBuckets {
-			decodeBucket(name, tx.Bucket([]byte(name)), func(p Problem) bool {
+			decodeBucket(name, tx.Bucket([]byte(name)), legacy, func(p Problem) bool {
 				if n++; n <= maxProblems {
 					problems = append(problems, p.String())
 				}

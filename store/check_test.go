@@ -86,11 +86,11 @@ func TestOpenRefusesDamagedFiles(t *testing.T) {
 		{"second half zeroed after a crash", func(t *testing.T, path string, size int64) {
 			os.Remove(path + ".clean")
 			overwrite(t, path, size/2/page*page, size, zero)
-		}, "page tree is broken"},
+		}, "is broken"},
 		{"second half random after a crash", func(t *testing.T, path string, size int64) {
 			os.Remove(path + ".clean")
 			overwrite(t, path, size/2/page*page, size, func(b []byte) { rand.New(rand.NewSource(1)).Read(b) })
-		}, "page tree is broken"},
+		}, "is broken"},
 		// Written over later, after a clean close: the marker no longer
 		// matches the file's mtime (set explicitly: the test runs within
 		// one timestamp tick of the close).
@@ -98,7 +98,7 @@ func TestOpenRefusesDamagedFiles(t *testing.T) {
 			overwrite(t, path, size/2/page*page, size, zero)
 			later := time.Now().Add(2 * time.Second)
 			os.Chtimes(path, later, later)
-		}, "page tree is broken"},
+		}, "is broken"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			path, size := filledDB(t, 5000)

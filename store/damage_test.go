@@ -75,7 +75,7 @@ func TestDamagedRecordIsFound(t *testing.T) {
 		path := recordsDB(t)
 		zeroInside(t, path, "REGISTRY")
 		err := store.Check(path)
-		if !errors.Is(err, store.ErrCorrupt) || !strings.Contains(err.Error(), "bucket registry_auths key reg1: the record does not decode") {
+		if !errors.Is(err, store.ErrCorrupt) || !strings.Contains(err.Error(), "bucket registry_auths key reg1: the record is damaged: checksum mismatch") {
 			t.Fatalf("check: %v", err)
 		}
 		_, err = store.Open(path, store.Options{})
@@ -86,7 +86,7 @@ func TestDamagedRecordIsFound(t *testing.T) {
 	t.Run("job", func(t *testing.T) {
 		path := recordsDB(t)
 		zeroInside(t, path, "OUTPUT107")
-		if err := store.Check(path); !errors.Is(err, store.ErrCorrupt) || !strings.Contains(err.Error(), "bucket jobs key job-0107: the record does not decode") {
+		if err := store.Check(path); !errors.Is(err, store.ErrCorrupt) || !strings.Contains(err.Error(), "bucket jobs key job-0107: the record is damaged: checksum mismatch") {
 			t.Fatalf("check: %v", err)
 		}
 		db, err := store.Open(path, store.Options{})

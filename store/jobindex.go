@@ -138,25 +138,35 @@ func (db *DB) LoadJob(id string) (Job, json.RawMessage, error) {
 	var input json.RawMessage
 	err := db.view(func(tx *bolt.Tx) error {
 		var err error
-		j, input, err = loadJob(tx, id)
+		j, input, err = db.loadJob(tx, id)
 		return err
 	})
 	return j, input, err
 }
 
-func loadJob(tx *bolt.Tx, id string) (Job, json.RawMessage, error) {
+// A record whose checksum does not match, or that does not decode, is an
+// error wrapping ErrDamaged.
+func (db *DB) loadJob(tx *bolt.Tx, id string) (Job, json.RawMessage, error) {
 	var j Job
 	raw := tx.Bucket([]byte(Jobs)).Get([]byte(id))
 	if raw == nil {
 		return j, nil, fmt.Errorf("job %q: %w", id, ErrNotFound)
 	}
+	raw, err := db.open(Jobs, id, raw)
+	if err != nil {
+		return j, nil, err
+	}
 	if err := json.Unmarshal(raw, &j); err != nil {
-		return j, nil, fmt.Errorf("decode job %q: %w", id, err)
+		return j, nil, &DamagedError{Bucket: Jobs, Key: id, Why: "does not decode: " + err.Error()}
 	}
 	input := j.Input
 	if input == nil {
 		if raw := tx.Bucket([]byte(JobInputs)).Get([]byte(id)); raw != nil {
-			input = append(json.RawMessage(nil), raw...)
+			p, err := db.open(JobInputs, id, raw)
+			if err != nil {
+				return j, nil, err
+			}
+			input = append(json.RawMessage(nil), p...)
 		}
 	}
 	return j, input, nil
@@ -164,18 +174,30 @@ func loadJob(tx *bolt.Tx, id string) (Job, json.RawMessage, error) {
 
 // ScanJobIndex calls fn for every job's index entry in sequence order,
 // decoding no record; load reads the entry's record and input when fn
-// needs them.
-func (db *DB) ScanJobIndex(fn func(e JobEntry, load func() (Job, json.RawMessage, error)) error) error {
+// needs them. A damaged entry is skipped and reported to damaged with the
+// job's id (and counted, see DamagedRecords): its job is not served.
+func (db *DB) ScanJobIndex(fn func(e JobEntry, load func() (Job, json.RawMessage, error)) error, damaged func(id string, err error)) error {
 	defer db.releaseMapped()
 	return db.view(func(tx *bolt.Tx) error {
 		var lastEndpoint string
 		return tx.Bucket([]byte(JobIndex)).ForEach(func(k, v []byte) error {
-			e, err := decodeEntry(k, v, lastEndpoint)
+			id := recordKey(JobIndex, k)
+			p, err := db.open(JobIndex, id, v)
+			var e JobEntry
+			if err == nil {
+				if e, err = decodeEntry(k, p, lastEndpoint); err != nil {
+					err = &DamagedError{Bucket: JobIndex, Key: id, Why: err.Error()}
+					db.noteDamaged(err.(*DamagedError))
+				}
+			}
 			if err != nil {
-				return fmt.Errorf("job index entry %x: %w", k, err)
+				if damaged != nil && len(k) > 8 {
+					damaged(string(k[8:]), err)
+				}
+				return nil
 			}
 			lastEndpoint = e.EndpointID
-			return fn(e, func() (Job, json.RawMessage, error) { return loadJob(tx, e.ID) })
+			return fn(e, func() (Job, json.RawMessage, error) { return db.loadJob(tx, e.ID) })
 		})
 	})
 }
@@ -185,23 +207,27 @@ func (db *DB) ScanJobIndex(fn func(e JobEntry, load func() (Job, json.RawMessage
 // buckets, so a crash leaves either the old layout or the new one.
 func migrate(tx *bolt.Tx) error {
 	meta := tx.Bucket([]byte(Meta))
-	if string(meta.Get([]byte(layoutKey))) == layoutVersion {
+	if v, _ := unseal(meta.Get([]byte(layoutKey)), true); string(v) == layoutVersion {
 		return nil
 	}
 	idx := tx.Bucket([]byte(JobIndex))
 	idx.FillPercent = 1
 	err := tx.Bucket([]byte(Jobs)).ForEach(func(k, v []byte) error {
 		var j Job
+		v, why := unseal(v, true)
+		if why != "" {
+			return nil // found by the checks
+		}
 		if err := json.Unmarshal(v, &j); err != nil {
 			// Unreadable before too (the queue skipped it): leave it be.
 			return nil
 		}
 		j.ID = string(k)
 		e := j.Entry()
-		return idx.Put(indexKey(e.Seq, e.ID), e.encode())
+		return idx.Put(indexKey(e.Seq, e.ID), seal(e.encode()))
 	})
 	if err != nil {
 		return fmt.Errorf("build job index: %w", err)
 	}
-	return meta.Put([]byte(layoutKey), []byte(layoutVersion))
+	return meta.Put([]byte(layoutKey), seal([]byte(layoutVersion)))
 }

@@ -65,7 +65,7 @@ func TestOpenMigratesFileWithoutJobIndex(t *testing.T) {
 			t.Errorf("load %s: %+v %s %v", e.ID, rec, input, err)
 		}
 		return nil
-	})
+	}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -90,7 +90,7 @@ func TestOpenMigratesFileWithoutJobIndex(t *testing.T) {
 		t.Fatal(err)
 	}
 	n := 0
-	db.ScanJobIndex(func(JobEntry, func() (Job, json.RawMessage, error)) error { n++; return nil })
+	db.ScanJobIndex(func(JobEntry, func() (Job, json.RawMessage, error)) error { n++; return nil }, nil)
 	if n != len(want) {
 		t.Fatalf("after reopening: %d entries", n)
 	}
@@ -111,7 +111,7 @@ func TestPutJobAndDeleteJobKeepIndexInStep(t *testing.T) {
 		t.Fatal(err)
 	}
 	var got []JobEntry
-	db.ScanJobIndex(func(e JobEntry, _ func() (Job, json.RawMessage, error)) error { got = append(got, e); return nil })
+	db.ScanJobIndex(func(e JobEntry, _ func() (Job, json.RawMessage, error)) error { got = append(got, e); return nil }, nil)
 	if len(got) != 1 || got[0].Status != Completed || !got[0].HasWorker || !got[0].ExpiresAt.Equal(j.ExpiresAt) {
 		t.Fatalf("index %+v", got)
 	}
@@ -119,7 +119,7 @@ func TestPutJobAndDeleteJobKeepIndexInStep(t *testing.T) {
 		t.Fatal(err)
 	}
 	got = nil
-	db.ScanJobIndex(func(e JobEntry, _ func() (Job, json.RawMessage, error)) error { got = append(got, e); return nil })
+	db.ScanJobIndex(func(e JobEntry, _ func() (Job, json.RawMessage, error)) error { got = append(got, e); return nil }, nil)
 	if _, _, err := db.LoadJob("a"); len(got) != 0 || err == nil {
 		t.Fatalf("after delete: index %+v, load err %v", got, err)
 	}

@@ -101,6 +101,7 @@ type DB struct {
 	seq          uint64
 	kept         map[string]keptOp // failed writes to write again, by bucket and key
 	damaged      error             // set when a write met a broken page
+	damagedRecs  map[string]bool   // damaged records found (bucket, key)
 	wake         chan struct{}
 	closed       bool
 	done         chan struct{}
@@ -209,6 +210,29 @@ func (db *DB) Close() error {
 	return err
 }
 
+// noteDamaged counts a damaged record a read met, logging it the first
+// time.
+func (db *DB) noteDamaged(e *DamagedError) {
+	if db.noteProblem(Problem{Bucket: e.Bucket, Key: e.Key, Err: errors.New(e.Why)}) {
+		db.log.Error("damaged record: it is skipped by lists and its own reads fail", "bucket", e.Bucket, "key", e.Key, "why", e.Why)
+	}
+}
+
+// noteProblem counts a problem once; it reports whether it is new.
+func (db *DB) noteProblem(p Problem) bool {
+	k := fmt.Sprint(p.Page, "\x00", p.Bucket, "\x00", p.Key)
+	db.mu.Lock()
+	defer db.mu.Unlock()
+	if db.damagedRecs[k] {
+		return false
+	}
+	if db.damagedRecs == nil {
+		db.damagedRecs = map[string]bool{}
+	}
+	db.damagedRecs[k] = true
+	return true
+}
+
 func (db *DB) signal() {
 	select {
 	case db.wake <- struct{}{}:
@@ -234,11 +258,36 @@ func apply(tx *bolt.Tx, op Op) error {
 		}
 		op.Value = v
 	}
-	return b.Put([]byte(op.Key), op.Value)
+	return b.Put([]byte(op.Key), seal(op.Value))
 }
 
 // Tx is a closure transaction over the typed buckets.
-type Tx struct{ tx *bolt.Tx }
+type Tx struct {
+	tx *bolt.Tx
+	db *DB
+}
+
+// value is the verified payload of bucket/key: nil when absent, an error
+// wrapping ErrDamaged when its checksum does not match.
+func (t *Tx) value(bucket, key string) ([]byte, error) {
+	raw := t.tx.Bucket([]byte(bucket)).Get([]byte(key))
+	if raw == nil {
+		return nil, nil
+	}
+	return t.db.open(bucket, key, raw)
+}
+
+// open verifies a stored value; a damaged one is noted (logged once,
+// counted on /metrics).
+func (db *DB) open(bucket, key string, raw []byte) ([]byte, error) {
+	p, why := unseal(raw, false)
+	if why != "" {
+		err := &DamagedError{Bucket: bucket, Key: showKey([]byte(key)), Why: why}
+		db.noteDamaged(err)
+		return nil, err
+	}
+	return p, nil
+}
 
 // Update runs fn in its own read-write transaction (not group-committed);
 // management writes that must read and check before writing use it.
@@ -261,7 +310,7 @@ func (db *DB) Update(fn func(tx *Tx) error) (err error) {
 		return fmt.Errorf("%w: %w", ErrUnavailable, err)
 	}
 	defer tx.Rollback() // after a commit: a no-op
-	if err := fn(&Tx{tx}); err != nil {
+	if err := fn(&Tx{tx, db}); err != nil {
 		return err
 	}
 	if err := tx.Commit(); err != nil {
@@ -273,7 +322,7 @@ func (db *DB) Update(fn func(tx *Tx) error) (err error) {
 // View runs fn in a read-only transaction. A damaged page met on the way
 // is an error wrapping ErrCorrupt, not a panic.
 func (db *DB) View(fn func(tx *Tx) error) error {
-	return db.view(func(tx *bolt.Tx) error { return fn(&Tx{tx}) })
+	return db.view(func(tx *bolt.Tx) error { return fn(&Tx{tx, db}) })
 }
 
 // view is bbolt's View with its panics on a broken page (and faults past
@@ -289,9 +338,13 @@ func (db *DB) view(fn func(tx *bolt.Tx) error) (err error) {
 	return db.bolt.View(fn)
 }
 
-// Get decodes the JSON record at bucket/key into v.
+// Get decodes the JSON record at bucket/key into v. A record whose
+// checksum does not match is an error wrapping ErrDamaged.
 func (t *Tx) Get(bucket, key string, v any) error {
-	raw := t.tx.Bucket([]byte(bucket)).Get([]byte(key))
+	raw, err := t.value(bucket, key)
+	if err != nil {
+		return err
+	}
 	if raw == nil {
 		return fmt.Errorf("%s %q: %w", bucket, key, ErrNotFound)
 	}
@@ -301,13 +354,20 @@ func (t *Tx) Get(bucket, key string, v any) error {
 	return nil
 }
 
-// GetRaw returns a copy of the bytes at bucket/key, or nil.
+// GetRaw returns a copy of the bytes at bucket/key, or nil when there is
+// no record. A damaged record's bytes are returned all the same (callers
+// test for existence with it; Get then reports the damage).
 func (t *Tx) GetRaw(bucket, key string) []byte {
 	raw := t.tx.Bucket([]byte(bucket)).Get([]byte(key))
 	if raw == nil {
 		return nil
 	}
-	return append([]byte(nil), raw...)
+	if p, why := unseal(raw, false); why == "" {
+		raw = p
+	} else if len(raw) >= sealSize && raw[0] == sealTag {
+		raw = raw[sealSize:]
+	}
+	return append([]byte{}, raw...)
 }
 
 // Apply performs ops inside this transaction.
@@ -320,10 +380,22 @@ func (t *Tx) Apply(ops ...Op) error {
 	return nil
 }
 
-// ForEach calls fn for each key in bucket in key order. raw is only valid
-// during the call.
+// ForEach calls fn for each record of bucket in key order. raw is only
+// valid during the call. A damaged record is skipped (logged and counted
+// once: see DamagedRecords).
 func (t *Tx) ForEach(bucket string, fn func(key string, raw []byte) error) error {
-	return t.tx.Bucket([]byte(bucket)).ForEach(func(k, v []byte) error { return fn(string(k), v) })
+	return t.tx.Bucket([]byte(bucket)).ForEach(func(k, v []byte) error {
+		p, err := t.db.open(bucket, string(k), v)
+		if err != nil {
+			return nil
+		}
+		return fn(string(k), p)
+	})
+}
+
+// ForEachKey calls fn for each key of bucket, damaged records included.
+func (t *Tx) ForEachKey(bucket string, fn func(key string) error) error {
+	return t.tx.Bucket([]byte(bucket)).ForEach(func(k, _ []byte) error { return fn(string(k)) })
 }
 
 // Scan reads every record of bucket in its own transaction.

@@ -105,8 +105,15 @@ func OpenUsage(db *DB) ([]UsageInterval, error) {
 	err := db.View(func(tx *Tx) error {
 		c := tx.tx.Bucket([]byte(Usage)).Cursor()
 		for k, v := c.Seek([]byte(openPrefix)); k != nil && bytes.HasPrefix(k, []byte(openPrefix)); k, v = c.Next() {
+			v, err := tx.db.open(Usage, string(k), v)
+			if err != nil {
+				continue // logged and counted; 'berth check' names it
+			}
 			var iv UsageInterval
 			if err := tx.Get(Usage, string(v), &iv); err != nil {
+				if errors.Is(err, ErrDamaged) {
+					continue
+				}
 				return err
 			}
 			out = append(out, iv)
@@ -122,6 +129,10 @@ func UsageBetween(db *DB, from, to time.Time, fn func(UsageInterval) error) erro
 	return db.View(func(tx *Tx) error {
 		c := tx.tx.Bucket([]byte(Usage)).Cursor()
 		for k, v := c.Seek([]byte(ivPrefix)); k != nil && bytes.HasPrefix(k, []byte(ivPrefix)); k, v = c.Next() {
+			v, err := tx.db.open(Usage, string(k), v)
+			if err != nil {
+				continue // logged and counted; 'berth check' names it
+			}
 			var iv UsageInterval
 			if err := json.Unmarshal(v, &iv); err != nil {
 				return fmt.Errorf("decode usage %s: %w", k, err)

@@ -104,8 +104,12 @@ type Problem struct {
 }
 
 func (p Problem) String() string {
-	if p.Page {
+	var ce checksumError
+	switch {
+	case p.Page:
 		return fmt.Sprintf("bucket %s near key %s: broken page: %v", p.Bucket, p.Key, p.Err)
+	case errors.As(p.Err, &ce):
+		return fmt.Sprintf("bucket %s key %s: the record is damaged: %v", p.Bucket, p.Key, p.Err)
 	}
 	return fmt.Sprintf("bucket %s key %s: the record does not decode: %v", p.Bucket, p.Key, p.Err)
 }
@@ -126,22 +130,49 @@ func printable(b []byte) bool {
 	return true
 }
 
-// decodeBucket decodes every record of bucket b, calling fn for each that
-// does not decode; stop ends the walk early when fn says so.
-func decodeBucket(name string, b *bolt.Bucket, fn func(Problem) (stop bool)) {
-	dec := decoders[name]
-	if dec == nil || b == nil {
+// decodeBucket verifies and decodes every record of bucket b, calling fn
+// for each that does not; stop ends the walk early when fn says so.
+// legacy accepts records without a checksum (a file not sealed yet).
+func decodeBucket(name string, b *bolt.Bucket, legacy bool, fn func(Problem) (stop bool)) {
+	if b == nil {
 		return
 	}
 	b.ForEach(func(k, v []byte) error {
 		if v == nil {
 			return nil
 		}
-		if err := dec(k, v); err != nil && fn(Problem{Bucket: name, Key: showKey(k), Err: err}) {
+		if err := checkRecord(name, k, v, legacy); err != nil && fn(Problem{Bucket: name, Key: recordKey(name, k), Err: err}) {
 			return errStop
 		}
 		return nil
 	})
+}
+
+// checkRecord verifies a stored value's checksum and decodes it with its
+// bucket's type.
+func checkRecord(name string, k, v []byte, legacy bool) error {
+	p, why := unseal(v, legacy)
+	if why != "" {
+		return checksumError(why)
+	}
+	if dec := decoders[name]; dec != nil {
+		return dec(k, p)
+	}
+	return nil
+}
+
+// checksumError is a record whose checksum does not match.
+type checksumError string
+
+func (e checksumError) Error() string { return string(e) }
+
+// recordKey shows a key: a job index entry's as "<job id> (index entry
+// <seq>)", so every problem names the job.
+func recordKey(bucket string, k []byte) string {
+	if bucket == JobIndex && len(k) > 8 && printable(k[8:]) {
+		return fmt.Sprintf("%s (index entry %d)", k[8:], binary.BigEndian.Uint64(k))
+	}
+	return showKey(k)
 }
 
 var errStop = errors.New("stop")
@@ -155,11 +186,12 @@ func decodeSmall(path string, tx *bolt.Tx) (err error) {
 		}
 	}()
 	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
+	legacy := !sealedFile(tx)
 	for _, name := range allBuckets {
 		if jobBuckets[name] {
 			continue
 		}
-		decodeBucket(name, tx.Bucket([]byte(name)), func(p Problem) bool {
+		decodeBucket(name, tx.Bucket([]byte(name)), legacy, func(p Problem) bool {
 			err = corrupt(path, p.String())
 			return true
 		})
@@ -188,7 +220,7 @@ const verifyChunk = 5000
 func (db *DB) Verify(ctx context.Context, problem func(Problem)) (int, error) {
 	n := 0
 	count := func(p Problem) {
-		db.ws.damagedRecords.Add(1)
+		db.noteProblem(p)
 		problem(p)
 	}
 	defer db.releaseMapped()
@@ -221,7 +253,6 @@ func (db *DB) Verify(ctx context.Context, problem func(Problem)) (int, error) {
 // verifyChunk visits up to verifyChunk records of bucket name after the
 // key after (nil: from the first).
 func (db *DB) verifyChunk(name string, after []byte, problem func(Problem)) (done bool, last []byte, n int, err error) {
-	dec := decoders[name]
 	at := after
 	err = db.bolt.View(func(tx *bolt.Tx) (err error) {
 		defer func() {
@@ -252,9 +283,9 @@ func (db *DB) verifyChunk(name string, after []byte, problem func(Problem)) (don
 				return nil
 			}
 			n++
-			if v != nil && dec != nil {
-				if err := dec(k, v); err != nil {
-					problem(Problem{Bucket: name, Key: showKey(k), Err: err})
+			if v != nil {
+				if err := checkRecord(name, k, v, false); err != nil {
+					problem(Problem{Bucket: name, Key: recordKey(name, k), Err: err})
 				}
 			}
 		}
@@ -307,51 +338,75 @@ func readMeta(f *os.File, off int64) (rawMeta, error) {
 	return rawMeta{pageSize: le.Uint32(m[8:]), root: le.Uint64(m[16:]), freelist: le.Uint64(m[32:]), hwm: le.Uint64(m[40:]), txid: le.Uint64(m[48:])}, nil
 }
 
-// checkClean is what Open checks, instead of walking every page, of a file
-// the clean-close marker vouches for: bit rot changes neither its size nor
-// its mtime. Both header (meta) pages must be valid (after a clean close
-// they both are: bbolt alternates them), and the free-page list the close
-// wrote must be sane (page type, every id inside the file, sorted, none
-// twice), since bbolt loads it as it is and would hand out pages in use;
-// then the path from every bucket's root to its first and last leaf is read,
-// the pages a write to an append-only bucket touches. A few pages in all.
-func checkClean(path string, tx *bolt.Tx) (err error) {
+// checkMetas reads both header (meta) pages. bbolt uses the newer valid
+// one and silently falls back to the older when the newer fails its
+// checksum, which serves the state of one transaction back (and the first
+// write then overwrites the evidence). Both must be valid, of the same page
+// size, one transaction apart (every commit writes the other slot); the free
+// page list the newer one names must be sane (a copy written by bbolt's
+// WriteTo, a backup, has the same layout). clean: the file is as a
+// clean stop left it (the marker), so a bad page cannot be a write cut by
+// a power loss.
+func checkMetas(path string, tx *bolt.Tx, clean bool) error {
 	f, err := os.Open(path)
 	if err != nil {
 		return err
 	}
 	defer f.Close()
-	m0, err0 := readMeta(f, 0)
-	size := int64(os.Getpagesize())
-	if err0 == nil {
-		size = int64(m0.pageSize)
+	size := int64(tx.DB().Info().PageSize)
+	var m [2]rawMeta
+	for i := range m {
+		mi, err := readMeta(f, int64(i)*size)
+		if err != nil {
+			why := "a write cut short by a power loss, or damage"
+			if clean {
+				why = "damage: the file is as a clean stop left it"
+			}
+			return corrupt(path, fmt.Sprintf("header (meta) page %d is invalid (%v; %s), and bbolt would silently fall back to the other, transaction %d: 'berth check --repair' writes a sound copy from it", i, err, why, tx.ID()))
+		}
+		m[i] = mi
 	}
-	m1, err1 := readMeta(f, size)
 	switch {
-	case err0 != nil:
-		return corrupt(path, "header (meta) page 0 is invalid: "+err0.Error())
-	case err1 != nil:
-		return corrupt(path, "header (meta) page 1 is invalid: "+err1.Error())
+	case m[0].pageSize != m[1].pageSize || int64(m[0].pageSize) != size:
+		return corrupt(path, fmt.Sprintf("the header (meta) pages disagree on the page size (%d, %d)", m[0].pageSize, m[1].pageSize))
+	case m[0].txid != m[1].txid+1 && m[1].txid != m[0].txid+1:
+		return corrupt(path, fmt.Sprintf("the header (meta) pages are not one transaction apart (%d and %d): a write was lost", m[0].txid, m[1].txid))
 	}
-	m := m0
-	if m1.txid > m0.txid {
-		m = m1
+	newest := m[0]
+	if m[1].txid > m[0].txid {
+		newest = m[1]
 	}
-	if err := checkFreelist(f, m, size); err != nil {
+	if int(newest.txid) != tx.ID() {
+		return corrupt(path, fmt.Sprintf("bbolt reads transaction %d but the newest header page says %d", tx.ID(), newest.txid))
+	}
+	if err := checkFreelist(f, newest, size); err != nil {
 		return corrupt(path, "its free-page list is broken: "+err.Error())
 	}
-	defer func() {
-		if r := recover(); r != nil {
-			err = corrupt(path, fmt.Sprintf("its page tree is broken (%v)", r))
+	return nil
+}
+
+// structure runs bbolt's consistency check (tx.Check): every page
+// reachable once and not free, every page below the high-water mark either
+// reachable or free, keys in order within each page and between a branch
+// page and its children. walk has run first, so no page pointer leads out
+// of the file (tx.Check runs on a goroutine of its own, where a fault
+// could not be caught).
+func structure(path string, tx *bolt.Tx) error {
+	var problems []string
+	n := 0
+	for e := range tx.Check() {
+		if n++; n <= maxProblems {
+			problems = append(problems, e.Error())
 		}
-	}()
-	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
-	return tx.ForEach(func(_ []byte, b *bolt.Bucket) error {
-		c := b.Cursor()
-		c.First()
-		c.Last()
+	}
+	if n == 0 {
 		return nil
-	})
+	}
+	more := ""
+	if n > maxProblems {
+		more = fmt.Sprintf("\n  … and %d more", n-maxProblems)
+	}
+	return corrupt(path, fmt.Sprintf("its page tree is broken: %d problem(s):\n  %s%s", n, strings.Join(problems, "\n  "), more))
 }
 
 func checkFreelist(f *os.File, m rawMeta, pageSize int64) error {

@@ -91,15 +91,15 @@ type WriteStats struct {
 	// Damaged is set once a write or Verify met a broken page: writes are
 	// refused.
 	Damaged bool
-	// DamagedRecords counts the problems Verify found.
+	// DamagedRecords counts the damaged records (and broken pages) found,
+	// by reads or by Verify, each once.
 	DamagedRecords int
 }
 
 // stats are updated on the commit goroutine and read by Stats.
 type writerStats struct {
-	failed, kept   atomic.Uint64
-	retrying       atomic.Int64
-	damagedRecords atomic.Int64 // found by Verify
+	failed, kept atomic.Uint64
+	retrying     atomic.Int64
 }
 
 // Write queues ops and waits until they are on disk. It waits for room in
@@ -213,10 +213,10 @@ func (db *DB) Admit(ctx context.Context) error {
 // Stats returns the writer's counters.
 func (db *DB) Stats() WriteStats {
 	db.mu.Lock()
-	pending, damaged := len(db.pending), db.damaged != nil
+	pending, damaged, recs := len(db.pending), db.damaged != nil, len(db.damagedRecs)
 	db.mu.Unlock()
 	return WriteStats{Failed: db.ws.failed.Load(), Kept: db.ws.kept.Load(), Retrying: int(db.ws.retrying.Load()),
-		Pending: pending, Damaged: damaged, DamagedRecords: int(db.ws.damagedRecords.Load())}
+		Pending: pending, Damaged: damaged, DamagedRecords: recs}
 }
 
 // Pending reports whether a failed write of bucket/key is kept, waiting to

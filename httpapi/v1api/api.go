@@ -34,7 +34,7 @@ import (
 // Queue is what v1 reads of the job queue.
 type Queue interface {
 	Health(endpointID string) queue.Health
-	Jobs(endpointID string, f queue.JobFilter) []queue.JobView
+	Jobs(endpointID string, f queue.JobFilter) ([]queue.JobView, int)
 	Job(endpointID, id string) (queue.JobView, error)
 	Queue(endpointID string) queue.QueueView
 	RegisterWorker(endpointID string, external bool) (queue.Registration, error)

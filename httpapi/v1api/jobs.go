@@ -61,8 +61,18 @@ func (a *API) listJobs(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	writeJSON(w, http.StatusOK, a.cfg.Queue.Jobs(e.ID, f))
+	list, damaged := a.cfg.Queue.Jobs(e.ID, f)
+	if damaged > 0 {
+		// The list stays whole: the jobs whose stored record is damaged
+		// are left out, and said to be (each was logged with its id).
+		w.Header().Set(DamagedHeader, strconv.Itoa(damaged))
+	}
+	writeJSON(w, http.StatusOK, list)
 }
+
+// DamagedHeader on a job list counts the endpoint's jobs left out because
+// their stored record is damaged ('berth check' names them).
+const DamagedHeader = "X-Berth-Damaged-Jobs"
 
 // getJob is GET /v1/endpoints/{endpointId}/jobs/{jobId}.
 func (a *API) getJob(w http.ResponseWriter, r *http.Request) {
