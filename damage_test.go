@@ -206,7 +206,7 @@ func TestServeRefusesBranchPageDamage(t *testing.T) {
 		}},
 		{"child pointer changed", func(page []byte, elem func(int) []byte, count int) {
 			// The middle element points at its left neighbour's child.
-			copy(elem(count/2)[8:16], elem(count/2-1)[8:16])
+			copy(elem(count / 2)[8:16], elem(count/2 - 1)[8:16])
 		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
