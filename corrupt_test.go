@@ -84,7 +84,7 @@ func TestServeRefusesDamagedDatabase(t *testing.T) {
 			// (the test runs within one timestamp tick of it).
 			later := time.Now().Add(2 * time.Second)
 			return os.Chtimes(path, later, later)
-		}, "page tree is broken"},
+		}, "is broken"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			data := t.TempDir()
