@@ -69,7 +69,9 @@ type Config struct {
 	// DrainHold bounds a job-take of a draining worker (see DrainWorker):
 	// it never gets a job, and a worker that keeps polling after its stop
 	// is answered this often rather than at once, which would be a busy
-	// loop (the SDK re-polls a 204 at once) [1s; at most TakeHold].
+	// loop (the SDK re-polls a 204 at once) [500ms; at most TakeHold].
+	// Under a second: the SDK's job-stop loop sleeps a second after an
+	// empty answer anyway, so this does not delay its exit.
 	DrainHold     time.Duration
 	RunRetention  time.Duration // results of /run jobs [30m]
 	SyncRetention time.Duration // results of /runsync jobs [1m]
@@ -132,7 +134,7 @@ func (c *Config) defaults() {
 		c.MaxAttempts = 3
 	}
 	if c.DrainHold <= 0 {
-		c.DrainHold = time.Second
+		c.DrainHold = 500 * time.Millisecond
 	}
 	c.DrainHold = min(c.DrainHold, c.TakeHold)
 	if c.RunRetention <= 0 {
