@@ -179,9 +179,11 @@ func TestGPUAccountingThroughCordon(t *testing.T) {
 }
 
 // TestGPUAccountingNodeDeletedAndReadded: a worker runs on node a; a is
-// deleted (its GPU no longer listed), a second worker goes to b; a is
-// added again (its Pod still bound to it): its GPU is the first worker's
-// again, a third worker waits, and a restart keeps both.
+// deleted (its GPU no longer listed) and a second worker is asked for;
+// a is added again (its Pod still bound to it: re-added within the pod
+// garbage collector's 40 s, as a kubelet re-registering would): its GPU
+// is the first worker's again, the second worker goes to b, a third
+// waits, and a restart keeps both.
 func TestGPUAccountingNodeDeletedAndReadded(t *testing.T) {
 	e := newEnv(t)
 	a := oneGPU(t, e)
@@ -196,16 +198,14 @@ func TestGPUAccountingNodeDeletedAndReadded(t *testing.T) {
 	}
 	e.waitHeld("a's GPU no longer listed", map[string][]string{b.Name: {""}})
 	e.scale(ep, 2)
-	p2 := e.workerOn(ep, []string{p1.Name}, b.Name)
-	w2 := p2.Labels[runtime.LabelWorker]
-
-	// The same node again, as a kubelet re-registering would make it.
 	ctx, cancel := context.WithTimeout(e.ctx, waitLong)
 	defer cancel()
 	if _, err := e.c.CreateNode(ctx, kubetest.NodeSpec{Name: strings.TrimPrefix(a.Name, kubetest.TestKubeletPrefix), GPUs: 1,
 		GPUProduct: rtx4090Label, GPUMemoryMiB: 24564, TestKubelet: true}); err != nil {
 		t.Fatal(err)
 	}
+	p2 := e.workerOn(ep, []string{p1.Name}, b.Name)
+	w2 := p2.Labels[runtime.LabelWorker]
 	held := map[string][]string{a.Name: {w1}, b.Name: {w2}}
 	e.waitHeld("a's GPU the first worker's again", held)
 	e.scale(ep, 3)
