@@ -152,6 +152,11 @@ func New(ctx context.Context, cfg Config) (*Backend, error) {
 	if err != nil {
 		return nil, fmt.Errorf("kubernetes client: %w", err)
 	}
+	return newBackend(ctx, cfg, cs)
+}
+
+// newBackend is New on a clientset (tests: a fake one).
+func newBackend(ctx context.Context, cfg Config, cs kubernetes.Interface) (*Backend, error) {
 	b := &Backend{
 		cfg: cfg, cs: cs, log: cfg.Logger,
 		sel:     labels.SelectorFromSet(labels.Set{runtime.LabelManaged: "true", runtime.LabelDataDir: cfg.Instance}),
