@@ -128,11 +128,18 @@ func (s *stack) eventually(what string, cond func() bool) {
 // remove: its Stop removes its containers.
 func startOn(t testing.TB, data string, remove bool) *app.App {
 	t.Helper()
+	return startOnAddr(t, data, "127.0.0.1:0", remove)
+}
+
+// startOnAddr is startOn on a given address: a restart on the same port is
+// where running workers find Berth again.
+func startOnAddr(t testing.TB, data, addr string, remove bool) *app.App {
+	t.Helper()
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	if testing.Verbose() {
 		log = slog.New(slog.NewTextHandler(tWriter{t}, &slog.HandlerOptions{Level: slog.LevelInfo}))
 	}
-	cfg := app.Config{DataDir: data, Addr: "127.0.0.1:0", Logger: log, APIKey: apiKey,
+	cfg := app.Config{DataDir: data, Addr: addr, Logger: log, APIKey: apiKey,
 		Docker: app.DockerRequired, RemoveContainersOnStop: remove, DiscoverGPUs: noGPUs}
 	cfg.HTTP.PingInterval = 2 * time.Second
 	cfg.Runtime.TickInterval, cfg.Runtime.ResyncInterval = 100*time.Millisecond, 2*time.Second

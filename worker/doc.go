@@ -56,6 +56,12 @@
 //     loops at once); HTTP error statuses still loop at once like the SDK.
 //   - Handler panics are recovered and reported like a Python exception with
 //     error_type "<class 'GoPanic'>".
+//   - A finished job's result (job-done) is retried on transport errors, 429
+//     and 5xx until the platform answers, for up to
+//     [Config.ResultRetryWindow] (10 minutes), where the SDK gives up after 3
+//     attempts: a result finished while Berth restarts is reported when it is
+//     back and the job is not run again. Progress updates and stream chunks
+//     keep the SDK's 3 attempts.
 //   - The ping (heartbeat) uses the User-Agent "python-requests/berth-go",
 //     mirroring the SDK's separate requests session.
 package worker

@@ -86,10 +86,33 @@ func (r *runner) get(ctx context.Context, u string) (status int, ctype string, b
 func (r *runner) post(ctx context.Context, u string, body []byte, jobID string) error {
 	ctx, cancel := context.WithTimeout(ctx, postTimeout)
 	defer cancel()
+	return r.postRetrying(ctx, u, body, jobID, maxPostAttempts, nil)
+}
+
+// postResult sends a finished job's result. Unlike the SDK, which gives up
+// after 3 attempts (about 4 s), it keeps retrying transport errors, 429 and
+// 5xx until the platform answers, for at most the result window: a result
+// finished while Berth restarts is reported once Berth is back, and the job,
+// still listed by the worker's pings meanwhile, is not run again.
+func (r *runner) postResult(ctx context.Context, u string, body []byte, jobID string) error {
+	ctx, cancel := context.WithTimeout(ctx, r.resultWindow)
+	defer cancel()
+	return r.postRetrying(ctx, u, body, jobID, 0, func(attempt int, err error) {
+		r.log.Warn(fmt.Sprintf("Failed to return job results (attempt %d), retrying | %v", attempt, err), JobIDKey, jobID)
+	})
+}
+
+// postRetrying POSTs body until a reply below 500 other than 429, for at
+// most attempts tries (0: until ctx ends). failed is told of each failed try
+// that will be retried.
+func (r *runner) postRetrying(ctx context.Context, u string, body []byte, jobID string, attempts int, failed func(int, error)) error {
 	var last error
 	prev, cur := time.Duration(0), r.retryBase // Fibonacci: 1, 1, 2, 3 ... units
-	for attempt := 1; attempt <= maxPostAttempts; attempt++ {
+	for attempt := 1; attempts == 0 || attempt <= attempts; attempt++ {
 		if attempt > 1 {
+			if failed != nil {
+				failed(attempt-1, last)
+			}
 			if !sleepCtx(ctx, min(cur, 3*r.retryBase)) {
 				return fmt.Errorf("%w (last error: %v)", ctx.Err(), last)
 			}
@@ -116,6 +139,7 @@ func (r *runner) post(ctx context.Context, u string, body []byte, jobID string) 
 		switch {
 		case resp.StatusCode < 400:
 			return nil
+		case resp.StatusCode == http.StatusTooManyRequests && attempts == 0:
 		case resp.StatusCode < 500:
 			return &StatusError{Code: resp.StatusCode, URL: u}
 		}

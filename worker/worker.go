@@ -97,6 +97,11 @@ type Config struct {
 	// and job-stream attempts (delays 1, 1, 2 units, capped at 3 units) and of
 	// the heartbeat retries. Default 1 s, like the SDK.
 	RetryBaseDelay time.Duration
+	// ResultRetryWindow bounds how long a finished job's result is retried
+	// while the platform does not answer (default 10 minutes, the same bound
+	// as every job-done request's timeout). runpod-python gives up after 3
+	// attempts (about 4 s); this SDK outlasts a Berth restart.
+	ResultRetryWindow time.Duration
 	// StopPollMinDelay is the pause after an empty or failed job-stop reply
 	// (default 1 s).
 	StopPollMinDelay time.Duration
@@ -136,10 +141,11 @@ type runner struct {
 	streamURL string // POST_STREAM with $RUNPOD_POD_ID replaced
 	pingURL   string // PING with $RUNPOD_POD_ID replaced; "" when no heartbeat
 
-	concurrency int
-	retryBase   time.Duration
-	stopDelay   time.Duration
-	tooMany     time.Duration
+	concurrency  int
+	retryBase    time.Duration
+	resultWindow time.Duration
+	stopDelay    time.Duration
+	tooMany      time.Duration
 
 	mu        sync.Mutex
 	lastReqID string // the shared session's X-Request-ID
@@ -173,16 +179,17 @@ func newRunner(cfg Config) (*runner, error) {
 		env = os.Getenv
 	}
 	r := &runner{
-		cfg:         cfg,
-		env:         env,
-		client:      cfg.HTTPClient,
-		log:         cfg.Logger,
-		concurrency: max(cfg.Concurrency, 1),
-		retryBase:   durOr(cfg.RetryBaseDelay, time.Second),
-		stopDelay:   durOr(cfg.StopPollMinDelay, time.Second),
-		tooMany:     durOr(cfg.TooManyRequestsDelay, 5*time.Second),
-		inflight:    map[string]*jobState{},
-		slotFree:    make(chan struct{}, 1),
+		cfg:          cfg,
+		env:          env,
+		client:       cfg.HTTPClient,
+		log:          cfg.Logger,
+		concurrency:  max(cfg.Concurrency, 1),
+		retryBase:    durOr(cfg.RetryBaseDelay, time.Second),
+		resultWindow: durOr(cfg.ResultRetryWindow, postTimeout),
+		stopDelay:    durOr(cfg.StopPollMinDelay, time.Second),
+		tooMany:      durOr(cfg.TooManyRequestsDelay, 5*time.Second),
+		inflight:     map[string]*jobState{},
+		slotFree:     make(chan struct{}, 1),
 	}
 	if r.client == nil {
 		r.client = &http.Client{}
@@ -557,7 +564,7 @@ func (r *runner) runJob(ctx context.Context, st *jobState) {
 		return
 	}
 	r.setLastRequestID(job.ID)
-	if err := r.post(context.WithoutCancel(ctx), r.jobURL(r.doneURL, job.ID, isStream), body, job.ID); err != nil {
+	if err := r.postResult(context.WithoutCancel(ctx), r.jobURL(r.doneURL, job.ID, isStream), body, job.ID); err != nil {
 		r.log.Error("Failed to return job results. | "+err.Error(), JobIDKey, job.ID)
 	} else {
 		r.log.Debug("Results sent.", JobIDKey, job.ID)

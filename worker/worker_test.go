@@ -792,7 +792,9 @@ func TestJobDoneRetry(t *testing.T) {
 		{"5xx retried", []int{500, 502, 200}, 3},
 		{"5xx then 4xx", []int{503, 404}, 2},
 		{"4xx not retried", []int{400}, 1},
-		{"gives up after 3", []int{500, 500, 500, 500}, 3},
+		// Unlike the SDK (3 attempts), a result is retried until answered:
+		// Berth may be restarting (issue 28).
+		{"retried past 3 until answered", []int{500, 502, 503, 504, 500, 429, 500, 200}, 8},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -821,6 +823,26 @@ func TestJobDoneRetry(t *testing.T) {
 				t.Errorf("%d job-done attempts, want %d", n, tc.attempts)
 			}
 		})
+	}
+}
+
+// TestResultRetryWindow: a result the platform never accepts is retried for
+// the window and then given up (logged), and the worker takes jobs again.
+// (That it is retried past the SDK's 3 attempts is TestJobDoneRetry's.)
+func TestResultRetryWindow(t *testing.T) {
+	p := newPlatform(t)
+	p.doneStatus = func(string, int) int { return 503 }
+	var logs syncBuffer
+	startWorker(t, p, Config{
+		Handler:           func(ctx context.Context, job *Job) (any, error) { return 1, nil },
+		ResultRetryWindow: 200 * time.Millisecond,
+		Logger:            NewLogger(func(string) string { return "" }, &logs),
+	}, nil)
+	p.takes <- jobReply(`{"id":"j","input":{}}`)
+	i, _ := p.waitFrom(t, 0, "job-done", isDone("j"))
+	p.waitFrom(t, i, "job-take after the given-up result", isTake)
+	if out := logs.String(); !strings.Contains(out, "Failed to return job results. | ") {
+		t.Errorf("log lacks the give-up line:\n%s", out)
 	}
 }
 
@@ -1041,4 +1063,22 @@ func TestLogHandler(t *testing.T) {
 	if buf.String() != `{"requestId": null, "message": "shown", "level": "INFO"}`+"\n" {
 		t.Errorf("NewLogger: %q", buf.String())
 	}
+}
+
+// syncBuffer is a bytes.Buffer safe for the worker's goroutines.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
 }
