@@ -6,6 +6,9 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"os"
+	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -422,6 +425,108 @@ func TestPodMountsFixedOnEverySurface(t *testing.T) {
 					t.Errorf("PATCH %s's refusal does not name %q: %s", surface.path, c.field[i], got.text)
 				case c.field[i] != "" && fmt.Sprint(before) != fmt.Sprint(after):
 					t.Errorf("PATCH %s refused and changed the pod: %v, then %v", surface.path, before, after)
+				}
+			}
+		})
+	}
+	s.t = t
+}
+
+// What clients read of an endpoint through REST v1: dataCenterIds inside
+// v1.json's enum — an endpoint created without a choice answers v1.json's
+// default, as RunPod does, not this host's own name — and, beside RunPod's
+// documented fields, the GraphQL-shaped gpuIds, locations and flashBootType
+// runpodctl reads and sends back to saveEndpoint; an empty gpuIds there
+// leaves the endpoint's GPU types alone.
+func TestEndpointReadsAsClientsExpect(t *testing.T) {
+	raw, err := os.ReadFile(filepath.Join("..", "..", "shared", "spec", "runpod-openapi", "v1.json"))
+	if err != nil {
+		t.Fatalf("RunPod's v1.json (beside the repository, as in CI): %v", err)
+	}
+	var doc struct {
+		Components struct {
+			Schemas map[string]struct {
+				Properties map[string]json.RawMessage `json:"properties"`
+			} `json:"schemas"`
+		} `json:"components"`
+	}
+	var spec struct {
+		Default []string `json:"default"`
+		Items   struct {
+			Enum []string `json:"enum"`
+		} `json:"items"`
+	}
+	if err := json.Unmarshal(raw, &doc); err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(doc.Components.Schemas["Endpoint"].Properties["dataCenterIds"], &spec); err != nil {
+		t.Fatal(err)
+	}
+	if len(spec.Default) == 0 || len(spec.Items.Enum) == 0 {
+		t.Fatalf("v1.json's Endpoint.dataCenterIds has no default or enum: %+v", spec)
+	}
+	a := start(t, app.Config{DataDir: t.TempDir(), Addr: "127.0.0.1:0", Logger: quiet, APIKey: "k-reads", Docker: app.DockerOff,
+		DiscoverGPUs: func() ([]gpu.Device, error) { return nil, nil }, Pods: standInPods{}})
+	defer stop(t, a)
+	s := &surfaces{t: t, url: a.URL(), key: "k-reads"}
+	_, tpl := s.call("POST", "/v1/templates", map[string]any{"name": "w", "imageName": "worker:1", "isServerless": true})
+	strs := func(v any) []string {
+		var out []string
+		for _, x := range v.([]any) {
+			out = append(out, x.(string))
+		}
+		return out
+	}
+	for _, c := range []struct {
+		name      string
+		body      map[string]any
+		dcs       []string // dataCenterIds answered
+		locations string
+	}{
+		{"no data centre chosen", map[string]any{"name": "plain", "gpuTypeIds": []string{"ADA_24", "NVIDIA GeForce RTX 4090"}, "flashboot": true},
+			spec.Default, mgmt.DataCenterID},
+		{"two chosen", map[string]any{"name": "placed", "gpuTypeIds": []string{"ADA_24", "NVIDIA GeForce RTX 4090"}, "flashboot": true, "dataCenterIds": []string{"EU-RO-1", "US-TX-3"}},
+			[]string{"EU-RO-1", "US-TX-3"}, "EU-RO-1,US-TX-3"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			s.t = t
+			body := map[string]any{"templateId": tpl["id"]}
+			for k, v := range c.body {
+				body[k] = v
+			}
+			_, created := s.call("POST", "/v1/endpoints", body)
+			id, _ := created["id"].(string)
+			if id == "" {
+				t.Fatalf("create: %v", created)
+			}
+			_, got := s.call("GET", "/v1/endpoints/"+id, nil)
+			_, list := s.call("GET", "/v1/endpoints/"+id+"?includeWorkers=true", nil)
+			_, updated := s.call("PATCH", "/v1/endpoints/"+id, map[string]any{"workersMax": 2})
+			for what, m := range map[string]map[string]any{"create": created, "get": got, "get with workers": list, "update": updated} {
+				dcs := strs(m["dataCenterIds"])
+				for _, dc := range dcs {
+					if !slices.Contains(spec.Items.Enum, dc) {
+						t.Errorf("%s: dataCenterIds holds %q, outside v1.json's enum", what, dc)
+					}
+				}
+				if !slices.Equal(dcs, c.dcs) || m["gpuIds"] != "ADA_24,NVIDIA GeForce RTX 4090" || m["locations"] != c.locations || m["flashBootType"] != "FLASHBOOT" {
+					t.Errorf("%s: dataCenterIds %v gpuIds %v locations %v flashBootType %v; want %v, the GPU ids joined, %q, FLASHBOOT",
+						what, dcs, m["gpuIds"], m["locations"], m["flashBootType"], c.dcs, c.locations)
+				}
+			}
+			// runpodctl's replay (UpdateEndpointModels) of what it read,
+			// with the empty gpuIds it sends when it read none.
+			read, _ := got["gpuIds"].(string)
+			locations, _ := got["locations"].(string)
+			flash, _ := got["flashBootType"].(string)
+			for _, gpus := range []string{read, ""} {
+				if o := s.graphql(`mutation { saveEndpoint(input: {id: "` + id + `", name: "` + c.body["name"].(string) + `", templateId: "` + tpl["id"].(string) + `", gpuIds: ` + q(gpus) +
+					`, locations: ` + q(locations) + `, flashBootType: ` + flash + `, modelReferences: []}) { id } }`); o.refused {
+					t.Fatalf("saveEndpoint with gpuIds %q: %s", gpus, o.text)
+				}
+				_, after := s.call("GET", "/v1/endpoints/"+id, nil)
+				if !slices.Equal(strs(after["gpuTypeIds"]), []string{"ADA_24", "NVIDIA GeForce RTX 4090"}) || !slices.Equal(strs(after["dataCenterIds"]), c.dcs) || after["flashboot"] != true {
+					t.Errorf("after saveEndpoint with gpuIds %q: %v", gpus, after)
 				}
 			}
 		})

@@ -246,8 +246,27 @@ func TestRunpodctlCommands(t *testing.T) {
 			"--instance-id", "cpu3c-2-4", "--workers-max", "0"}, want: []string{"ctl-cpu"}, save: map[string]string{"cpuep": "id"}},
 		{cmd: "serverless create", args: []string{"serverless", "create", "--name", "hub", "--hub-id", "some-listing"}, fail: true, want: []string{"Hub"}},
 		{cmd: "serverless list", args: []string{"serverless", "list", "--include-template"}, want: []string{"{ep}", "{cpuep}"}},
-		{cmd: "serverless get", args: []string{"serverless", "get", "{ep}", "--include-workers"}, want: []string{"ctl-ep"}},
+		{cmd: "serverless get", args: []string{"serverless", "get", "{ep}", "--include-workers"}, want: []string{"ctl-ep", `"gpuIds": "ADA_24"`, `"flashBootType": "FLASHBOOT"`}},
+		{cmd: "serverless list", args: []string{"serverless", "list"}, want: []string{`"gpuIds": "ADA_24"`}},
 		{cmd: "serverless update", args: []string{"serverless", "update", "{ep}", "--name", "ctl-ep-2", "--workers-max", "1", "--template-id", "{wtpl}"}, want: []string{"ctl-ep-2"}},
+		// --clear-models reads the endpoint through REST and sends it all
+		// back to saveEndpoint (gpuIds, locations, flashBootType
+		// included): the endpoint is as it was.
+		{cmd: "serverless update", args: []string{"serverless", "update", "{ep}", "--clear-models"}, want: []string{"ctl-ep-2", `"gpuIds": "ADA_24"`},
+			then: func(t *testing.T, _ string) {
+				var e struct {
+					GPUTypeIDs    []string `json:"gpuTypeIds"`
+					DataCenterIDs []string `json:"dataCenterIds"`
+					Flashboot     bool
+					IdleTimeout   int
+					WorkersMax    int
+				}
+				s.rest("GET", "/v1/endpoints/"+vars["ep"], nil, 200, &e)
+				if !slices.Equal(e.GPUTypeIDs, []string{"ADA_24"}) || !e.Flashboot || e.IdleTimeout != 30 || e.WorkersMax != 1 || len(e.DataCenterIDs) != 26 {
+					t.Errorf("after serverless update --clear-models: %+v", e)
+				}
+			}},
+		{cmd: "serverless update", args: []string{"serverless", "update", "{cpuep}", "--clear-models"}, want: []string{"ctl-cpu", "cpu3c-2-4"}},
 		{cmd: "serverless update", args: []string{"serverless", "update", "{ep}", "--model-reference", "https://huggingface.co/org/model:main"}, fail: true, want: []string{"model"}},
 
 		{cmd: "ssh add-key", args: []string{"ssh", "add-key", "--key", key}},

@@ -240,8 +240,10 @@ func (a *endpointInput) mgmt(create bool) (mgmt.EndpointInput, error) {
 		return in, unsupported("modelReferences", "modelReferences: Berth has no model repository; put the model in the image or on a network volume")
 	}
 	in.Name, in.TemplateID, in.MinCudaVersion, in.ScalerType = a.Name, given(a.TemplateId), given(a.MinCudaVersion), a.ScalerType
-	if a.GpuIds != nil {
-		in.GPUTypeIDs = splitList(*a.GpuIds)
+	// "" is not given: runpodctl sends the gpuIds it read, "" when its
+	// REST read had none, and must not clear an endpoint's GPU types.
+	if g := given(a.GpuIds); g != nil {
+		in.GPUTypeIDs = splitList(*g)
 	}
 	in.GPUCount, in.IdleTimeout, in.ScalerValue = intp(a.GpuCount), intp(a.IdleTimeout), intp(a.ScalerValue)
 	in.WorkersMin, in.WorkersMax = intp(a.WorkersMin), intp(a.WorkersMax)

@@ -57,8 +57,6 @@ func allow(op, pattern, why string) *allowed {
 var runpodAllow = []*allowed{
 	allow("v1 RestartPod", `status is not supported`,
 		"v1.json documents no success answer for POST /pods/{podId}/restart (only 400 and 401); Berth answers 200 with the pod, as start, stop and reset do"),
-	allow("*v1", `dataCenterIds/\d+": value is not one of the allowed values[\s\S]*Value:\s*"BERTH-LOCAL"`,
-		"a resource created without dataCenterIds records this host's one data centre, BERTH-LOCAL, which is not in RunPod's list"),
 	allow("*v1", `(gpuTypeIds|dataCenterIds)/\d+": value is not one of the allowed values`,
 		"RunPod GPU pool ids (AMPERE_16…) and unknown-but-well-formed GPU and data-centre ids are accepted and recorded as given, with a warning; they read back as given"),
 }

@@ -331,5 +331,5 @@ func (a *API) createEndpoint(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	e, err := a.cfg.Mgmt.CreateEndpoint(r.Context(), in.Mgmt())
-	a.answer(w, r, http.StatusOK, e, err)
+	a.answer(w, r, http.StatusOK, bodyOf(e), err)
 }

@@ -2,10 +2,13 @@ package v1api
 
 import (
 	"net/http"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/gorilla/mux"
 
+	"berth/mgmt"
 	"berth/store"
 	"berth/v1input"
 )
@@ -54,9 +57,45 @@ func (a *API) workers(e *store.Endpoint) []WorkerView {
 	return out
 }
 
+// endpointBody is an endpoint as v1 answers it: the record, its
+// dataCenterIds inside v1.json's enum, and the GraphQL-shaped fields
+// runpodctl reads from REST beside RunPod's documented ones (it sends
+// them back to saveEndpoint when it changes an endpoint's models).
+type endpointBody struct {
+	store.Endpoint
+	// DataCenterIDs is the record's without this host's own name
+	// (BERTH-LOCAL, outside v1.json's enum); none chosen reads as RunPod
+	// answers an endpoint created without a choice: v1.json's default,
+	// every data centre.
+	DataCenterIDs []string `json:"dataCenterIds"`
+	GPUIDs        string   `json:"gpuIds"`        // gpuTypeIds comma-joined, as GraphQL's gpuIds
+	Locations     string   `json:"locations"`     // dataCenterIds as GraphQL's locations
+	FlashBootType string   `json:"flashBootType"` // FLASHBOOT or OFF, as GraphQL's
+}
+
+// V1DefaultDataCenters is v1.json's default of an endpoint's dataCenterIds
+// (EndpointCreateInput, Endpoint): every RunPod data centre, in its order.
+var V1DefaultDataCenters = []string{
+	"EU-RO-1", "CA-MTL-1", "EU-SE-1", "US-IL-1", "EUR-IS-1", "EU-CZ-1", "US-TX-3", "EUR-IS-2", "US-KS-2",
+	"US-GA-2", "US-WA-1", "US-TX-1", "CA-MTL-3", "EU-NL-1", "US-TX-4", "US-CA-2", "US-NC-1", "OC-AU-1",
+	"US-DE-1", "EUR-IS-3", "CA-MTL-2", "AP-JP-1", "EUR-NO-1", "EU-FR-1", "US-KS-3", "US-GA-1",
+}
+
+func bodyOf(e store.Endpoint) endpointBody {
+	b := endpointBody{Endpoint: e, GPUIDs: strings.Join(e.GPUTypeIDs, ","), Locations: strings.Join(e.DataCenterIDs, ","), FlashBootType: "OFF"}
+	if e.Flashboot {
+		b.FlashBootType = "FLASHBOOT"
+	}
+	b.DataCenterIDs = slices.DeleteFunc(slices.Clone(e.DataCenterIDs), func(id string) bool { return id == mgmt.DataCenterID })
+	if len(b.DataCenterIDs) == 0 {
+		b.DataCenterIDs = slices.Clone(V1DefaultDataCenters)
+	}
+	return b
+}
+
 // endpointView is an Endpoint with the optional template and workers.
 type endpointView struct {
-	store.Endpoint
+	endpointBody
 	Template *store.Template `json:"template,omitempty"`
 	Workers  *[]WorkerView   `json:"workers,omitempty"`
 	// Status is the runtime's view (Config.EndpointStatus): workers by
@@ -65,7 +104,7 @@ type endpointView struct {
 }
 
 func (a *API) viewEndpoint(e store.Endpoint, templates map[string]store.Template, withWorkers bool) endpointView {
-	v := endpointView{Endpoint: e, Status: a.endpointStatus(e.ID)}
+	v := endpointView{endpointBody: bodyOf(e), Status: a.endpointStatus(e.ID)}
 	if templates != nil {
 		if t, ok := templates[e.TemplateID]; ok {
 			v.Template = &t
@@ -116,7 +155,7 @@ func (a *API) updateEndpoint(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	e, err := a.cfg.Mgmt.UpdateEndpoint(r.Context(), mux.Vars(r)["endpointId"], in.Mgmt())
-	a.answer(w, r, http.StatusOK, e, err)
+	a.answer(w, r, http.StatusOK, bodyOf(e), err)
 }
 
 // deleteEndpoint removes the endpoint: its job routes answer 404 at once,
