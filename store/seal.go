@@ -99,24 +99,22 @@ func sealAll(b *bolt.DB) error {
 	if err := b.View(func(tx *bolt.Tx) error { done = sealedFile(tx); return nil }); err != nil || done {
 		return err
 	}
+	type kv struct{ k, v []byte }
 	for _, name := range allBuckets {
 		var after []byte
-		for {
-			var more bool
-			err := b.Update(func(tx *bolt.Tx) error {
-				bk := tx.Bucket([]byte(name))
-				if f, ok := fillPercent[name]; ok {
-					bk.FillPercent = f
-				}
-				c := bk.Cursor()
+		for more := true; more; {
+			// Read in a read transaction; write only what needs it (a
+			// new file's buckets are empty: no write transaction each).
+			var todo []kv
+			more = false
+			err := b.View(func(tx *bolt.Tx) error {
+				c := tx.Bucket([]byte(name)).Cursor()
 				k, v := c.First()
 				if after != nil {
 					if k, v = c.Seek(after); k != nil && string(k) == string(after) {
 						k, v = c.Next()
 					}
 				}
-				type kv struct{ k, v []byte }
-				var todo []kv
 				for ; k != nil; k, v = c.Next() {
 					if len(todo) == sealChunk {
 						more = true
@@ -127,18 +125,24 @@ func sealAll(b *bolt.DB) error {
 					}
 					after = append(after[:0], k...)
 				}
-				for _, e := range todo {
-					if err := bk.Put(e.k, e.v); err != nil {
-						return err
-					}
-				}
 				return nil
 			})
+			if err == nil && len(todo) > 0 {
+				err = b.Update(func(tx *bolt.Tx) error {
+					bk := tx.Bucket([]byte(name))
+					if f, ok := fillPercent[name]; ok {
+						bk.FillPercent = f
+					}
+					for _, e := range todo {
+						if err := bk.Put(e.k, e.v); err != nil {
+							return err
+						}
+					}
+					return nil
+				})
+			}
 			if err != nil {
 				return fmt.Errorf("add checksums to bucket %s: %w", name, err)
-			}
-			if !more {
-				break
 			}
 		}
 	}
