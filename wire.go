@@ -108,7 +108,8 @@ func serveConfig(o cli.ServeOptions) app.Config {
 	}
 	if o.Runtime == "kubernetes" {
 		c.Kubernetes = &app.Kubernetes{Kubeconfig: o.Kubeconfig, Namespace: o.Namespace, AdvertiseURL: o.AdvertiseURL,
-			StorageClass: o.StorageClass, VolumeAccessMode: o.VolumeAccessMode, ServiceType: o.ServiceType}
+			StorageClass: o.StorageClass, VolumeAccessMode: o.VolumeAccessMode, ServiceType: o.ServiceType,
+			SelfPod: os.Getenv("POD_NAME"), SelfNamespace: os.Getenv("POD_NAMESPACE")}
 	}
 	c.LB.Domain = os.Getenv("BERTH_LB_DOMAIN")
 	c.LB.Timeout, _ = time.ParseDuration(os.Getenv("BERTH_LB_TIMEOUT"))

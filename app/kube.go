@@ -39,6 +39,10 @@ type Kubernetes struct {
 	StorageClass     string
 	VolumeAccessMode string
 	ServiceType      string
+	// SelfPod and SelfNamespace are Berth's own Pod in the cluster
+	// (POD_NAME and POD_NAMESPACE, set by deploy/kubernetes from the
+	// downward API): its StatefulSet owns the worker Pods. "": none.
+	SelfPod, SelfNamespace string
 }
 
 // RESTConfig is the cluster configuration k names: REST, or the kubeconfig
@@ -90,7 +94,7 @@ func (a *App) startKubernetes(log *slog.Logger) error {
 	kb, err := kube.New(ctx, kube.Config{
 		REST: rc, Namespace: ns, Instance: a.inst, Logger: log,
 		StorageClass: k.StorageClass, NetworkAccessMode: corev1.PersistentVolumeAccessMode(k.VolumeAccessMode),
-		ServiceType: corev1.ServiceType(k.ServiceType),
+		ServiceType: corev1.ServiceType(k.ServiceType), SelfPod: k.SelfPod, SelfNamespace: k.SelfNamespace,
 		NetworkVolumeGB: func(id string) (int, error) {
 			var v store.NetworkVolume
 			err := db.View(func(tx *store.Tx) error { return tx.Get(store.Volumes, id, &v) })

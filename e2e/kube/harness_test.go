@@ -100,6 +100,7 @@ type kenv struct {
 	kl  *kubetest.Kubelet
 
 	dataDir   string
+	selfPod   string // Berth's own Pod (POD_NAME), "" outside the cluster
 	addr      string // 127.0.0.1:PORT
 	advertise string // http://localhost:PORT: --advertise-url
 	app       *app.App
@@ -212,6 +213,9 @@ func (e *kenv) start() {
 	}
 	cfg := app.Config{DataDir: e.dataDir, Addr: e.addr, Logger: log, APIKey: apiKey,
 		Kubernetes: &app.Kubernetes{REST: e.ns.Config, Namespace: e.ns.Name, AdvertiseURL: e.advertise}}
+	if e.selfPod != "" {
+		cfg.Kubernetes.SelfPod, cfg.Kubernetes.SelfNamespace = e.selfPod, e.ns.Name
+	}
 	cfg.HTTP.PingInterval = 2 * time.Second
 	// Workers ping every 2 s; one silent for 6 s is lost.
 	cfg.Queue.WorkerTimeout = 6 * time.Second
@@ -443,14 +447,21 @@ func (e *kenv) runPodWith(name, bin, podIP string, extraEnv ...string) *workerPr
 	if err != nil {
 		e.t.Fatal(err)
 	}
+	// A kubelet refuses what it cannot run (CreateContainerConfigError):
+	// here the test fails, as Berth made such a Pod.
+	if err := kubetest.CheckRunnable(p); err != nil {
+		e.t.Fatalf("pod %s: %v", name, err)
+	}
 	var env []string
 	for _, c := range p.Spec.Containers {
 		if c.Name != container {
 			continue
 		}
-		for _, v := range c.Env {
-			env = append(env, v.Name+"="+v.Value)
+		cenv, err := kubetest.ContainerEnv(e.ctx, e.c.AdminClient, p, c)
+		if err != nil {
+			e.t.Fatalf("pod %s: %v", name, err)
 		}
+		env = append(env, cenv...)
 	}
 	env = append(env, extraEnv...)
 	cmd := exec.Command(bin)

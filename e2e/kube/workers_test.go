@@ -161,8 +161,13 @@ func TestGPUWorkerFromZeroAndBack(t *testing.T) {
 	// The environment: the Docker worker's, reaching Berth at the
 	// advertised URL, plus the template's.
 	env := map[string]string{}
-	for _, v := range c.Env {
-		env[v.Name] = v.Value
+	cenv, err := kubetest.ContainerEnv(e.ctx, e.c.AdminClient, &pod, c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, kv := range cenv {
+		k, v, _ := strings.Cut(kv, "=")
+		env[k] = v
 	}
 	key := env["RUNPOD_AI_API_KEY"]
 	if key == "" || key == apiKey {

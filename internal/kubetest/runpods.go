@@ -89,7 +89,9 @@ type RunPodsConfig struct {
 
 // PodRunner is the kubelet of the Pods of one namespace bound to a
 // TestKubelet node (or carrying KubeletAnnotation): it runs a local
-// program for each with the Pod's environment, as a kubelet runs the
+// program for each with the Pod's environment (secretKeyRef read from
+// its Secret; a missing Secret, or an shm volume without a size limit, is
+// CreateContainerConfigError: see ContainerEnv, CheckRunnable), as a kubelet runs the
 // Pod's container, and reports it — Running once started, Succeeded or
 // Failed with the exit code when it exits; a Pod being deleted gets
 // SIGTERM, SIGKILL after its grace period, and is removed once the
@@ -188,8 +190,13 @@ func (r *PodRunner) sync(obj any) {
 		if err := r.start(p, rp); err != nil {
 			close(rp.done)
 			r.cfg.Events(fmt.Sprintf("%s: %v", p.Name, err))
+			reason := "CreateContainerError"
+			var ce *ConfigError
+			if errors.As(err, &ce) {
+				reason = "CreateContainerConfigError"
+			}
 			r.report(p.Name, func(ctx context.Context) error {
-				_, err := r.c.Kubelet().Waiting(ctx, r.cfg.Namespace, p.Name, "CreateContainerError", err.Error())
+				_, err := r.c.Kubelet().Waiting(ctx, r.cfg.Namespace, p.Name, reason, err.Error())
 				return err
 			})
 		}
@@ -202,13 +209,16 @@ func (r *PodRunner) start(p *corev1.Pod, rp *runPod) error {
 		return fmt.Errorf("%d containers: the runner runs Pods of one", len(p.Spec.Containers))
 	}
 	ctr := p.Spec.Containers[0]
-	env := append([]string(nil), r.cfg.Env...)
-	for _, e := range ctr.Env {
-		if e.ValueFrom != nil {
-			return fmt.Errorf("env %s: valueFrom is not supported by the runner", e.Name)
-		}
-		env = append(env, e.Name+"="+e.Value)
+	if err := CheckRunnable(p); err != nil {
+		return err
 	}
+	ctx, cancel := context.WithTimeout(r.ctx, 30*time.Second)
+	podEnv, err := ContainerEnv(ctx, r.c.AdminClient, p, ctr)
+	cancel()
+	if err != nil {
+		return err
+	}
+	env := append(append([]string(nil), r.cfg.Env...), podEnv...)
 	out := r.c.Kubelet().Log(r.cfg.Namespace, p.Name, ctr.Name)
 	if r.cfg.Output != nil {
 		out = io.MultiWriter(out, &prefixWriter{w: r.cfg.Output, prefix: p.Name + " | "})

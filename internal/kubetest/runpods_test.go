@@ -11,6 +11,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
@@ -170,5 +171,79 @@ func TestRunPodsRunsTheProgramAsThePodsKubelet(t *testing.T) {
 		if !strings.Contains(all, want) {
 			t.Errorf("runner events lack %q:\n%s", want, all)
 		}
+	}
+}
+
+// TestRunPodsRefusesWhatAKubeletCouldNotRun: the runner gives a Pod its
+// secretKeyRef values from the Secret, and refuses — Waiting with
+// CreateContainerConfigError, as a kubelet — a Pod whose Secret does not
+// exist or whose memory-backed emptyDir (a /dev/shm) has no sizeLimit.
+func TestRunPodsRefusesWhatAKubeletCouldNotRun(t *testing.T) {
+	c := kubetest.Shared(t)
+	ns := c.Namespace(t)
+	node := c.AddNode(t, kubetest.NodeSpec{TestKubelet: true})
+	prog := filepath.Join(t.TempDir(), "prog.sh")
+	if err := os.WriteFile(prog, []byte("#!/bin/sh\necho \"hello $GREETING\"\nexit 0\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	r, err := c.RunPods(kubetest.RunPodsConfig{Namespace: ns.Name, Program: prog})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	if _, err := c.AdminClient.CoreV1().Secrets(ns.Name).Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "greeting"},
+		Data: map[string][]byte{"G": []byte("from-secret")}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	fromSecret := func(name string) []corev1.EnvVar {
+		return []corev1.EnvVar{{Name: "GREETING", ValueFrom: &corev1.EnvVarSource{SecretKeyRef: &corev1.SecretKeySelector{
+			LocalObjectReference: corev1.LocalObjectReference{Name: name}, Key: "G"}}}}
+	}
+	shm := func(limit string) []corev1.Volume {
+		d := &corev1.EmptyDirVolumeSource{Medium: corev1.StorageMediumMemory}
+		if limit != "" {
+			q := resource.MustParse(limit)
+			d.SizeLimit = &q
+		}
+		return []corev1.Volume{{Name: "dshm", VolumeSource: corev1.VolumeSource{EmptyDir: d}}}
+	}
+	for _, tc := range []struct {
+		name    string
+		env     []corev1.EnvVar
+		volumes []corev1.Volume
+		refused string // the Waiting message; "" when it runs
+	}{
+		{"secret-env", fromSecret("greeting"), shm("1Gi"), ""},
+		{"no-secret", fromSecret("missing"), nil, `secret "missing" not found`},
+		{"unbounded-shm", nil, shm(""), "without sizeLimit"},
+	} {
+		p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: tc.name}, Spec: corev1.PodSpec{
+			RestartPolicy: corev1.RestartPolicyNever, NodeName: node.Name, Volumes: tc.volumes,
+			Containers: []corev1.Container{{Name: "main", Image: "example.invalid/x:1", Env: tc.env}}}}
+		if _, err := c.AdminClient.CoreV1().Pods(ns.Name).Create(ctx, p, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		got, err := c.WaitPod(ctx, ns.Name, tc.name, time.Minute, func(p *corev1.Pod) bool {
+			return p.Status.Phase == corev1.PodSucceeded || len(p.Status.ContainerStatuses) > 0 && p.Status.ContainerStatuses[0].State.Waiting != nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var w *corev1.ContainerStateWaiting
+		if len(got.Status.ContainerStatuses) > 0 {
+			w = got.Status.ContainerStatuses[0].State.Waiting
+		}
+		switch {
+		case tc.refused == "" && got.Status.Phase != corev1.PodSucceeded:
+			t.Errorf("%s: %s %+v, want it run", tc.name, got.Status.Phase, w)
+		case tc.refused != "" && (w == nil || w.Reason != "CreateContainerConfigError" || !strings.Contains(w.Message, tc.refused)):
+			t.Errorf("%s: %s %+v, want CreateContainerConfigError %q", tc.name, got.Status.Phase, w, tc.refused)
+		}
+	}
+	b, err := c.AdminClient.CoreV1().Pods(ns.Name).GetLogs("secret-env", &corev1.PodLogOptions{Container: "main"}).DoRaw(ctx)
+	if err != nil || !strings.Contains(string(b), "hello from-secret") {
+		t.Errorf("log of secret-env: %q, %v: want the Secret's value", b, err)
 	}
 }

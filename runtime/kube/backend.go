@@ -79,6 +79,11 @@ type Config struct {
 	NetworkVolumeGB func(volumeID string) (int, error)
 	// ServiceType of a pod's ports [NodePort].
 	ServiceType corev1.ServiceType
+	// SelfPod and SelfNamespace are Berth's own Pod when it runs in the
+	// cluster (POD_NAME, POD_NAMESPACE from the downward API): the
+	// StatefulSet controlling it becomes the owner of the worker Pods.
+	// "": none (workers have no owner; a restarted Berth adopts them).
+	SelfPod, SelfNamespace string
 }
 
 // Backend runs Berth's workers and pods as Pods: runtime.Backend.
@@ -114,6 +119,9 @@ type Backend struct {
 	// gone): it is deleted once that has lasted strandedGrace, so a node
 	// the node informer has not reported yet is not taken for a gone one.
 	strandedSince map[string]time.Time
+	// owner is the owner reference of worker Pods (Berth's StatefulSet),
+	// nil when there is none; set by New.
+	owner *metav1.OwnerReference
 }
 
 // strandedGrace is how long a worker Pod's node must be missing before
@@ -224,6 +232,11 @@ func newBackend(ctx context.Context, cfg Config, cs kubernetes.Interface) (*Back
 			}
 			return nil, fmt.Errorf("kubernetes backend: %s of namespace %s not listed", what, cfg.Namespace)
 		}
+	}
+	if b.owner, err = b.findOwner(ctx); err != nil {
+		b.log.Warn("worker pods have no owner", "err", err)
+	} else if b.owner != nil {
+		b.log.Info("worker pods are owned by Berth's StatefulSet", "statefulset", b.owner.Name)
 	}
 	b.done.Add(1)
 	go b.accounting(ictx)

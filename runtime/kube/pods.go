@@ -53,13 +53,28 @@ func classify(err error) error {
 // Create implements runtime.Backend: the pull Secret and volume claims the
 // Pod needs, the Pod, and for published ports its Service.
 func (b *Backend) Create(ctx context.Context, spec runtime.Spec, _ func(string)) (runtime.Created, error) {
-	pod, err := b.podFor(ctx, spec)
+	pod, sec, err := b.podFor(ctx, spec)
 	if err != nil {
 		return runtime.Created{}, err
 	}
+	if sec != nil {
+		if err := b.createSecret(ctx, sec); err != nil {
+			return runtime.Created{}, err
+		}
+	}
 	made, err := b.cs.CoreV1().Pods(b.cfg.Namespace).Create(ctx, pod, metav1.CreateOptions{})
 	if err != nil {
+		if sec != nil {
+			b.deleteSecret(ctx, sec.Name)
+		}
 		return runtime.Created{}, fmt.Errorf("create pod %s: %w", spec.Name, err)
+	}
+	if sec != nil {
+		if err := b.ownSecret(ctx, sec, made); err != nil {
+			_ = b.cs.CoreV1().Pods(b.cfg.Namespace).Delete(context.WithoutCancel(ctx), made.Name, metav1.DeleteOptions{GracePeriodSeconds: ptr(int64(0))})
+			b.deleteSecret(ctx, sec.Name)
+			return runtime.Created{}, err
+		}
 	}
 	if _, err := b.pods.Pods(b.cfg.Namespace).Get(made.Name); err != nil {
 		b.mu.Lock()
@@ -75,9 +90,14 @@ func (b *Backend) Create(ctx context.Context, spec runtime.Spec, _ func(string))
 	return runtime.Created{ID: made.Name}, nil
 }
 
-// podFor is the Pod of spec, with what it refers to made first.
-func (b *Backend) podFor(ctx context.Context, spec runtime.Spec) (*corev1.Pod, error) {
-	lbls := map[string]string{runtime.LabelManaged: "true", runtime.LabelDataDir: b.cfg.Instance}
+// podFor is the Pod of spec, with what it refers to made first, and the
+// Secret of its credentials (nil when it has none), to make before it.
+func (b *Backend) podFor(ctx context.Context, spec runtime.Spec) (*corev1.Pod, *corev1.Secret, error) {
+	component := componentPod
+	if spec.Labels[runtime.LabelKind] == runtime.KindWorker {
+		component = componentWorker
+	}
+	lbls := b.objectLabels(component)
 	ann := map[string]string{}
 	for k, v := range spec.Labels {
 		if slices.Contains(annotated, k) {
@@ -98,19 +118,12 @@ func (b *Backend) podFor(ctx context.Context, spec runtime.Spec) (*corev1.Pod, e
 	for _, p := range spec.Ports {
 		cp, err := containerPort(p)
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		c.Ports = append(c.Ports, cp)
 	}
-	if spec.VCPUs > 0 {
-		c.Resources.Requests[corev1.ResourceCPU] = *resource.NewQuantity(int64(spec.VCPUs), resource.DecimalSI)
-	}
-	if spec.MemoryMiB > 0 {
-		c.Resources.Requests[corev1.ResourceMemory] = *resource.NewQuantity(int64(spec.MemoryMiB)<<20, resource.BinarySI)
-	}
-	if spec.ContainerDiskGB > 0 {
-		c.Resources.Limits[corev1.ResourceEphemeralStorage] = *resource.NewQuantity(int64(spec.ContainerDiskGB)<<30, resource.BinarySI)
-	}
+	setResources(&c, spec)
+	sec := b.secretEnv(&c, spec)
 	grace := int64(math.Ceil(spec.StopGrace.Seconds()))
 	pod := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: spec.Name, Namespace: b.cfg.Namespace, Labels: lbls, Annotations: ann},
@@ -121,18 +134,21 @@ func (b *Backend) podFor(ctx context.Context, spec runtime.Spec) (*corev1.Pod, e
 			AutomountServiceAccountToken:  ptr(false),
 		},
 	}
+	if component == componentWorker && b.owner != nil {
+		pod.OwnerReferences = []metav1.OwnerReference{*b.owner}
+	}
 	if len(spec.GPUs) > 0 {
 		node := spec.GPUs[0].Node
 		for _, d := range spec.GPUs {
 			if d.Node != node {
-				return nil, fmt.Errorf("create pod %s: its GPUs are on nodes %q and %q: an allocation must be on one node", spec.Name, node, d.Node)
+				return nil, nil, fmt.Errorf("create pod %s: its GPUs are on nodes %q and %q: an allocation must be on one node", spec.Name, node, d.Node)
 			}
 		}
 		n := *resource.NewQuantity(int64(len(spec.GPUs)), resource.DecimalSI)
 		c.Resources.Limits[gpuResource] = n
 		nodes, err := b.nodes.List(labels.Everything())
 		if err != nil {
-			return nil, fmt.Errorf("create pod %s: nodes: %w", spec.Name, err)
+			return nil, nil, fmt.Errorf("create pod %s: nodes: %w", spec.Name, err)
 		}
 		pod.Spec.Affinity = &corev1.Affinity{NodeAffinity: &corev1.NodeAffinity{
 			RequiredDuringSchedulingIgnoredDuringExecution: &corev1.NodeSelector{NodeSelectorTerms: []corev1.NodeSelectorTerm{gpuAffinity(spec.GPUs, nodes)}},
@@ -142,22 +158,23 @@ func (b *Backend) podFor(ctx context.Context, spec runtime.Spec) (*corev1.Pod, e
 	if spec.Auth != nil && spec.AuthID != "" {
 		name, err := b.ensurePullSecret(ctx, spec.AuthID, spec.Image, *spec.Auth)
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		pod.Spec.ImagePullSecrets = []corev1.LocalObjectReference{{Name: name}}
 	}
 	for _, m := range spec.Mounts {
 		claim, err := b.ensureClaim(ctx, m)
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		vol := "vol-" + strconv.Itoa(len(pod.Spec.Volumes))
 		pod.Spec.Volumes = append(pod.Spec.Volumes, corev1.Volume{Name: vol, VolumeSource: corev1.VolumeSource{
 			PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: claim}}})
 		c.VolumeMounts = append(c.VolumeMounts, corev1.VolumeMount{Name: vol, MountPath: m.Target})
 	}
+	addShm(pod, &c, spec)
 	pod.Spec.Containers = []corev1.Container{c}
-	return pod, nil
+	return pod, sec, nil
 }
 
 // containerPort parses "8888/http", "22/tcp", "53/udp".
@@ -181,9 +198,11 @@ func containerPort(s string) (corev1.ContainerPort, error) {
 // createService publishes a pod's ports: a Service of Config.ServiceType
 // selecting it, owned by the Pod so it goes with it.
 func (b *Backend) createService(ctx context.Context, p *corev1.Pod) error {
+	lbls := maps.Clone(p.Labels)
+	lbls[labelAppComponent] = componentService
 	svc := &corev1.Service{
 		ObjectMeta: metav1.ObjectMeta{
-			Name: p.Name, Namespace: b.cfg.Namespace, Labels: p.Labels,
+			Name: p.Name, Namespace: b.cfg.Namespace, Labels: lbls,
 			OwnerReferences: []metav1.OwnerReference{{APIVersion: "v1", Kind: "Pod", Name: p.Name, UID: p.UID}},
 		},
 		Spec: corev1.ServiceSpec{Type: b.cfg.ServiceType, Selector: map[string]string{
@@ -242,10 +261,9 @@ func (b *Backend) ensurePullSecret(ctx context.Context, authID, image string, au
 	}}})
 	name := pullSecretName(authID)
 	want := &corev1.Secret{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: b.cfg.Namespace,
-			Labels: map[string]string{runtime.LabelManaged: "true", runtime.LabelDataDir: b.cfg.Instance}},
-		Type: corev1.SecretTypeDockerConfigJson,
-		Data: map[string][]byte{corev1.DockerConfigJsonKey: cfg},
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: b.cfg.Namespace, Labels: b.objectLabels(componentPullSecret)},
+		Type:       corev1.SecretTypeDockerConfigJson,
+		Data:       map[string][]byte{corev1.DockerConfigJsonKey: cfg},
 	}
 	secrets := b.cs.CoreV1().Secrets(b.cfg.Namespace)
 	got, err := secrets.Get(ctx, name, metav1.GetOptions{})
@@ -293,8 +311,7 @@ func (b *Backend) ensureClaim(ctx context.Context, m runtime.Mount) (string, err
 		size = 10
 	}
 	pvc := &corev1.PersistentVolumeClaim{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: b.cfg.Namespace,
-			Labels: map[string]string{runtime.LabelManaged: "true", runtime.LabelDataDir: b.cfg.Instance}},
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: b.cfg.Namespace, Labels: b.objectLabels(componentVolume)},
 		Spec: corev1.PersistentVolumeClaimSpec{
 			AccessModes: []corev1.PersistentVolumeAccessMode{mode},
 			Resources: corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{
