@@ -233,9 +233,9 @@ func newBackend(ctx context.Context, cfg Config, cs kubernetes.Interface) (*Back
 			return nil, fmt.Errorf("kubernetes backend: %s of namespace %s not listed", what, cfg.Namespace)
 		}
 	}
-	if b.owner, err = b.findOwner(ctx); err != nil {
+	if owner, err := b.findOwner(ctx); err != nil {
 		b.log.Warn("worker pods have no owner", "err", err)
-	} else if b.owner != nil {
+	} else if b.owner = owner; owner != nil {
 		b.log.Info("worker pods are owned by Berth's StatefulSet", "statefulset", b.owner.Name)
 	}
 	b.done.Add(1)
