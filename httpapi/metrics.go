@@ -168,7 +168,7 @@ var (
 	damagedDesc  = prometheus.NewDesc("berth_store_damaged", "1 when a damaged page was found while serving: writes are refused until a restart on a checked file.", nil, nil)
 	streamDesc   = prometheus.NewDesc("berth_stream_buffered_bytes", "Unread stream chunks held, all jobs (capped: see the README).", nil, nil)
 	droppedDesc  = prometheus.NewDesc("berth_stream_chunks_dropped_total", "Stream chunks dropped because a job's (or every job's) unread buffer was full.", nil, nil)
-	dmgRecDesc   = prometheus.NewDesc("berth_store_damaged_records", "Records (or pages) the background check after start-up found damaged; each is logged with its bucket and key.", nil, nil)
+	dmgRecDesc   = prometheus.NewDesc("berth_store_damaged_records", "Damaged records (checksum mismatch, or not decodable) and broken pages found by reads or by the background check, each counted once and logged with its bucket and key.", nil, nil)
 	gpuMemDesc   = prometheus.NewDesc("berth_gpu_memory_used_bytes", "GPU memory in use (NVML), by GPU.", []string{"gpu", "uuid", "name"}, nil)
 	gpuTotalDesc = prometheus.NewDesc("berth_gpu_memory_total_bytes", "GPU memory size (NVML), by GPU.", []string{"gpu", "uuid", "name"}, nil)
 	gpuUtilDesc  = prometheus.NewDesc("berth_gpu_utilization_ratio", "Fraction of the last sample period the GPU was busy (NVML), by GPU.", []string{"gpu", "uuid", "name"}, nil)
