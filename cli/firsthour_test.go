@@ -3,9 +3,11 @@ package cli
 import (
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -157,5 +159,106 @@ func TestJobListKeepsRecentJobsAfterTheirResultsExpire(t *testing.T) {
 	}
 	if b.get("/v1/endpoints/"+eid+"/jobs?limit=2", &list); len(list) != 2 || list[0]["id"] != ids[len(ids)-1] {
 		t.Errorf("limit=2: %v", list)
+	}
+}
+
+// call is an API request with the test key from any goroutine: status,
+// Retry-After and body.
+func (b *berth) call(method, path, body string) (int, string, []byte, error) {
+	req, _ := http.NewRequest(method, b.url+path, strings.NewReader(body))
+	req.Header.Set("Authorization", "Bearer "+testKey)
+	req.Header.Set("Content-Type", "application/json")
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return 0, "", nil, err
+	}
+	defer res.Body.Close()
+	out, err := io.ReadAll(res.Body)
+	return res.StatusCode, res.Header.Get("Retry-After"), out, err
+}
+
+// Answers that grow with the data are bounded: a job list carries at most
+// JobListBytes of inputs and outputs (the newest jobs keep theirs, the
+// rest come marked dataOmitted), and the lists built at once hold at most
+// ListShares (a job list 8): concurrent job lists past it wait ListWait,
+// then are answered 503 with Retry-After, while other routes answer.
+func TestBigAnswersAreBounded(t *testing.T) {
+	b := startBerthWith(t, func(c *berthapp.Config) {
+		c.HTTP.JobListBytes = 1000
+		c.HTTP.ListShares, c.HTTP.ListWait = 8, time.Millisecond // one job list at a time
+	})
+	var tpl, ep rec
+	b.ok(&tpl, "template", "create", "lists", "img:1", "--json")
+	b.ok(&ep, "endpoint", "create", tpl["id"].(string), "--workers-max", "0", "--json")
+	eid := ep["id"].(string)
+	const jobs = 300
+	pad := strings.Repeat("x", 90)
+	for i := range jobs {
+		if code, _, out, err := b.call("POST", "/v2/"+eid+"/run", fmt.Sprintf(`{"input":{"n":%d,"pad":%q}}`, i, pad)); code != 200 || err != nil {
+			t.Fatalf("run: %d %v %s", code, err, out)
+		}
+	}
+
+	var list []map[string]any
+	if code := b.get("/v1/endpoints/"+eid+"/jobs?limit=1000", &list); code != 200 || len(list) != jobs {
+		t.Fatalf("job list: %d, %d jobs", code, len(list))
+	}
+	withData := 0
+	for i, j := range list {
+		switch {
+		case j["input"] != nil && j["dataOmitted"] == nil:
+			if withData++; withData != i+1 {
+				t.Fatalf("job %d has its data after one without: %v", i, j)
+			}
+		case j["input"] == nil && j["dataOmitted"] == true && j["id"] != nil && j["status"] == "IN_QUEUE":
+		default:
+			t.Fatalf("job %d: %v", i, j)
+		}
+	}
+	if withData == 0 || withData > 1000/100 {
+		t.Errorf("%d of %d jobs carry their ≈100-byte input under a 1,000-byte bound", withData, jobs)
+	}
+
+	type reply struct {
+		path, retryAfter string
+		code             int
+		body             []byte
+		err              error
+	}
+	replies := make(chan reply, 32)
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	for i := range 16 + 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			path := "/v1/endpoints/" + eid + "/jobs?limit=1000"
+			if i >= 16 {
+				path = "/v1/endpoints/" + eid + "/queue"
+			}
+			<-start
+			code, ra, body, err := b.call("GET", path, "")
+			replies <- reply{path, ra, code, body, err}
+		}()
+	}
+	close(start)
+	wg.Wait()
+	close(replies)
+	refused := 0
+	for r := range replies {
+		switch {
+		case r.err != nil:
+			t.Fatal(r.err)
+		case r.code == 200:
+		case strings.HasSuffix(r.path, "/queue"):
+			t.Errorf("GET %s while job lists are built: %d %s", r.path, r.code, r.body)
+		case r.code == 503 && r.retryAfter != "" && strings.Contains(string(r.body), "server busy"):
+			refused++
+		default:
+			t.Errorf("GET %s: %d Retry-After %q %s", r.path, r.code, r.retryAfter, r.body)
+		}
+	}
+	if refused == 0 {
+		t.Errorf("16 concurrent job lists of %d jobs, one allowed at a time: none refused", jobs)
 	}
 }

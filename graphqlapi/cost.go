@@ -5,13 +5,17 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"sync/atomic"
+	"time"
 
 	gqlerrors "github.com/graph-gophers/graphql-go/errors"
 	"github.com/graph-gophers/graphql-go/introspection"
 	"github.com/graph-gophers/graphql-go/trace/tracer"
 	"github.com/vektah/gqlparser/v2/ast"
 	"github.com/vektah/gqlparser/v2/parser"
+
+	"berth/httplimit"
 )
 
 // One GraphQL document can ask for far more work than its size suggests:
@@ -52,6 +56,18 @@ type Limits struct {
 	// OverlapPairs: pairs of same-named fields graphql-go's validation
 	// may compare [20,000] (its OverlapValidationLimit).
 	OverlapPairs int
+
+	// InFlight bounds the sum over concurrent requests of the fields they
+	// resolve [400,000]: memory follows it (≈1 KB a field), and the limits
+	// above bound one request only. A request is admitted with its FanOut
+	// (at most Resolved) and takes more as it resolves past that; one
+	// that finds no room waits up to InFlightWait [2s] in arrival order,
+	// then is refused — 503, Retry-After, code SERVER_BUSY — and one that
+	// runs out of room while it resolves is stopped the same way. A
+	// request of CheapFields [1,000] or fewer is never made to wait.
+	InFlight     int
+	InFlightWait time.Duration
+	CheapFields  int
 }
 
 func (l Limits) withDefaults() Limits {
@@ -69,6 +85,11 @@ func (l Limits) withDefaults() Limits {
 	def(&l.ListSize, 100)
 	def(&l.Resolved, 200000)
 	def(&l.OverlapPairs, 20000)
+	def(&l.InFlight, 400000)
+	def(&l.CheapFields, 1000)
+	if l.InFlightWait <= 0 {
+		l.InFlightWait = 2 * time.Second
+	}
 	return l
 }
 
@@ -296,6 +317,37 @@ type resolveBudget struct {
 	max    int64
 	n      atomic.Int64
 	cancel context.CancelCauseFunc
+
+	// The request's share of the in-flight bound (Limits.InFlight): held
+	// fields, taken from gate in steps of at least growStep as n passes
+	// them.
+	gate *httplimit.Gate
+	held atomic.Int64
+	mu   sync.Mutex
+}
+
+// growStep is the least a running request takes from the gate at a time.
+const growStep = 1000
+
+// errInFlight is the cause of a request stopped because the requests in
+// flight hold the whole Limits.InFlight.
+var errInFlight = errors.New("in-flight bound reached")
+
+// grow takes room for n resolved fields from the gate, or stops the
+// request.
+func (b *resolveBudget) grow(n int64) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	held := b.held.Load()
+	if n <= held {
+		return
+	}
+	step := max(n-held, growStep)
+	if !b.gate.TryAcquire(step) {
+		b.cancel(errInFlight)
+		return
+	}
+	b.held.Add(step)
 }
 
 type budgetKey struct{}
@@ -314,8 +366,13 @@ func (costTracer) TraceQuery(ctx context.Context, _ string, _ string, _ map[stri
 }
 
 func (costTracer) TraceField(ctx context.Context, _, _, _ string, _ bool, _ map[string]any) (context.Context, tracer.FieldFinishFunc) {
-	if b, ok := ctx.Value(budgetKey{}).(*resolveBudget); ok && b.n.Add(1) == b.max+1 {
-		b.cancel(errResolveBudget)
+	if b, ok := ctx.Value(budgetKey{}).(*resolveBudget); ok {
+		switch n := b.n.Add(1); {
+		case n == b.max+1:
+			b.cancel(errResolveBudget)
+		case n > b.held.Load() && b.gate != nil:
+			b.grow(n)
+		}
 	}
 	return ctx, noopFinish
 }

@@ -61,6 +61,7 @@ type Config struct {
 
 // Handler answers GraphQL requests.
 type Handler struct {
+	gate    *httplimit.Gate // Limits.InFlight
 	schema  *graphql.Schema
 	log     *slog.Logger
 	limits  Limits
@@ -101,7 +102,8 @@ func New(cfg Config) (*Handler, error) {
 	if err != nil {
 		return nil, fmt.Errorf("graphql schema: %w", err)
 	}
-	return &Handler{schema: s, log: cfg.Logger, limits: cfg.Limits, shape: shape, timeout: cfg.Timeout}, nil
+	return &Handler{schema: s, log: cfg.Logger, limits: cfg.Limits, shape: shape, timeout: cfg.Timeout,
+		gate: httplimit.NewGate(int64(cfg.Limits.InFlight))}, nil
 }
 
 // Validate checks a document against the schema without running it (the
@@ -175,7 +177,20 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		defer stop()
 	}
 	ctx, warnings := withWarnings(ctx)
-	budget := &resolveBudget{max: int64(h.limits.Resolved), cancel: cancel}
+	budget := &resolveBudget{max: int64(h.limits.Resolved), cancel: cancel, gate: h.gate}
+	// Admitted with what it asks for (at most its resolve budget); a cheap
+	// request does not wait behind expensive ones.
+	admit := h.gate.AcquireN(int64(max(1, min(cost.FanOut, h.limits.Resolved))))
+	if admit <= int64(h.limits.CheapFields) {
+		h.gate.Force(admit)
+	} else if !h.gate.Acquire(ctx, admit, h.limits.InFlightWait) {
+		if r.Context().Err() == nil {
+			h.busy(w, r, fmt.Sprintf("it waited %s for room", h.limits.InFlightWait))
+		}
+		return
+	}
+	budget.held.Store(admit)
+	defer func() { h.gate.Release(budget.held.Load()) }()
 	res := h.schema.Exec(context.WithValue(ctx, budgetKey{}, budget), req.Query, req.OperationName, req.Variables)
 	out := response{Data: res.Data, Errors: res.Errors}
 	if ws := warnings.all(); len(ws) > 0 {
@@ -187,6 +202,9 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	switch cause := context.Cause(ctx); {
 	case r.Context().Err() != nil:
 		return // nobody to answer
+	case errors.Is(cause, errInFlight):
+		h.busy(w, r, "it was stopped while it ran")
+		return
 	case errors.Is(cause, errResolveBudget):
 		out = response{Errors: []*gqlerrors.QueryError{errTooCostly("resolved", h.limits.Resolved+1, h.limits.Resolved, "fields or more to resolve: it was stopped")}}
 	case errors.Is(cause, errTimeout):
@@ -204,6 +222,20 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		h.logError(r.Context(), e)
 	}
 	writeJSON(w, http.StatusOK, out)
+}
+
+// busy refuses a request for which the requests in flight leave no room
+// (Limits.InFlight): 503 with Retry-After and a GraphQL error, which
+// runpod-python raises with its message and runpodctl prints.
+func (h *Handler) busy(w http.ResponseWriter, r *http.Request, what string) {
+	e := &gqlerrors.QueryError{
+		Message: fmt.Sprintf("server busy: the GraphQL requests running hold all %d fields Berth resolves at once, and %s; retry in a moment, or ask for less (fewer aliases, smaller lists)",
+			h.limits.InFlight, what),
+		Extensions: map[string]any{"code": "SERVER_BUSY", "limit": "inFlight", "max": h.limits.InFlight},
+	}
+	h.log.WarnContext(r.Context(), "graphql: refused, server busy", "inFlight", h.gate.InUse(), "max", h.limits.InFlight, "why", what)
+	w.Header().Set("Retry-After", "1")
+	writeJSON(w, http.StatusServiceUnavailable, response{Data: json.RawMessage("null"), Errors: []*gqlerrors.QueryError{e}})
 }
 
 // errTimeout is the cause of a request stopped by Config.Timeout.

@@ -32,6 +32,7 @@ import (
 	"berth/httpapi/internal/httpx"
 	"berth/httpapi/v1api"
 	"berth/httpapi/v2api"
+	"berth/httplimit"
 	"berth/mgmt"
 	"berth/queue"
 	"berth/store"
@@ -92,6 +93,10 @@ type Config struct {
 	// BackupReserve is the free space GET /v1/backup leaves in the data
 	// directory after its temporary copy [256 MiB].
 	BackupReserve int64
+	// JobListBytes bounds the inputs, outputs and errors one job list
+	// (GET /v1/endpoints/ID/jobs) carries [32 MiB]: past it, jobs come
+	// without them (dataOmitted).
+	JobListBytes int
 
 	// Long-poll caps (limits.go): MaxLongPollsPerWorker [8] and
 	// MaxLongPollsPerKey [10000] concurrent long polls held for one worker
@@ -100,6 +105,14 @@ type Config struct {
 	MaxLongPollsPerWorker int
 	MaxLongPollsPerKey    int
 
+	// GraphQL bounds what GraphQL requests cost, alone and together
+	// (graphqlapi.Limits); zero fields are the defaults.
+	GraphQL graphqlapi.Limits
+	// ListShares bounds the answers that grow with the data built at once
+	// (answers.go) [64: 8 job lists, or 64 pod or billing lists];
+	// ListWait is how long one waits for room [2s].
+	ListShares int
+	ListWait   time.Duration
 	// EndpointStatus is the runtime's status of an endpoint, shown as the
 	// endpoint's "status" (JSON as is); its "reason" (why jobs are held
 	// back) is added to /health. Optional.
@@ -125,7 +138,8 @@ type Server struct {
 	epCache map[string]*store.Endpoint
 	epGen   uint64 // bumped by forgetEndpoint so a stale read is not cached
 
-	adminHash []byte // decoded APIKeyHash
+	adminHash []byte          // decoded APIKeyHash
+	lists     *httplimit.Gate // answers.go
 
 	mg *mgmt.Service // the management rules every API surface calls
 	v1 *v1api.API    // REST v1 management
@@ -161,7 +175,13 @@ func New(cfg Config) *Server {
 	if cfg.MaxLongPollsPerKey <= 0 {
 		cfg.MaxLongPollsPerKey = 10000
 	}
-	s := &Server{cfg: cfg, epCache: map[string]*store.Endpoint{}}
+	if cfg.ListShares <= 0 {
+		cfg.ListShares = defaultListShares
+	}
+	if cfg.ListWait <= 0 {
+		cfg.ListWait = defaultListWait
+	}
+	s := &Server{cfg: cfg, epCache: map[string]*store.Endpoint{}, lists: newListGate(cfg.ListShares)}
 	s.adminHash, _ = hex.DecodeString(cfg.APIKeyHash)
 	s.mg = cfg.Mgmt
 	if s.mg == nil {
@@ -506,11 +526,12 @@ func codeLabel(c int) string {
 
 func (s *Server) instrument(route string, h http.Handler) http.Handler {
 	hist := s.metrics.duration.WithLabelValues(route)
+	gated := s.gateList(route, h)
 	var counters sync.Map // status code → counter: no label hashing per request
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
 		rec := &statusRecorder{ResponseWriter: w, code: 200}
-		h.ServeHTTP(rec, r)
+		gated.ServeHTTP(rec, r)
 		hist.Observe(time.Since(start).Seconds())
 		c, ok := counters.Load(rec.code)
 		if !ok {

@@ -19,7 +19,7 @@ func (s *Server) newV1() *v1api.API {
 		Instrument: s.instrument,
 		Workers:    s.workers, EndpointStatus: s.cfg.EndpointStatus, GPUs: s.cfg.GPUs,
 		WorkerLogs: s.cfg.WorkerLogs, PodLogs: s.cfg.PodLogs,
-		PingInterval: s.cfg.PingInterval, BackupReserve: s.cfg.BackupReserve,
+		PingInterval: s.cfg.PingInterval, BackupReserve: s.cfg.BackupReserve, JobListBytes: s.cfg.JobListBytes,
 	})
 }
 

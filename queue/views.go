@@ -23,15 +23,23 @@ type JobView struct {
 	// ResultExpired: the job is gone (its result's retention ended) and
 	// only its id, status, times and worker are still known (recent.go).
 	ResultExpired bool `json:"resultExpired,omitempty"`
+	// DataOmitted: the list's JobFilter.MaxBytes was reached; the job's
+	// input, output and error are left out (GET the job for them).
+	DataOmitted bool `json:"dataOmitted,omitempty"`
 	// Stream is the chunks a running streaming job has produced that no
 	// /stream call has read yet (peeked, not drained). Only on Job.
 	Stream []json.RawMessage `json:"stream,omitempty"`
 }
 
-// JobFilter narrows Jobs. Zero values: every status, Limit 50.
+// JobFilter narrows Jobs. Zero values: every status, Limit 50, no
+// MaxBytes.
 type JobFilter struct {
 	Statuses []store.JobStatus
 	Limit    int
+	// MaxBytes bounds the inputs, outputs and errors a list carries: past
+	// it, jobs come without them (DataOmitted), so a list of large jobs
+	// costs at most this much memory, whatever its Limit.
+	MaxBytes int
 }
 
 // QueueView is an endpoint's queue at a glance.
@@ -123,6 +131,7 @@ func (s *Service) Jobs(endpointID string, f JobFilter) (list []JobView, damaged 
 		err error
 	}
 	var bads []bad
+	size := 0 // data read from the store so far
 	for i, q := range entries {
 		var j *job
 		if x := pend[i]; x != nil {
@@ -139,7 +148,13 @@ func (s *Service) Jobs(endpointID string, f JobFilter) (list []JobView, damaged 
 			j = &job{rec: rec, input: input}
 		}
 		if want(j.rec.Status) {
-			items = append(items, item{j.rec.Seq, j.rec.CreatedAt, jobView(j, now)})
+			v := jobView(j, now)
+			if f.MaxBytes > 0 {
+				if size += dataSize(v); size > f.MaxBytes {
+					omitData(&v) // not kept: the memory a list holds stays bounded
+				}
+			}
+			items = append(items, item{j.rec.Seq, j.rec.CreatedAt, v})
 		}
 	}
 	slices.SortFunc(items, func(a, b item) int {
@@ -168,7 +183,30 @@ func (s *Service) Jobs(endpointID string, f JobFilter) (list []JobView, damaged 
 			out = append(out, it.v)
 		}
 	}
+	if f.MaxBytes > 0 {
+		// The newest jobs keep their data, up to the bound.
+		size = 0
+		for i := range out {
+			if size += dataSize(out[i]); size > f.MaxBytes {
+				omitData(&out[i])
+			}
+		}
+	}
 	return out, damaged
+}
+
+func dataSize(v JobView) int {
+	n := len(v.Input) + len(v.Output)
+	if v.Error != nil {
+		n += len(*v.Error)
+	}
+	return n
+}
+
+func omitData(v *JobView) {
+	if dataSize(*v) > 0 {
+		v.Input, v.Output, v.Error, v.DataOmitted = nil, nil, nil, true
+	}
 }
 
 func cmpSeq(a, b uint64) int {

@@ -74,6 +74,9 @@ type Config struct {
 	// directory after its temporary copy [256 MiB]; below it the backup
 	// is refused (507).
 	BackupReserve int64
+	// JobListBytes bounds the inputs, outputs and errors one job list
+	// carries (queue.JobFilter.MaxBytes) [32 MiB].
+	JobListBytes int
 }
 
 // API is the /v1 management API.
@@ -95,6 +98,9 @@ func New(cfg Config) *API {
 	}
 	if cfg.BackupReserve <= 0 {
 		cfg.BackupReserve = 256 << 20
+	}
+	if cfg.JobListBytes <= 0 {
+		cfg.JobListBytes = 32 << 20
 	}
 	return &API{cfg: cfg, backups: make(chan struct{}, maxBackups)}
 }

@@ -57,6 +57,7 @@ func (a *API) listJobs(w http.ResponseWriter, r *http.Request) {
 		a.fail(w, r, err)
 		return
 	}
+	f.MaxBytes = a.cfg.JobListBytes
 	e, ok := a.endpoint(w, r, mux.Vars(r)["endpointId"])
 	if !ok {
 		return
