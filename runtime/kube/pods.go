@@ -58,7 +58,9 @@ func (b *Backend) Create(ctx context.Context, spec runtime.Spec, _ func(string))
 		return runtime.Created{}, err
 	}
 	if sec != nil {
-		if err := b.createSecret(ctx, sec); err != nil {
+		// Made first, so the kubelet finds it; owned by the Pod once the
+		// Pod exists (2 requests per worker).
+		if sec, err = b.createSecret(ctx, sec); err != nil {
 			return runtime.Created{}, err
 		}
 	}

@@ -110,33 +110,29 @@ func (b *Backend) secretEnv(c *corev1.Container, spec runtime.Spec) *corev1.Secr
 
 // createSecret makes the Secret of a Pod's credentials before the Pod, so
 // the kubelet finds it at once; ownSecret then makes the Pod its owner.
-// One left by an earlier attempt is replaced.
-func (b *Backend) createSecret(ctx context.Context, sec *corev1.Secret) error {
+// One left by an earlier attempt is replaced. It returns the Secret made.
+func (b *Backend) createSecret(ctx context.Context, sec *corev1.Secret) (*corev1.Secret, error) {
 	secrets := b.cs.CoreV1().Secrets(b.cfg.Namespace)
-	_, err := secrets.Create(ctx, sec, metav1.CreateOptions{})
+	made, err := secrets.Create(ctx, sec, metav1.CreateOptions{})
 	if apierrors.IsAlreadyExists(err) {
 		if derr := secrets.Delete(ctx, sec.Name, metav1.DeleteOptions{}); derr != nil && !apierrors.IsNotFound(derr) {
-			return fmt.Errorf("replace secret %s: %w", sec.Name, derr)
+			return nil, fmt.Errorf("replace secret %s: %w", sec.Name, derr)
 		}
-		_, err = secrets.Create(ctx, sec, metav1.CreateOptions{})
+		made, err = secrets.Create(ctx, sec, metav1.CreateOptions{})
 	}
 	if err != nil {
-		return fmt.Errorf("create secret %s: %w", sec.Name, err)
+		return nil, fmt.Errorf("create secret %s: %w", sec.Name, err)
 	}
-	return nil
+	return made, nil
 }
 
-// ownSecret makes the Pod the owner of its Secret: the garbage collector
-// deletes the Secret with the Pod.
-func (b *Backend) ownSecret(ctx context.Context, sec *corev1.Secret, pod *corev1.Pod) error {
-	secrets := b.cs.CoreV1().Secrets(b.cfg.Namespace)
-	got, err := secrets.Get(ctx, sec.Name, metav1.GetOptions{})
-	if err != nil {
-		return fmt.Errorf("secret %s: %w", sec.Name, err)
-	}
-	got.OwnerReferences = []metav1.OwnerReference{{APIVersion: "v1", Kind: "Pod", Name: pod.Name, UID: pod.UID}}
-	if _, err := secrets.Update(ctx, got, metav1.UpdateOptions{}); err != nil {
-		return fmt.Errorf("secret %s: owner: %w", sec.Name, err)
+// ownSecret makes the Pod the owner of its Secret (made: as createSecret
+// returned it, so no read is needed): the garbage collector deletes the
+// Secret with the Pod.
+func (b *Backend) ownSecret(ctx context.Context, made *corev1.Secret, pod *corev1.Pod) error {
+	made.OwnerReferences = []metav1.OwnerReference{{APIVersion: "v1", Kind: "Pod", Name: pod.Name, UID: pod.UID}}
+	if _, err := b.cs.CoreV1().Secrets(b.cfg.Namespace).Update(ctx, made, metav1.UpdateOptions{}); err != nil {
+		return fmt.Errorf("secret %s: owner: %w", made.Name, err)
 	}
 	return nil
 }
