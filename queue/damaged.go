@@ -40,7 +40,11 @@ func (s *Service) noteDamagedLocked(ep, id string, err error) {
 		s.damaged = map[string]damagedJob{}
 	}
 	s.damaged[id] = damagedJob{ep: ep, err: err}
-	s.logLocked().Error("job record damaged: the job is left out of the queue, lists and counts", "endpoint", ep, "job", id, "err", err)
+	shown := ep
+	if shown == "" {
+		shown = "unknown" // its index entry, which names it, is the damaged record
+	}
+	s.logLocked().Error("job record damaged: the job is left out of the queue, lists and counts", "endpoint", shown, "job", id, "err", err)
 }
 
 // missingLocked is the error for a job that is not in memory: the damage
@@ -70,6 +74,7 @@ func (s *Service) damagedCountLocked(endpointID string) int {
 // memory is left alone: its next write replaces the record.
 func (s *Service) RecordDamaged(id string, err error) {
 	s.mu.Lock()
+	s.awaitIndexLocked(id)
 	defer s.unlock()
 	if s.jobs[id] != nil {
 		return
