@@ -187,9 +187,9 @@ func TestRunpodctlCommands(t *testing.T) {
 		{cmd: "gpu list", args: []string{"gpu", "list", "--include-unavailable"}, want: []string{"NVIDIA GeForce RTX 4090"}},
 		{cmd: "datacenter list", args: []string{"datacenter", "list"}, want: []string{"BERTH-LOCAL"}},
 
-		{cmd: "registry create", args: []string{"registry", "create", "--name", "ctl-reg", "--username", "me", "--password", "pw"}, want: []string{"ctl-reg"}, save: map[string]string{"reg": "id"}},
+		{cmd: "registry create", args: []string{"registry", "create", "--name", "ctl-reg", "--username", "me", "--password", "registry-secret-pw"}, want: []string{"ctl-reg"}, save: map[string]string{"reg": "id"}},
 		{cmd: "registry list", args: []string{"registry", "list"}, want: []string{"{reg}"}},
-		{cmd: "registry get", args: []string{"registry", "get", "{reg}"}, want: []string{"ctl-reg"}, not: []string{"pw"}},
+		{cmd: "registry get", args: []string{"registry", "get", "{reg}"}, want: []string{"ctl-reg"}, not: []string{"registry-secret-pw"}},
 
 		{cmd: "template create", args: []string{"template", "create", "--name", "ctl-tpl", "--image", "{image}", "--ports", "8888/tcp,22/tcp",
 			"--port-labels", "8888=app", "--env", `{"A":"1"}`, "--container-disk-in-gb", "5"}, want: []string{"ctl-tpl"}, save: map[string]string{"tpl": "id"}},
