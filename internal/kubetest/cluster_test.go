@@ -234,16 +234,23 @@ func TestNamespaceActsAsTheManifestsServiceAccount(t *testing.T) {
 		t.Fatalf("impersonates %q, want %q", ns.Config.Impersonate.UserName, want)
 	}
 
-	// Granted: pods in its namespace, nodes read-only.
+	// Granted: pods in its namespace, nodes read-only, and listing the
+	// cluster's pods (the GPUs other workloads hold).
 	if _, err := ns.Client.CoreV1().Pods(ns.Name).List(ctx, metav1.ListOptions{}); err != nil {
 		t.Errorf("list pods in its namespace: %v", err)
 	}
 	if _, err := ns.Client.CoreV1().Nodes().List(ctx, metav1.ListOptions{}); err != nil {
 		t.Errorf("list nodes: %v", err)
 	}
+	if _, err := ns.Client.CoreV1().Pods("").List(ctx, metav1.ListOptions{FieldSelector: "spec.nodeName!="}); err != nil {
+		t.Errorf("list the cluster's bound pods: %v", err)
+	}
 	// Not granted: anything else.
 	forbidden := map[string]error{}
-	_, forbidden["list pods in another namespace"] = ns.Client.CoreV1().Pods("default").List(ctx, metav1.ListOptions{})
+	_, forbidden["get a pod in another namespace"] = ns.Client.CoreV1().Pods("default").Get(ctx, "x", metav1.GetOptions{})
+	_, forbidden["create a pod in another namespace"] = ns.Client.CoreV1().Pods("default").Create(ctx,
+		&corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "x"}}, metav1.CreateOptions{})
+	forbidden["delete a pod in another namespace"] = ns.Client.CoreV1().Pods("default").Delete(ctx, "x", metav1.DeleteOptions{})
 	_, forbidden["create a ConfigMap"] = ns.Client.CoreV1().ConfigMaps(ns.Name).Create(ctx,
 		&corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "x"}}, metav1.CreateOptions{})
 	_, forbidden["create a Deployment"] = ns.Client.AppsV1().Deployments(ns.Name).Create(ctx,
@@ -273,8 +280,8 @@ func TestNamespaceActsAsTheManifestsServiceAccount(t *testing.T) {
 	if _, err := kc.CoreV1().Pods(ns.Name).List(ctx, metav1.ListOptions{}); err != nil {
 		t.Errorf("kubeconfig: list pods in its namespace: %v", err)
 	}
-	if _, err := kc.CoreV1().Pods("default").List(ctx, metav1.ListOptions{}); !apierrors.IsForbidden(err) {
-		t.Errorf("kubeconfig: list pods in default: %v, want Forbidden", err)
+	if _, err := kc.CoreV1().Pods("default").Get(ctx, "x", metav1.GetOptions{}); !apierrors.IsForbidden(err) {
+		t.Errorf("kubeconfig: get a pod in default: %v, want Forbidden", err)
 	}
 }
 
