@@ -10,10 +10,12 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 
 	"berth/gpu"
+	"berth/mgmt"
 	"berth/runtime/kube"
 	"berth/store"
 )
@@ -143,4 +145,23 @@ func (a *App) volumeDeleted(id string) {
 	if err := kb.RemoveNetworkVolume(ctx, id); err != nil {
 		a.log.Error("remove a deleted network volume's claim", "volume", id, "err", err)
 	}
+}
+
+// volumeGrow grows a network volume's claim on Kubernetes before the new
+// size is stored. The cluster's refusal (a storage class without
+// allowVolumeExpansion, a claim not bound) is the request's: a 400 on
+// size saying why, the volume unchanged.
+func (a *App) volumeGrow(ctx context.Context, id string, sizeGB int) error {
+	kb, ok := a.backend.(*kube.Backend)
+	if !ok {
+		return nil
+	}
+	err := kb.GrowNetworkVolume(ctx, id, sizeGB)
+	switch {
+	case err == nil:
+		return nil
+	case apierrors.IsForbidden(err) || apierrors.IsInvalid(err) || apierrors.IsBadRequest(err):
+		return mgmt.InvalidInput("size", "the cluster refuses to grow the volume's claim to %d GB: %v", sizeGB, err)
+	}
+	return &mgmt.Error{Kind: mgmt.Unavailable, Msg: "cannot grow the volume's claim now: " + err.Error(), Err: err}
 }

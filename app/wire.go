@@ -117,6 +117,7 @@ func New(cfg Config) (_ *App, err error) {
 		EndpointChanged:     func(id string) { api.Load().EndpointChanged(id) },
 		EndpointDeleted:     func(id string) { api.Load().EndpointDeleted(id) },
 		VolumeDeleted:       a.volumeDeleted,       // kube.go
+		VolumeGrow:          a.volumeGrow,          // kube.go
 		RegistryAuthDeleted: a.registryAuthDeleted, // kube.go
 	})
 	hc := cfg.HTTP

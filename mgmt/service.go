@@ -42,6 +42,11 @@ type Config struct {
 	// for what the runtime keeps of it (a Kubernetes volume claim; the
 	// Docker runtime's directory goes with the record). Optional.
 	VolumeDeleted func(volumeID string)
+	// VolumeGrow is asked before a network volume's larger size is
+	// stored, for what the runtime keeps of it (a Kubernetes claim, grown
+	// to the size). An error refuses the resize: nothing is stored.
+	// Optional.
+	VolumeGrow func(ctx context.Context, volumeID string, sizeGB int) error
 	// RegistryAuthDeleted is told after a registry credential's record is
 	// deleted, for what the runtime keeps of it (a Kubernetes pull
 	// Secret: the credential must not outlive its deletion). Optional.

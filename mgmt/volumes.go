@@ -233,6 +233,21 @@ func (s *Service) UpdateVolume(ctx context.Context, id string, in VolumeInput) (
 		return Volume{}, err
 	}
 	var v store.NetworkVolume
+	if in.Size != nil && s.cfg.VolumeGrow != nil {
+		// The runtime first (a Kubernetes claim the storage class may not
+		// let grow): a size it refuses is not stored.
+		if err := s.cfg.Store.View(func(tx *store.Tx) error { return getOr404(tx, store.Volumes, id, "network volume", &v) }); err != nil {
+			return Volume{}, err
+		}
+		if _, err := CheckVolume(in, false, &v); err != nil {
+			return Volume{}, err
+		}
+		if *in.Size > v.Size {
+			if err := s.cfg.VolumeGrow(ctx, id, *in.Size); err != nil {
+				return Volume{}, err
+			}
+		}
+	}
 	err := s.cfg.Store.Update(func(tx *store.Tx) error {
 		if err := getOr404(tx, store.Volumes, id, "network volume", &v); err != nil {
 			return err

@@ -101,6 +101,7 @@ type kenv struct {
 
 	dataDir   string
 	selfPod   string // Berth's own Pod (POD_NAME), "" outside the cluster
+	class     string // --storage-class, "" for none
 	addr      string // 127.0.0.1:PORT
 	advertise string // http://localhost:PORT: --advertise-url
 	app       *app.App
@@ -213,6 +214,7 @@ func (e *kenv) start() {
 	}
 	cfg := app.Config{DataDir: e.dataDir, Addr: e.addr, Logger: log, APIKey: apiKey,
 		Kubernetes: &app.Kubernetes{REST: e.ns.Config, Namespace: e.ns.Name, AdvertiseURL: e.advertise}}
+	cfg.Kubernetes.StorageClass = e.class
 	if e.selfPod != "" {
 		cfg.Kubernetes.SelfPod, cfg.Kubernetes.SelfNamespace = e.selfPod, e.ns.Name
 	}

@@ -454,6 +454,23 @@ func (b *Backend) RemovePullSecret(ctx context.Context, authID string) error {
 // pullSecretName is the pull Secret of a registry login.
 func pullSecretName(authID string) string { return "berth-registry-" + strings.ToLower(authID) }
 
+// GrowNetworkVolume asks a network volume's claim for sizeGB, one merge
+// patch of spec.resources.requests.storage; the storage class's driver
+// grows the volume. A volume never mounted has no claim yet: it is made at
+// the volume's size when first mounted. The API server refuses the patch
+// (an error naming why) when the claim's storage class does not allow
+// expansion, the claim is not bound, or the size is smaller.
+func (b *Backend) GrowNetworkVolume(ctx context.Context, volumeID string, sizeGB int) error {
+	name := claimName(runtime.Mount{Kind: runtime.MountNetwork, ID: volumeID})
+	q := resource.NewQuantity(int64(sizeGB)<<30, resource.BinarySI)
+	patch := fmt.Sprintf(`{"spec":{"resources":{"requests":{"storage":%q}}}}`, q.String())
+	_, err := b.cs.CoreV1().PersistentVolumeClaims(b.cfg.Namespace).Patch(ctx, name, types.MergePatchType, []byte(patch), metav1.PatchOptions{})
+	if err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("grow volume claim %s to %s: %w", name, q, err)
+	}
+	return nil
+}
+
 // RemoveNetworkVolume deletes a network volume's claim once the volume is
 // deleted (its data go with it, as the Docker runtime's directory does).
 // One that does not exist is not an error.
