@@ -160,7 +160,7 @@ func (b *Backend) findOwner(ctx context.Context) (*metav1.OwnerReference, error)
 	}
 	self, err := b.cs.CoreV1().Pods(b.cfg.Namespace).Get(ctx, b.cfg.SelfPod, metav1.GetOptions{})
 	if err != nil {
-		return nil, fmt.Errorf("Berth's own pod %s: %w", b.cfg.SelfPod, err)
+		return nil, fmt.Errorf("find the owner of worker pods: own pod %s: %w", b.cfg.SelfPod, err)
 	}
 	for _, r := range self.OwnerReferences {
 		if r.Kind == "StatefulSet" && r.Controller != nil && *r.Controller {
