@@ -268,8 +268,12 @@ func TestManifestsApplyToAPIServer(t *testing.T) {
 	if _, err := cl.CoreV1().Pods("berth").GetLogs("berth-0", &corev1.PodLogOptions{}).DoRaw(ctx); apierrors.IsForbidden(err) {
 		t.Errorf("pods/log forbidden to berth: %v", err)
 	}
-	if _, err := cl.CoreV1().Secrets("berth").List(ctx, metav1.ListOptions{}); err != nil {
-		t.Errorf("list secrets in berth: %v", err)
+	// Secrets: get (pull Secrets, workers' key Secrets), never list.
+	if _, err := cl.CoreV1().Secrets("berth").Get(ctx, "berth-api-key", metav1.GetOptions{}); apierrors.IsForbidden(err) {
+		t.Errorf("get a secret in berth: %v", err)
+	}
+	if _, err := cl.CoreV1().Secrets("berth").List(ctx, metav1.ListOptions{}); !apierrors.IsForbidden(err) {
+		t.Errorf("list secrets in berth: %v, want Forbidden", err)
 	}
 	if _, err := cl.CoreV1().Nodes().List(ctx, metav1.ListOptions{}); err != nil {
 		t.Errorf("list nodes: %v", err)
