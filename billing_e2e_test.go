@@ -123,33 +123,46 @@ func TestCPUWorkerBilling(t *testing.T) {
 		// status-sync long-polls up to wait ms for a final state.
 		call("GET", "/v2/"+ep.ID+"/status-sync/"+job.ID+"?wait=60000", nil, &job)
 	}
-	// A window ending after the job but in the past (the worker still
-	// runs), so every query prices the same time: wait for the clock to pass
-	// the next whole second (RFC 3339 times here have seconds).
-	end := time.Now().UTC().Truncate(time.Second).Add(time.Second)
-	for !time.Now().After(end) {
-		time.Sleep(100 * time.Millisecond)
-	}
-	window := func(extra ...string) string {
-		v := url.Values{"startTime": {t0.Add(-time.Hour).Format(time.RFC3339)}, "endTime": {end.Format(time.RFC3339)}, "bucketSize": {"year"}}
-		for i := 0; i+1 < len(extra); i += 2 {
-			v.Set(extra[i], extra[i+1])
-		}
-		return "?" + v.Encode()
-	}
-
 	type rec struct {
 		Amount       float64
 		TimeBilledMs int64
 		EndpointID   string
 	}
-	var v1 []rec
-	call("GET", "/v1/billing/endpoints"+window("grouping", "endpointId"), nil, &v1)
-	byEP := map[string]rec{}
-	for _, r := range v1 {
-		byEP[r.EndpointID] = r
+	// A window ending after the job but in the past (the worker still
+	// runs), so every query prices the same time: the clock must pass the
+	// window's end, the next whole second (RFC 3339 times here have
+	// seconds). The worker's usage is recorded once its launch returns,
+	// which a fast job may beat: a window that does not show it yet is
+	// tried again with a later end.
+	var (
+		end    time.Time
+		window func(extra ...string) string
+		v1     []rec
+		byEP   map[string]rec
+		got    rec
+	)
+	for {
+		end = time.Now().UTC().Truncate(time.Second).Add(time.Second)
+		for !time.Now().After(end) {
+			time.Sleep(100 * time.Millisecond)
+		}
+		window = func(extra ...string) string {
+			v := url.Values{"startTime": {t0.Add(-time.Hour).Format(time.RFC3339)}, "endTime": {end.Format(time.RFC3339)}, "bucketSize": {"year"}}
+			for i := 0; i+1 < len(extra); i += 2 {
+				v.Set(extra[i], extra[i+1])
+			}
+			return "?" + v.Encode()
+		}
+		call("GET", "/v1/billing/endpoints"+window("grouping", "endpointId"), nil, &v1)
+		byEP = map[string]rec{}
+		for _, r := range v1 {
+			byEP[r.EndpointID] = r
+		}
+		got = byEP[ep.ID]
+		if got.TimeBilledMs > 0 || time.Now().After(deadline) {
+			break
+		}
 	}
-	got := byEP[ep.ID]
 	if len(v1) != 2 || got.TimeBilledMs <= 0 || got.Amount <= 0 {
 		t.Fatalf("v1 endpoint billing: %+v", v1)
 	}
