@@ -33,6 +33,7 @@ import (
 	"berth/queue"
 	"berth/runtime"
 	"berth/runtime/docker"
+	"berth/series"
 	"berth/store"
 )
 
@@ -101,8 +102,11 @@ type Config struct {
 	// called too, after the composition's.
 	Queue   queue.Config
 	Runtime runtime.Config
-	HTTP    httpapi.Config
-	LB      lbproxy.Config
+	// Series: the dashboard's plots (its Clock, Endpoints and Sample are
+	// the composition's; SampleEvery and MaxEndpoints are used as given).
+	Series series.Config
+	HTTP   httpapi.Config
+	LB     lbproxy.Config
 	// Conn is the connection limits of both listeners (package
 	// httplimit); zero fields are the defaults.
 	Conn httplimit.Limits
@@ -122,6 +126,7 @@ type App struct {
 
 	db      *store.DB
 	metrics *httpapi.Metrics
+	series  *series.Series
 	hooks   *queue.WebhookGuard
 	q       *queue.Service
 	mg      *mgmt.Service
@@ -205,6 +210,7 @@ func (a *App) Start(ctx context.Context) error {
 	a.qRunning = true
 	a.lb.Start()
 	a.lbRun = true
+	a.series.Start()
 	if a.sup != nil || a.cfg.Docker == DockerOff {
 		// Before the runtime adopts what runs: close what stopped meanwhile.
 		if err := a.repairUsage(ctx, a.backend); err != nil {
@@ -327,6 +333,7 @@ func (a *App) Stop(ctx context.Context) error {
 	if a.qRunning {
 		a.q.Stop()
 	}
+	a.series.Stop()
 	if a.started {
 		c, ab := a.srv.Stop(ctx)
 		if a.workerSrv != nil {

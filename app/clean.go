@@ -28,13 +28,13 @@ func (a *App) newCleaner(log *slog.Logger) *cleaner.Service {
 		// Worker identities nobody uses, with their keys (queue.ExpireWorkers).
 		{Name: "workers", Every: time.Minute, Run: func(context.Context) (int, error) { return a.q.ExpireWorkers(), nil }},
 		// A deleted endpoint's idle worker identities (with their keys),
-		// then its queue state and metric series.
+		// then its queue state, metric series and plotted series.
 		{Name: "endpoints", Every: 5 * time.Minute, Run: func(context.Context) (int, error) {
 			isLive, err := live()
 			if err != nil {
 				return 0, err
 			}
-			return a.q.ForgetWorkersOf(isLive) + a.q.PruneEndpoints(isLive) + a.metrics.PruneEndpoints(isLive), nil
+			return a.q.ForgetWorkersOf(isLive) + a.q.PruneEndpoints(isLive) + a.metrics.PruneEndpoints(isLive) + a.series.Prune(isLive), nil
 		}},
 		// Rate-limit buckets idle for a minute.
 		{Name: "rate-limits", Every: time.Minute, Run: func(context.Context) (int, error) { return a.api.PruneRateLimits(), nil }},

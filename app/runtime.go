@@ -100,7 +100,12 @@ func (a *App) newSupervisor(log *slog.Logger, base string) error {
 	cfg := a.cfg
 	rc := cfg.Runtime
 	rc.Backend, rc.Queue, rc.GPUs, rc.Logger, rc.Clock = a.backend, a.lb.Queue(a.q), a.gpus, log, cfg.Clock
-	rc.OnScale = a.metrics.Scale
+	rc.OnScale = func(ep, action string) {
+		a.metrics.Scale(ep, action)
+		if action == "start" {
+			a.series.ColdStart(ep) // a worker launched: a cold start
+		}
+	}
 	rc.WorkerBaseURL = base
 	ping := cfg.HTTP.PingInterval
 	if ping <= 0 {

@@ -62,6 +62,8 @@ func New(cfg Config) (_ *App, err error) {
 		return nil, err
 	}
 	a.metrics = httpapi.NewMetrics()
+	var api atomic.Pointer[httpapi.Server]
+	a.series = newSeries(cfg, &a.db, &api)
 	if a.db, err = store.Open(filepath.Join(cfg.DataDir, "berth.db"), store.Options{OnCommit: a.metrics.Commit, Logger: log.With("component", "store")}); err != nil {
 		return nil, err
 	}
@@ -81,11 +83,11 @@ func New(cfg Config) (_ *App, err error) {
 	// The runtime is made with the balancer's view of the queue, and the
 	// balancer, queue and API reach the runtime through sup once it exists.
 	var sup atomic.Pointer[runtime.Supervisor]
-	var api atomic.Pointer[httpapi.Server]
 	qc := cfg.Queue
 	qc.Clock, qc.Logger = cfg.Clock, log.With("component", "queue")
 	qc.WebhookClient = a.hooks.Client(10 * time.Second)
 	qc.OnJobFinished = also4(a.metrics.JobFinished, cfg.Queue.OnJobFinished)
+	qc.OnJobEnded = also5(a.series.JobEnded, cfg.Queue.OnJobEnded)
 	qc.OnWebhook = also2(a.metrics.Webhook, cfg.Queue.OnWebhook)
 	qc.OnQueueChange = also1(func(id string) {
 		if s := sup.Load(); s != nil {
@@ -115,7 +117,7 @@ func New(cfg Config) (_ *App, err error) {
 	a.mg = mgmt.New(mgmt.Config{Store: a.db, Clock: cfg.Clock, Logger: log.With("component", "mgmt"), DataDir: cfg.DataDir, Pods: pods,
 		Jobs:                a.q, // a deleted endpoint's jobs are cancelled through the queue
 		EndpointChanged:     func(id string) { api.Load().EndpointChanged(id) },
-		EndpointDeleted:     func(id string) { api.Load().EndpointDeleted(id) },
+		EndpointDeleted:     func(id string) { api.Load().EndpointDeleted(id); a.series.Forget(id) },
 		VolumeDeleted:       a.volumeDeleted,       // kube.go
 		VolumeGrow:          a.volumeGrow,          // kube.go
 		RegistryAuthDeleted: a.registryAuthDeleted, // kube.go
@@ -124,6 +126,7 @@ func New(cfg Config) (_ *App, err error) {
 	hc.Store, hc.Queue, hc.Mgmt, hc.Clock, hc.Logger = a.db, a.q, a.mg, cfg.Clock, log.With("component", "http")
 	hc.APIKeyHash, hc.DataDir, hc.RateLimits, hc.Version = keyHash, cfg.DataDir, cfg.RateLimits, cfg.Version
 	hc.WebhookURL, hc.Metrics, hc.Pods = a.hooks.CheckURL, a.metrics, pods
+	hc.Series = a.series.View
 	if hc.PingInterval <= 0 {
 		hc.PingInterval = PingInterval
 	}
@@ -166,7 +169,7 @@ func instance(dataDir string) string {
 // data directory runs.
 func Instance(dataDir string) string { return instance(dataDir) }
 
-// also1, also2 and also4 call the composition's hook, then the one a
+// also1, also2, also4 and also5 call the composition's hook, then the one a
 // Config gave (tests watch the queue through them), if any.
 func also1[A any](mine, theirs func(A)) func(A) {
 	if theirs == nil {
@@ -180,6 +183,13 @@ func also2[A, B any](mine, theirs func(A, B)) func(A, B) {
 		return mine
 	}
 	return func(a A, b B) { mine(a, b); theirs(a, b) }
+}
+
+func also5[A, B, C, D, E any](mine, theirs func(A, B, C, D, E)) func(A, B, C, D, E) {
+	if theirs == nil {
+		return mine
+	}
+	return func(a A, b B, c C, d D, e E) { mine(a, b, c, d, e); theirs(a, b, c, d, e) }
 }
 
 func also4[A, B, C, D any](mine, theirs func(A, B, C, D)) func(A, B, C, D) {

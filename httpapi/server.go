@@ -35,6 +35,7 @@ import (
 	"berth/httplimit"
 	"berth/mgmt"
 	"berth/queue"
+	"berth/series"
 	"berth/store"
 )
 
@@ -124,6 +125,10 @@ type Config struct {
 	// GPUUsage samples the GPUs for /metrics. Optional: nil (no GPUs)
 	// leaves the GPU series out.
 	GPUUsage func() ([]gpu.Usage, error)
+	// Series is an endpoint's last hour or day for the dashboard's plots
+	// (GET /v1/endpoints/ID/metrics; package series). Optional: nil
+	// answers 503.
+	Series func(endpointID string, w series.Window) series.View
 }
 
 // Server is Berth's HTTP API.

@@ -20,6 +20,7 @@ func (s *Server) newV1() *v1api.API {
 		Workers:    s.workers, EndpointStatus: s.cfg.EndpointStatus, GPUs: s.cfg.GPUs,
 		WorkerLogs: s.cfg.WorkerLogs, PodLogs: s.cfg.PodLogs,
 		PingInterval: s.cfg.PingInterval, BackupReserve: s.cfg.BackupReserve, JobListBytes: s.cfg.JobListBytes,
+		Series: s.cfg.Series,
 	})
 }
 

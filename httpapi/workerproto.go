@@ -203,6 +203,10 @@ func (s *Server) ping(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, map[string]any{"ok": true})
 }
 
+// Health is an endpoint's /health counts: the queue's, with the runtime's
+// container states (the series' sampler reads it).
+func (s *Server) Health(endpointID string) queue.Health { return s.health(endpointID) }
+
 func (s *Server) health(endpointID string) queue.Health {
 	h := s.cfg.Queue.Health(endpointID)
 	if s.cfg.Workers != nil {

@@ -1169,6 +1169,14 @@ func (s *Service) finishLocked(j *job, st store.JobStatus, output json.RawMessag
 		id, delay, exec := j.rec.EndpointID, j.rec.StartedAt.Sub(j.rec.QueuedAt), now.Sub(j.rec.StartedAt)
 		s.afterLocked(func() { f(id, st, delay, exec) })
 	}
+	if f := s.cfg.OnJobEnded; f != nil {
+		id, started := j.rec.EndpointID, !j.rec.StartedAt.IsZero()
+		var delay, exec time.Duration
+		if started {
+			delay, exec = j.rec.StartedAt.Sub(j.rec.QueuedAt), now.Sub(j.rec.StartedAt)
+		}
+		s.afterLocked(func() { f(id, st, started, delay, exec) })
+	}
 	j.rec.Status = st
 	j.rec.CompletedAt = now
 	if output != nil {

@@ -108,6 +108,11 @@ type Config struct {
 	// terminal status), with its delayTime and executionTime, for
 	// metrics. Optional; called after the queue's lock is released.
 	OnJobFinished func(endpointID string, status store.JobStatus, delay, execution time.Duration)
+	// OnJobEnded is told when any job ends (COMPLETED, FAILED, TIMED_OUT,
+	// CANCELLED; a ttl's removal is no end), started saying whether a
+	// worker took it (delay and execution are zero when not), for the
+	// dashboard's series. Optional; called after the lock is released.
+	OnJobEnded func(endpointID string, status store.JobStatus, started bool, delay, execution time.Duration)
 	// OnWebhook is told the outcome of each webhook delivery attempt:
 	// "delivered", "retry" (failed, will be retried) or "failed" (gave
 	// up). Optional; must not block.

@@ -27,6 +27,7 @@ import (
 	"berth/httplimit"
 	"berth/mgmt"
 	"berth/queue"
+	"berth/series"
 	"berth/store"
 	"berth/v1input"
 )
@@ -77,6 +78,9 @@ type Config struct {
 	// JobListBytes bounds the inputs, outputs and errors one job list
 	// carries (queue.JobFilter.MaxBytes) [32 MiB].
 	JobListBytes int
+	// Series is an endpoint's last hour or day (GET
+	// /v1/endpoints/ID/metrics). Optional: nil answers 503.
+	Series func(endpointID string, w series.Window) series.View
 }
 
 // API is the /v1 management API.
@@ -163,6 +167,7 @@ func (a *API) Mount(r *mux.Router) {
 	route(get, "/endpoints/{endpointId}/jobs", "endpoints.jobs", a.listJobs)
 	route(get, "/endpoints/{endpointId}/jobs/{jobId}", "endpoints.job", a.getJob)
 	route(get, "/endpoints/{endpointId}/queue", "endpoints.queue", a.getQueue)
+	route(get, "/endpoints/{endpointId}/metrics", "endpoints.metrics", a.getSeries)
 	route(post, "/apply", "apply", a.applyFile) // apply.go
 }
 
