@@ -165,3 +165,14 @@ func (a *App) volumeGrow(ctx context.Context, id string, sizeGB int) error {
 	}
 	return &mgmt.Error{Kind: mgmt.Unavailable, Msg: "cannot grow the volume's claim now: " + err.Error(), Err: err}
 }
+
+// volumeClaim is a network volume's claim on Kubernetes (from the
+// informer: no request), for the volume's answers: bound, or why not.
+func (a *App) volumeClaim(id string) (mgmt.VolumeClaim, bool) {
+	kb, ok := a.backend.(*kube.Backend)
+	if !ok {
+		return mgmt.VolumeClaim{}, false
+	}
+	c, ok := kb.NetworkVolumeClaim(id)
+	return mgmt.VolumeClaim{Name: c.Name, Status: c.Phase, Reason: c.Reason}, ok
+}

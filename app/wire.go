@@ -120,6 +120,7 @@ func New(cfg Config) (_ *App, err error) {
 		EndpointDeleted:     func(id string) { api.Load().EndpointDeleted(id); a.series.Forget(id) },
 		VolumeDeleted:       a.volumeDeleted,       // kube.go
 		VolumeGrow:          a.volumeGrow,          // kube.go
+		VolumeClaim:         a.volumeClaim,         // kube.go
 		RegistryAuthDeleted: a.registryAuthDeleted, // kube.go
 	})
 	hc := cfg.HTTP

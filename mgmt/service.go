@@ -47,6 +47,9 @@ type Config struct {
 	// to the size). An error refuses the resize: nothing is stored.
 	// Optional.
 	VolumeGrow func(ctx context.Context, volumeID string, sizeGB int) error
+	// VolumeClaim is a network volume's claim where the runtime keeps one
+	// (Kubernetes), shown with the volume; false: none. Optional.
+	VolumeClaim func(volumeID string) (VolumeClaim, bool)
 	// RegistryAuthDeleted is told after a registry credential's record is
 	// deleted, for what the runtime keeps of it (a Kubernetes pull
 	// Secret: the credential must not outlive its deletion). Optional.

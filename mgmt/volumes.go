@@ -39,6 +39,18 @@ type Volume struct {
 	store.NetworkVolume
 	UsedBytes int64  `json:"usedBytes"` // bytes held by its files
 	Path      string `json:"path"`      // host directory
+	// Claim is its PersistentVolumeClaim on the kubernetes runtime, once
+	// a worker or pod mounted it (Config.VolumeClaim); nil otherwise.
+	Claim *VolumeClaim `json:"claim,omitempty"`
+}
+
+// VolumeClaim is a network volume's claim as the cluster has it (Berth's
+// field): its name, phase (Pending, Bound, Lost) and, when it is not
+// bound, why — what the endpoints that mount it say too.
+type VolumeClaim struct {
+	Name   string `json:"name"`
+	Status string `json:"status"`
+	Reason string `json:"reason,omitempty"`
 }
 
 // VolumePath is the host directory of network volume id under dataDir; the
@@ -99,7 +111,13 @@ func (s *Service) forgetUsage(dir string) {
 // ViewVolume adds the usage fields to a record.
 func (s *Service) ViewVolume(v store.NetworkVolume) Volume {
 	dir := s.volumePath(v.ID)
-	return Volume{NetworkVolume: v, UsedBytes: s.dirUsage(dir), Path: dir}
+	out := Volume{NetworkVolume: v, UsedBytes: s.dirUsage(dir), Path: dir}
+	if s.cfg.VolumeClaim != nil {
+		if c, ok := s.cfg.VolumeClaim(v.ID); ok {
+			out.Claim = &c
+		}
+	}
+	return out
 }
 
 func checkSize(size int) error { return LimitVolumeSize.Check(int64(size)) }

@@ -17,6 +17,8 @@ type NetworkVolume struct {
 	Type       string   `json:"type"`
 	UsedBytes  int64    `json:"usedBytes"` // Berth
 	Warnings   []string `json:"warnings,omitempty"`
+	// Claim: Berth's, on the kubernetes runtime (mgmt.Volume.Claim).
+	Claim *mgmt.VolumeClaim `json:"claim,omitempty"`
 }
 
 func viewVolume(v mgmt.Volume) NetworkVolume {
@@ -24,7 +26,7 @@ func viewVolume(v mgmt.Volume) NetworkVolume {
 	if t == "" {
 		t = "STANDARD"
 	}
-	return NetworkVolume{ID: v.ID, Name: v.Name, Size: v.Size, DataCenter: v.DataCenterID, Type: t, UsedBytes: v.UsedBytes, Warnings: v.Warnings}
+	return NetworkVolume{ID: v.ID, Name: v.Name, Size: v.Size, DataCenter: v.DataCenterID, Type: t, UsedBytes: v.UsedBytes, Warnings: v.Warnings, Claim: v.Claim}
 }
 
 // VolumeList is v2's ListNetworkVolumesResponse.

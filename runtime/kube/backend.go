@@ -41,6 +41,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"sync"
 	"time"
 
@@ -98,6 +99,9 @@ type Backend struct {
 	// bound are the cluster's bound, unfinished Pods (slim): the GPUs
 	// other workloads hold.
 	bound corelisters.PodLister
+	// claims and classes: Berth's volume claims, the cluster's storage
+	// classes (claims.go).
+	claimListers
 
 	cancel context.CancelFunc
 	done   sync.WaitGroup
@@ -220,10 +224,15 @@ func newBackend(ctx context.Context, cfg Config, cs kubernetes.Interface) (*Back
 		cluster.Shutdown()
 		boundPods.Shutdown()
 	}()
+	claimSynced, err := b.claimInformers(own.Core().V1().PersistentVolumeClaims(), cluster.Storage().V1().StorageClasses())
+	if err != nil {
+		return nil, err
+	}
 	synced := map[string]cache.InformerSynced{
 		"pods": podInf.Informer().HasSynced, "services": svcInf.Informer().HasSynced, "nodes": nodeInf.Informer().HasSynced,
 		"the cluster's bound pods": boundInf.Informer().HasSynced,
 	}
+	maps.Copy(synced, claimSynced)
 	for what, ok := range synced {
 		if !cache.WaitForCacheSync(ctx.Done(), ok) {
 			b.Close()

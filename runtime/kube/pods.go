@@ -296,6 +296,11 @@ func claimName(m runtime.Mount) string {
 // ensureClaim makes the mount's PersistentVolumeClaim if it is missing.
 func (b *Backend) ensureClaim(ctx context.Context, m runtime.Mount) (string, error) {
 	name := claimName(m)
+	if b.claims != nil {
+		if _, err := b.claims.PersistentVolumeClaims(b.cfg.Namespace).Get(name); err == nil {
+			return name, nil // the informer has it: no request
+		}
+	}
 	claims := b.cs.CoreV1().PersistentVolumeClaims(b.cfg.Namespace)
 	if _, err := claims.Get(ctx, name, metav1.GetOptions{}); err == nil {
 		return name, nil
@@ -538,6 +543,7 @@ func (b *Backend) instance(p *corev1.Pod) runtime.Instance {
 				in.Waiting, in.Error = runtime.WaitingUnschedulable, c.Message
 			}
 		}
+		b.waitOnClaims(p, &in)
 	}
 	if p.DeletionTimestamp != nil {
 		in.State = "Terminating"
