@@ -109,7 +109,7 @@ func serveConfig(o cli.ServeOptions) app.Config {
 	if o.Runtime == "kubernetes" {
 		c.Kubernetes = &app.Kubernetes{Kubeconfig: o.Kubeconfig, Namespace: o.Namespace, AdvertiseURL: o.AdvertiseURL,
 			StorageClass: o.StorageClass, VolumeAccessMode: o.VolumeAccessMode, ServiceType: o.ServiceType,
-			SelfPod: os.Getenv("POD_NAME"), SelfNamespace: os.Getenv("POD_NAMESPACE")}
+			SelfPod: os.Getenv("POD_NAME"), SelfNamespace: os.Getenv("POD_NAMESPACE"), PodTemplate: o.KubePodTemplate}
 	}
 	c.LB.Domain = os.Getenv("BERTH_LB_DOMAIN")
 	c.LB.Timeout, _ = time.ParseDuration(os.Getenv("BERTH_LB_TIMEOUT"))

@@ -17,6 +17,7 @@ import (
 	"berth/gpu"
 	"berth/mgmt"
 	"berth/runtime/kube"
+	"berth/runtime/kube/podtemplate"
 	"berth/store"
 )
 
@@ -45,6 +46,12 @@ type Kubernetes struct {
 	// (POD_NAME and POD_NAMESPACE, set by deploy/kubernetes from the
 	// downward API): its StatefulSet owns the worker Pods. "": none.
 	SelfPod, SelfNamespace string
+	// PodTemplate is the operator's Pod template file (berth serve
+	// --kube-pod-template), merged into every Pod Berth makes; a file
+	// that does not parse, or sets a field Berth owns, fails the start
+	// naming the field. "": the defaults only (docs/kubernetes.md,
+	// "Operator Pod template").
+	PodTemplate string
 }
 
 // RESTConfig is the cluster configuration k names: REST, or the kubeconfig
@@ -84,6 +91,12 @@ func (a *App) startKubernetes(log *slog.Logger) error {
 	if err != nil {
 		return fmt.Errorf("kubernetes runtime: %w", err)
 	}
+	var tpl *podtemplate.Template
+	if k.PodTemplate != "" {
+		if tpl, err = podtemplate.Load(k.PodTemplate); err != nil {
+			return fmt.Errorf("kubernetes runtime: %w", err)
+		}
+	}
 	rc = rest.CopyConfig(rc)
 	// client-go's default (5 requests/s) would take minutes to scale
 	// hundreds of workers; Berth's load is bursts of creates and deletes.
@@ -97,6 +110,7 @@ func (a *App) startKubernetes(log *slog.Logger) error {
 		REST: rc, Namespace: ns, Instance: a.inst, Logger: log,
 		StorageClass: k.StorageClass, NetworkAccessMode: corev1.PersistentVolumeAccessMode(k.VolumeAccessMode),
 		ServiceType: corev1.ServiceType(k.ServiceType), SelfPod: k.SelfPod, SelfNamespace: k.SelfNamespace,
+		PodTemplate: tpl,
 		NetworkVolumeGB: func(id string) (int, error) {
 			var v store.NetworkVolume
 			err := db.View(func(tx *store.Tx) error { return tx.Get(store.Volumes, id, &v) })
@@ -115,7 +129,7 @@ func (a *App) startKubernetes(log *slog.Logger) error {
 	if base == "" {
 		base = a.URL()
 	}
-	log.Info("kubernetes runtime", "namespace", ns, "gpuSlots", len(devs), "advertise", base)
+	log.Info("kubernetes runtime", "namespace", ns, "gpuSlots", len(devs), "advertise", base, "podTemplate", k.PodTemplate)
 	return a.newSupervisor(log, base)
 }
 

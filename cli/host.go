@@ -323,6 +323,7 @@ default socket). Every flag has an environment variable (in brackets).`,
 	f.StringVar(&o.StorageClass, "storage-class", env("BERTH_STORAGE_CLASS", ""), "kubernetes: storage class of volume claims; empty: the cluster's default [BERTH_STORAGE_CLASS]")
 	f.StringVar(&o.VolumeAccessMode, "volume-access-mode", env("BERTH_VOLUME_ACCESS_MODE", "ReadWriteMany"), "kubernetes: access mode of a network volume's claim (shared by an endpoint's workers) [BERTH_VOLUME_ACCESS_MODE]")
 	f.StringVar(&o.ServiceType, "service-type", env("BERTH_SERVICE_TYPE", "NodePort"), "kubernetes: Service type of a pod's ports: NodePort, LoadBalancer or ClusterIP [BERTH_SERVICE_TYPE]")
+	f.StringVar(&o.KubePodTemplate, "kube-pod-template", env("BERTH_KUBE_POD_TEMPLATE", ""), "kubernetes: a Pod template file (YAML or JSON) merged into every worker and pod Pod: runtimeClassName, priorityClassName, tolerations, nodeSelector, affinity, labels, annotations, securityContext, imagePullPolicy, volumes (docs/kubernetes.md) [BERTH_KUBE_POD_TEMPLATE]")
 	f.StringVar(&logFormat, "log-format", env("BERTH_LOG_FORMAT", "text"), "log format: text or json [BERTH_LOG_FORMAT]")
 	f.StringVar(&logLevel, "log-level", env("BERTH_LOG_LEVEL", "info"), "log level: debug, info, warn or error [BERTH_LOG_LEVEL]")
 	f.StringVar(&o.Apply, "apply", env("BERTH_APPLY", ""), "a declarative file (see `berth apply`) made true at start-up, before Berth answers its first request [BERTH_APPLY]")

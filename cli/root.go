@@ -247,7 +247,10 @@ type ServeOptions struct {
 	StorageClass     string
 	VolumeAccessMode string
 	ServiceType      string
-	Logger           *slog.Logger
+	// KubePodTemplate is the operator's Pod template file (app.Kubernetes'
+	// PodTemplate).
+	KubePodTemplate string
+	Logger          *slog.Logger
 	// KeyNotice receives the API key generated on the first successful
 	// start (the command's stderr).
 	KeyNotice io.Writer

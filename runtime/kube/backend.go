@@ -33,7 +33,11 @@
 //   - stop is deletion with the grace; a stopped Pod is not started again
 //     (Caps.Restart false): Berth makes it anew, its volumes kept;
 //   - a Pod cannot be paused (Caps.Pause false): FlashBoot is off, and the
-//     endpoint's status says so.
+//     endpoint's status says so;
+//   - the operator's Pod template (Config.PodTemplate, package podtemplate)
+//     is merged into every Pod: runtime class, priority, tolerations, node
+//     selector, labels, security context, extra volumes…; without one,
+//     the defaults (seccomp RuntimeDefault, no privilege escalation).
 package kube
 
 import (
@@ -57,6 +61,7 @@ import (
 
 	"berth/gpu"
 	"berth/runtime"
+	"berth/runtime/kube/podtemplate"
 )
 
 // Config is a Backend's configuration.
@@ -85,6 +90,9 @@ type Config struct {
 	// StatefulSet controlling it becomes the owner of the worker Pods.
 	// "": none (workers have no owner; a restarted Berth adopts them).
 	SelfPod, SelfNamespace string
+	// PodTemplate is the operator's template merged into every Pod Berth
+	// makes (podtemplate.Template.Apply); nil: the defaults only.
+	PodTemplate *podtemplate.Template
 }
 
 // Backend runs Berth's workers and pods as Pods: runtime.Backend.

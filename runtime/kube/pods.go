@@ -25,6 +25,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 
 	"berth/runtime"
+	"berth/runtime/kube/podtemplate"
 )
 
 // The resource and node labels of NVIDIA's device plugin and GPU Feature
@@ -36,7 +37,7 @@ const (
 )
 
 // container is the name of a Pod's one container.
-const container = "main"
+const container = podtemplate.Container
 
 // annotated are Berth's keys kept as annotations, not labels: their values
 // are not label values (a list of device ids with / and ,).
@@ -176,6 +177,9 @@ func (b *Backend) podFor(ctx context.Context, spec runtime.Spec) (*corev1.Pod, *
 	}
 	addShm(pod, &c, spec)
 	pod.Spec.Containers = []corev1.Container{c}
+	if err := b.cfg.PodTemplate.Apply(pod); err != nil {
+		return nil, nil, fmt.Errorf("create pod %s: %w", spec.Name, err)
+	}
 	return pod, sec, nil
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"io"
 	"log/slog"
+	"strings"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
@@ -15,6 +16,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 
 	"berth/runtime"
+	"berth/runtime/kube/podtemplate"
 )
 
 // fakeBackend is a Backend on a fake clientset holding objs, with empty
@@ -155,5 +157,60 @@ func TestFindOwner(t *testing.T) {
 		if uid != c.want || (err != nil) != c.wantErr {
 			t.Errorf("%s: owner %q, err %v; want %q, error %v", c.name, uid, err, c.want, c.wantErr)
 		}
+	}
+}
+
+// TestCreateMergesThePodTemplate: Create merges Config.PodTemplate into
+// the Pod it makes (the merge itself: package podtemplate's tests); a Pod
+// the template conflicts with (a pod whose own volume path holds the
+// template's mount) is refused and not made. Without a template the Pod
+// has the defaults.
+func TestCreateMergesThePodTemplate(t *testing.T) {
+	ctx := context.Background()
+	b, cs := fakeBackend(Config{})
+	if _, err := b.Create(ctx, runtime.Spec{Name: "berth-w0", Image: "img:1", Labels: map[string]string{runtime.LabelKind: runtime.KindWorker}}, nil); err != nil {
+		t.Fatal(err)
+	}
+	p0, err := cs.CoreV1().Pods("ns").Get(ctx, "berth-w0", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sc := p0.Spec.SecurityContext; sc == nil || sc.SeccompProfile == nil || sc.SeccompProfile.Type != corev1.SeccompProfileTypeRuntimeDefault {
+		t.Errorf("pod securityContext %+v, want seccomp RuntimeDefault", sc)
+	}
+	if sc := p0.Spec.Containers[0].SecurityContext; sc == nil || sc.AllowPrivilegeEscalation == nil || *sc.AllowPrivilegeEscalation ||
+		sc.RunAsNonRoot != nil || sc.RunAsUser != nil {
+		t.Errorf("container securityContext %+v, want allowPrivilegeEscalation false, root allowed", sc)
+	}
+
+	tpl, err := podtemplate.Parse([]byte(`
+metadata: {labels: {team: ml}}
+spec:
+  runtimeClassName: nvidia
+  volumes: [{name: cache, emptyDir: {}}]
+  containers: [{volumeMounts: [{name: cache, mountPath: /data/cache}]}]
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, cs = fakeBackend(Config{PodTemplate: tpl})
+	if _, err := b.Create(ctx, runtime.Spec{Name: "berth-w1", Image: "img:1", Labels: map[string]string{runtime.LabelKind: runtime.KindWorker}}, nil); err != nil {
+		t.Fatal(err)
+	}
+	p1, err := cs.CoreV1().Pods("ns").Get(ctx, "berth-w1", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p1.Labels["team"] != "ml" || p1.Spec.RuntimeClassName == nil || *p1.Spec.RuntimeClassName != "nvidia" ||
+		len(p1.Spec.Containers[0].VolumeMounts) != 1 || p1.Spec.Containers[0].VolumeMounts[0].MountPath != "/data/cache" {
+		t.Errorf("pod %+v: the template is not merged", p1)
+	}
+	_, err = b.Create(ctx, runtime.Spec{Name: "berth-pod-p1", Image: "img:1", Labels: map[string]string{runtime.LabelKind: runtime.KindPod},
+		Mounts: []runtime.Mount{{Kind: runtime.MountPod, ID: "p1", SizeGB: 1, Target: "/data"}}}, nil)
+	if err == nil || !strings.Contains(err.Error(), "spec.containers[0].volumeMounts[0].mountPath") {
+		t.Errorf("a pod whose volume holds the template's mount: %v, want an error naming the mount", err)
+	}
+	if _, err := cs.CoreV1().Pods("ns").Get(ctx, "berth-pod-p1", metav1.GetOptions{}); err == nil {
+		t.Error("the refused pod was made")
 	}
 }
