@@ -24,6 +24,7 @@ import (
 
 	"github.com/jonboulle/clockwork"
 
+	"berth/builder"
 	"berth/cleaner"
 	"berth/gpu"
 	"berth/httpapi"
@@ -107,6 +108,8 @@ type Config struct {
 	Series series.Config
 	HTTP   httpapi.Config
 	LB     lbproxy.Config
+	// Builds is the image builder's settings (limits, timeouts).
+	Builds builder.Config
 	// Conn is the connection limits of both listeners (package
 	// httplimit); zero fields are the defaults.
 	Conn httplimit.Limits
@@ -139,6 +142,7 @@ type App struct {
 	backend   runtime.Backend     // nil without a runtime
 	sup       *runtime.Supervisor // nil without Docker
 	cleaner   *cleaner.Service
+	builds    *builder.Service
 	inst      string
 
 	keepKey func() error // stores and shows a generated key once serving (key.go)
@@ -152,6 +156,7 @@ type App struct {
 	startMu          sync.Mutex
 	started, stopped bool
 	qRunning, lbRun  bool
+	buildsRun        bool
 	closers          []func()       // undo New, last first
 	podExits         sync.WaitGroup // pod exits being recorded (runtime.go)
 }
@@ -187,6 +192,7 @@ func (a *App) Balancer() *lbproxy.Balancer     { return a.lb }
 func (a *App) Supervisor() *runtime.Supervisor { return a.sup }
 func (a *App) Docker() *docker.Docker          { return a.dock }
 func (a *App) GPUs() *gpu.Allocator            { return a.gpus }
+func (a *App) Builds() *builder.Service        { return a.builds }
 
 // Instance labels this Berth's containers (runtime.LabelDataDir).
 func (a *App) Instance() string { return a.inst }
@@ -223,6 +229,10 @@ func (a *App) Start(ctx context.Context) error {
 		}
 	}
 	a.cleaner.Start(context.Background())
+	if err := a.builds.Start(); err != nil {
+		return err
+	}
+	a.buildsRun = true
 	a.verifyInBackground()
 	if a.cfg.BeforeServe != nil {
 		if err := a.cfg.BeforeServe(ctx, a); err != nil {
@@ -316,6 +326,9 @@ func (a *App) Stop(ctx context.Context) error {
 	if a.verifyStop != nil {
 		a.verifyStop()
 		<-a.verified
+	}
+	if a.buildsRun {
+		a.builds.Stop()
 	}
 	if a.started {
 		a.cleaner.Stop()

@@ -123,7 +123,9 @@ func New(cfg Config) (_ *App, err error) {
 		VolumeClaim:         a.volumeClaim,         // kube.go
 		RegistryAuthDeleted: a.registryAuthDeleted, // kube.go
 	})
+	a.builds = a.newBuilder() // builds.go
 	hc := cfg.HTTP
+	hc.Builds = a.builds
 	hc.Store, hc.Queue, hc.Mgmt, hc.Clock, hc.Logger = a.db, a.q, a.mg, cfg.Clock, log.With("component", "http")
 	hc.APIKeyHash, hc.DataDir, hc.RateLimits, hc.Version = keyHash, cfg.DataDir, cfg.RateLimits, cfg.Version
 	hc.WebhookURL, hc.Metrics, hc.Pods = a.hooks.CheckURL, a.metrics, pods

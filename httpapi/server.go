@@ -86,7 +86,10 @@ type Config struct {
 	// mgmt.ErrNoSuchWorker / ErrNoSuchPod when there is no such container.
 	// Optional: nil answers 503.
 	WorkerLogs func(ctx context.Context, endpointID, workerID string, follow bool, tail int, jobID string) (io.ReadCloser, error)
-	PodLogs    func(ctx context.Context, podID string, follow bool, tail int) (io.ReadCloser, error)
+	// Builds runs image builds (package builder). Optional: without it
+	// a new build answers 503.
+	Builds  v2api.Builds
+	PodLogs func(ctx context.Context, podID string, follow bool, tail int) (io.ReadCloser, error)
 	// WebhookURL refuses a job's webhook URL at submission (400), e.g.
 	// queue.WebhookGuard.CheckURL. Optional.
 	WebhookURL func(rawURL string) error

@@ -49,6 +49,7 @@ func (s *Server) newV2() *v2api.API {
 		GPUs:       s.cfg.GPUs,
 		WorkerLogs: s.cfg.WorkerLogs,
 		PodLogs:    s.cfg.PodLogs,
+		Builds:     s.cfg.Builds,
 		IsNoContainer: func(err error) bool {
 			return errors.Is(err, mgmt.ErrNoSuchWorker) || errors.Is(err, mgmt.ErrNoSuchPod) || errors.Is(err, store.ErrNotFound)
 		},

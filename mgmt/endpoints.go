@@ -507,7 +507,7 @@ func (s *Service) UpdateEndpointWith(ctx context.Context, id string, in Endpoint
 				}
 				if templateRolls(cur, after) {
 					diff = templateDiff(cur, after)
-					others, err := s.rollUsers(tx, after.ID, id, diff)
+					others, err := s.rollUsers(tx, after.ID, id, store.Release{CreatedAt: s.now(), Diff: diff})
 					if err != nil {
 						return err
 					}
@@ -569,7 +569,7 @@ func (s *Service) UpdateEndpointWith(ctx context.Context, id string, in Endpoint
 
 // rollUsers bumps the version of every endpoint but skip using template
 // id (a change to what their workers run) and records the release.
-func (s *Service) rollUsers(tx *store.Tx, templateID, skip string, diff []store.ReleaseDiff) ([]string, error) {
+func (s *Service) rollUsers(tx *store.Tx, templateID, skip string, rel store.Release) ([]string, error) {
 	eps, err := all[store.Endpoint](tx, store.Endpoints)
 	if err != nil {
 		return nil, err
@@ -579,7 +579,7 @@ func (s *Service) rollUsers(tx *store.Tx, templateID, skip string, diff []store.
 	for _, e := range eps {
 		if e.TemplateID == templateID && e.ID != skip {
 			e.Version++
-			ops = append(ops, store.Put(store.Endpoints, e.ID, e), releaseOp(e, store.Release{CreatedAt: s.now(), Diff: diff}))
+			ops = append(ops, store.Put(store.Endpoints, e.ID, e), releaseOp(e, rel))
 			rolled = append(rolled, e.ID)
 		}
 	}
@@ -630,6 +630,11 @@ func (s *Service) DeleteEndpoint(ctx context.Context, id string) error {
 		if err != nil {
 			return err
 		}
+		bops, err := deleteBuilds(tx, id)
+		if err != nil {
+			return err
+		}
+		ops = append(ops, bops...)
 		if err := tx.Apply(append(ops, store.Delete(store.Endpoints, id))...); err != nil {
 			return err
 		}

@@ -164,7 +164,7 @@ func (s *Service) DeleteRegistryAuth(ctx context.Context, id string) error {
 			}
 			after := t
 			after.ContainerRegistryAuthID = ""
-			r, err := s.rollUsers(tx, t.ID, "", templateDiff(t, after))
+			r, err := s.rollUsers(tx, t.ID, "", store.Release{CreatedAt: s.now(), Diff: templateDiff(t, after)})
 			if err != nil {
 				return err
 			}

@@ -34,9 +34,13 @@ const (
 	// Releases holds each endpoint version ("<endpointId>/<version, 10
 	// digits>"); SSH keys live in Meta under "ssh_keys".
 	Releases = "releases"
+	// Builds holds image builds by id; BuildLogs their logs (raw text,
+	// capped), same key.
+	Builds    = "builds"
+	BuildLogs = "build_logs"
 )
 
-var allBuckets = []string{Meta, Templates, Endpoints, Jobs, JobInputs, JobIndex, Outbox, Workers, Pods, Volumes, RegistryAuths, Usage, Releases}
+var allBuckets = []string{Meta, Templates, Endpoints, Jobs, JobInputs, JobIndex, Outbox, Workers, Pods, Volumes, RegistryAuths, Usage, Releases, Builds, BuildLogs}
 
 // fillPercent of the buckets whose keys grow with time (UUIDv7 job ids,
 // sequence numbers): bbolt splits pages at half their size by default, which

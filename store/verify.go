@@ -44,6 +44,8 @@ var decoders = map[string]func(k, v []byte) error{
 	RegistryAuths: jsonInto[RegistryAuth],
 	Usage:         decodeUsage,
 	Releases:      jsonInto[Release],
+	Builds:        jsonInto[Build],
+	BuildLogs:     nil,
 }
 
 // jobBuckets are decoded in the background by a running Berth, not by Open:

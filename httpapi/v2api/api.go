@@ -54,6 +54,8 @@ type Config struct {
 	PodLogs    func(ctx context.Context, podID string, follow bool, tail int) (io.ReadCloser, error)
 	// IsNoContainer tells a log function's "no such container" error.
 	IsNoContainer func(error) bool
+	// Builds runs image builds. Optional: nil answers 503 to a new build.
+	Builds Builds
 }
 
 // API is the /v2 management API.
@@ -104,6 +106,12 @@ func (a *API) routes() []route {
 		{get, "/v2/serverless/{id}/workers", "listEndpointWorkers", a.listWorkers},
 		{get, "/v2/serverless/{id}/releases", "listEndpointReleases", a.listReleases},
 		{get, "/v2/serverless/{id}/workers/{workerId}/logs", "getWorkerLogs", a.workerLogs},
+		// Builds: RunPod's newer docs (not in its v2.json); create and cancel are Berth's own.
+		{get, "/v2/serverless/{id}/builds", "listEndpointBuilds", a.listBuilds},
+		{post, "/v2/serverless/{id}/builds", "createEndpointBuild", a.createBuild},
+		{get, "/v2/serverless/{id}/builds/{buildId}", "getEndpointBuild", a.getBuild},
+		{get, "/v2/serverless/{id}/builds/{buildId}/logs", "getEndpointBuildLogs", a.buildLogs},
+		{post, "/v2/serverless/{id}/builds/{buildId}/cancel", "cancelEndpointBuild", a.cancelBuild},
 
 		{get, "/v2/pods", "listPods", a.listPods},
 		{post, "/v2/pods", "createPod", a.createPod},
@@ -187,6 +195,11 @@ func topSegment(path string) string {
 	top, _, _ := strings.Cut(rest, "/")
 	return top
 }
+
+// BerthOwn are the operations RunPod's v2.json does not have: this
+// document's own and the builds RunPod's newer docs describe.
+var BerthOwn = map[string]bool{"getOpenAPI": true, "listEndpointBuilds": true, "createEndpointBuild": true,
+	"getEndpointBuild": true, "getEndpointBuildLogs": true, "cancelEndpointBuild": true}
 
 // Routes lists "METHOD /path" → operation id of every route (tests compare
 // it with RunPod's v2.json and the served document).

@@ -44,6 +44,11 @@ var ops = map[string]opSpec{
 	"listEndpointWorkers":  {"The endpoint's worker containers", nil, 200, WorkerList{}},
 	"listEndpointReleases": {"The endpoint's recorded versions, newest first", nil, 200, ReleaseList{}},
 	"getWorkerLogs":        {"A worker container's log as Server-Sent Events", nil, 200, sse{}},
+	"listEndpointBuilds":   {"The endpoint's image builds, newest first (limit ≤ 100, cursor)", nil, 200, BuildList{}},
+	"createEndpointBuild":  {"Build the endpoint's image from a tar of its source (application/x-tar; dockerfile, target, buildArg=K=V)", nil, 202, BuildView{}},
+	"getEndpointBuild":     {"One build", nil, 200, BuildView{}},
+	"getEndpointBuildLogs": {"A build's log as Server-Sent Events, followed until the build ends", nil, 200, sse{}},
+	"cancelEndpointBuild":  {"Cancel a pending or running build; answers it once ended", nil, 200, BuildView{}},
 
 	"listPods":   {"List pods", nil, 200, PodList{}},
 	"createPod":  {"Create and start a pod", podBody{}, 201, Pod{}},

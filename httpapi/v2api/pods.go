@@ -511,6 +511,10 @@ func (a *API) sendLogs(w http.ResponseWriter, r *http.Request, lq logQuery, what
 	sc := bufio.NewScanner(rc)
 	sc.Buffer(make([]byte, 64<<10), 1<<20)
 	seq := 0
+	src := "container"
+	if lq.source == "build" {
+		src = "build"
+	}
 	for sc.Scan() {
 		seq++
 		ts := a.cfg.Clock.Now().UTC().Format(time.RFC3339)
@@ -518,7 +522,7 @@ func (a *API) sendLogs(w http.ResponseWriter, r *http.Request, lq logQuery, what
 			TS     string `json:"ts"`
 			Source string `json:"source"`
 			Line   string `json:"line"`
-		}{ts, "container", sc.Text()})
+		}{ts, src, sc.Text()})
 		if _, err := fmt.Fprintf(w, "id: %s/%012d\ndata: %s\n\n", ts, seq, data); err != nil {
 			return
 		}

@@ -517,6 +517,7 @@ type Release struct {
 	ID          string      `json:"id"`
 	Version     *int        `json:"version"`
 	Source      string      `json:"source"`
+	BuildID     *string     `json:"buildId"`
 	WorkerCount int         `json:"workerCount"`
 	CreatedAt   time.Time   `json:"createdAt"`
 	Diff        []DiffEntry `json:"diff"`
@@ -577,6 +578,12 @@ func (a *API) listReleases(w http.ResponseWriter, r *http.Request) {
 		rel := rels[i]
 		v := Release{ID: e.ID + "-v" + itoa(rel.Version), Version: ptr(rel.Version), Source: "MANUAL",
 			WorkerCount: onVersion[rel.Version], CreatedAt: rel.CreatedAt, Diff: []DiffEntry{}}
+		if rel.Source != "" {
+			v.Source = rel.Source
+		}
+		if rel.BuildID != "" {
+			v.BuildID = ptr(rel.BuildID)
+		}
 		for _, d := range rel.Diff {
 			v.Diff = append(v.Diff, DiffEntry{Field: d.Field, Old: d.Old, New: d.New})
 		}

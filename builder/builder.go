@@ -1,0 +1,512 @@
+// Package builder runs image builds: it takes a context upload (bounded,
+// checked, kept as a file until its build runs), runs builds through an
+// image builder (the Docker daemon) one at a time per endpoint and a few
+// at a time in all, the rest PENDING, each bounded in time and in log
+// size, and hands every end to the management rules (package mgmt), which
+// record it and, for a completed build, release the image.
+package builder
+
+import (
+	"archive/tar"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	"berth/mgmt"
+	"berth/store"
+)
+
+// Spec is one image build.
+type Spec struct {
+	Tag        string
+	Dockerfile string
+	Target     string
+	BuildArgs  map[string]string
+	Labels     map[string]string
+}
+
+// Images is what the builder needs of the container runtime (the Docker
+// backend adapts runtime/docker).
+type Images interface {
+	ImageExists(ctx context.Context, ref string) (bool, error)
+	Build(ctx context.Context, contextTar io.Reader, s Spec, line func(string)) error
+}
+
+// Records is what the builder needs of the management rules
+// (*mgmt.Service).
+type Records interface {
+	CreateBuild(ctx context.Context, in mgmt.BuildInput) (store.Build, error)
+	Build(ctx context.Context, endpointID, buildID string) (store.Build, error)
+	BuildLog(ctx context.Context, endpointID, buildID string) (store.Build, []byte, error)
+	StartBuild(id, status string) (store.Build, error)
+	FinishBuild(id, status, errMsg string, log []byte) (store.Build, bool, error)
+	CompleteBuild(ctx context.Context, id string, reused bool, log []byte) (store.Build, error)
+	FailInterruptedBuilds() (int, error)
+}
+
+// Config is a builder's settings; zero values are the defaults.
+type Config struct {
+	Records Records
+	// Images builds; nil: builds are refused (no image builder).
+	Images Images
+	// NoImages says why Images is nil (the error answered).
+	NoImages error
+	// Dir holds the uploaded contexts waiting for their build.
+	Dir string
+	// MaxContextBytes bounds an upload [256 MiB].
+	MaxContextBytes int64
+	// StepTimeout bounds the image build step [30 min, RunPod's];
+	// TotalTimeout a build from its start to its end [160 min].
+	StepTimeout, TotalTimeout time.Duration
+	// MaxConcurrent builds run at once [2]; one per endpoint.
+	MaxConcurrent int
+	// MaxLogBytes caps a build's log [1 MiB]: past it, the first half is
+	// kept and the rest is the newest lines.
+	MaxLogBytes int
+	// MaxPending bounds the builds waiting [64].
+	MaxPending int
+	Logger     *slog.Logger
+}
+
+// Defaults.
+const (
+	DefaultMaxContextBytes = 256 << 20
+	DefaultStepTimeout     = 30 * time.Minute
+	DefaultTotalTimeout    = 160 * time.Minute
+	DefaultMaxConcurrent   = 2
+	DefaultMaxLogBytes     = 1 << 20
+	DefaultMaxPending      = 64
+)
+
+// TooLargeError is an upload over MaxContextBytes (HTTP 413).
+type TooLargeError struct{ Limit int64 }
+
+func (e *TooLargeError) Error() string {
+	return fmt.Sprintf("the build context is over the %d MiB limit (berth serve --build-max-context)", e.Limit>>20)
+}
+
+// errCancelled is the cause of a cancelled build's context.
+var errCancelled = errors.New("cancelled")
+
+// Service runs builds. Safe for concurrent use.
+type Service struct {
+	cfg Config
+	log *slog.Logger
+
+	mu      sync.Mutex
+	pending []pendingBuild  // oldest first
+	running map[string]*run // by build id
+	busy    map[string]bool // endpoints with a running build
+	stopped bool
+	wg      sync.WaitGroup
+}
+
+type pendingBuild struct {
+	b    store.Build
+	file string
+}
+
+// run is a running build: its cancel and its live log.
+type run struct {
+	b      store.Build
+	cancel context.CancelCauseFunc
+	log    *logBuffer
+	done   chan struct{}
+}
+
+// New returns a builder; Start it before use.
+func New(cfg Config) *Service {
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.MaxContextBytes <= 0 {
+		cfg.MaxContextBytes = DefaultMaxContextBytes
+	}
+	if cfg.StepTimeout <= 0 {
+		cfg.StepTimeout = DefaultStepTimeout
+	}
+	if cfg.TotalTimeout <= 0 {
+		cfg.TotalTimeout = DefaultTotalTimeout
+	}
+	if cfg.MaxConcurrent <= 0 {
+		cfg.MaxConcurrent = DefaultMaxConcurrent
+	}
+	if cfg.MaxLogBytes <= 0 {
+		cfg.MaxLogBytes = DefaultMaxLogBytes
+	}
+	if cfg.MaxPending <= 0 {
+		cfg.MaxPending = DefaultMaxPending
+	}
+	return &Service{cfg: cfg, log: cfg.Logger, running: map[string]*run{}, busy: map[string]bool{}}
+}
+
+// Start marks the builds a previous run left unfinished FAILED and drops
+// their contexts.
+func (s *Service) Start() error {
+	n, err := s.cfg.Records.FailInterruptedBuilds()
+	if err != nil {
+		return fmt.Errorf("mark interrupted builds: %w", err)
+	}
+	if n > 0 {
+		s.log.Warn("builds interrupted by the restart marked FAILED", "builds", n)
+	}
+	if s.cfg.Dir != "" {
+		if err := os.RemoveAll(s.cfg.Dir); err != nil {
+			return fmt.Errorf("remove leftover build contexts: %w", err)
+		}
+	}
+	return nil
+}
+
+// Stop cancels the running builds and waits for them; pending ones stay
+// for the next start to mark FAILED (interrupted).
+func (s *Service) Stop() {
+	s.mu.Lock()
+	s.stopped = true
+	for _, r := range s.running {
+		r.cancel(errStopping)
+	}
+	s.mu.Unlock()
+	s.wg.Wait()
+}
+
+var errStopping = errors.New("Berth is stopping")
+
+// Options are a build's settings besides its context.
+type Options struct {
+	Dockerfile string
+	Target     string
+	BuildArgs  map[string]string
+}
+
+// Submit takes a build of endpointID from contextTar (an uncompressed tar
+// of the source tree): the options are checked first, then the upload is
+// read to a file (at most MaxContextBytes: *TooLargeError), its entries
+// checked (none may leave the tree) and the Dockerfile found in it; then
+// the build is recorded PENDING and queued.
+func (s *Service) Submit(ctx context.Context, endpointID string, o Options, contextTar io.Reader) (store.Build, error) {
+	if s.cfg.Images == nil {
+		why := s.cfg.NoImages
+		if why == nil {
+			why = errors.New("no image builder")
+		}
+		return store.Build{}, &mgmt.Error{Kind: mgmt.Unavailable, Msg: "builds need the Docker runtime: " + why.Error(), Err: why}
+	}
+	in := mgmt.BuildInput{EndpointID: endpointID, Dockerfile: o.Dockerfile, Target: o.Target, BuildArgs: o.BuildArgs}
+	df, err := mgmt.CheckBuildInput(in)
+	if err != nil {
+		return store.Build{}, err
+	}
+	s.mu.Lock()
+	full := len(s.pending) >= s.cfg.MaxPending
+	s.mu.Unlock()
+	if full {
+		return store.Build{}, &mgmt.Error{Kind: mgmt.Unavailable, Msg: fmt.Sprintf("%d builds are waiting already: try again later", s.cfg.MaxPending)}
+	}
+	if err := os.MkdirAll(s.cfg.Dir, 0o700); err != nil {
+		return store.Build{}, fmt.Errorf("build context directory: %w", err)
+	}
+	f, err := os.CreateTemp(s.cfg.Dir, "upload-*.tar")
+	if err != nil {
+		return store.Build{}, fmt.Errorf("store the build context: %w", err)
+	}
+	keep := false
+	defer func() {
+		if !keep {
+			f.Close()
+			os.Remove(f.Name())
+		}
+	}()
+	digest, n, err := s.receive(f, contextTar, df)
+	if err != nil {
+		return store.Build{}, err
+	}
+	if err := f.Close(); err != nil {
+		return store.Build{}, fmt.Errorf("store the build context: %w", err)
+	}
+	in.Dockerfile, in.ContextDigest, in.ContextBytes = df, digest, n
+	b, err := s.cfg.Records.CreateBuild(ctx, in)
+	if err != nil {
+		return store.Build{}, err
+	}
+	file := filepath.Join(s.cfg.Dir, b.ID+".tar")
+	if err := os.Rename(f.Name(), file); err != nil {
+		_, _, _ = s.cfg.Records.FinishBuild(b.ID, store.BuildFailed, "store the build context: "+err.Error(), nil)
+		return store.Build{}, fmt.Errorf("store the build context: %w", err)
+	}
+	keep = true
+	s.mu.Lock()
+	s.pending = append(s.pending, pendingBuild{b: b, file: file})
+	s.mu.Unlock()
+	s.schedule()
+	return b, nil
+}
+
+// receive copies the upload to w, bounded, hashing it and reading its
+// tar headers as it goes: an entry leaving the tree is refused, and the
+// Dockerfile must be there.
+func (s *Service) receive(w io.Writer, r io.Reader, dockerfile string) (string, int64, error) {
+	h := sha256.New()
+	lim := &limitReader{r: r, left: s.cfg.MaxContextBytes}
+	tr := tar.NewReader(io.TeeReader(lim, io.MultiWriter(w, h)))
+	found := false
+	entries := 0
+	for {
+		hdr, err := tr.Next()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			if lim.over {
+				return "", 0, &TooLargeError{Limit: s.cfg.MaxContextBytes}
+			}
+			return "", 0, mgmt.InvalidInput("context", "the build context is not a tar archive: %v", err)
+		}
+		if entries++; entries > 100000 {
+			return "", 0, mgmt.InvalidInput("context", "the build context holds over 100000 entries")
+		}
+		name := strings.TrimPrefix(hdr.Name, "./")
+		if _, err := mgmt.CleanContextPath("context", name); err != nil {
+			return "", 0, mgmt.InvalidInput("context", "the build context's entry %q leaves the source tree", mgmt.ShortID(hdr.Name))
+		}
+		if (hdr.Typeflag == tar.TypeLink) && (path.IsAbs(hdr.Linkname) || strings.HasPrefix(path.Clean(hdr.Linkname), "..")) {
+			return "", 0, mgmt.InvalidInput("context", "the build context's hard link %q leaves the source tree", mgmt.ShortID(hdr.Name))
+		}
+		if path.Clean(name) == dockerfile && hdr.Typeflag == tar.TypeReg {
+			found = true
+		}
+	}
+	// What follows the archive's end (padding) is read and counted too.
+	if _, err := io.Copy(io.MultiWriter(w, h), lim); err != nil {
+		return "", 0, fmt.Errorf("read the build context: %w", err)
+	}
+	if lim.over {
+		return "", 0, &TooLargeError{Limit: s.cfg.MaxContextBytes}
+	}
+	if !found {
+		return "", 0, mgmt.InvalidInput("dockerfile", "dockerfile: %s is not a file of the build context", dockerfile)
+	}
+	return hex.EncodeToString(h.Sum(nil)), s.cfg.MaxContextBytes - lim.left, nil
+}
+
+// limitReader reads at most left bytes and notes when r had more.
+type limitReader struct {
+	r    io.Reader
+	left int64
+	over bool
+}
+
+func (l *limitReader) Read(p []byte) (int, error) {
+	if l.left <= 0 {
+		var one [1]byte
+		if n, _ := l.r.Read(one[:]); n > 0 {
+			l.over = true
+			return 0, errors.New("over the limit")
+		}
+		return 0, io.EOF
+	}
+	if int64(len(p)) > l.left {
+		p = p[:l.left]
+	}
+	n, err := l.r.Read(p)
+	l.left -= int64(n)
+	return n, err
+}
+
+// schedule starts the oldest pending builds of endpoints with none
+// running, up to MaxConcurrent.
+func (s *Service) schedule() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.stopped {
+		return
+	}
+	for i := 0; i < len(s.pending) && len(s.running) < s.cfg.MaxConcurrent; {
+		p := s.pending[i]
+		if s.busy[p.b.EndpointID] {
+			i++
+			continue
+		}
+		s.pending = append(s.pending[:i], s.pending[i+1:]...)
+		ctx, cancel := context.WithCancelCause(context.Background())
+		r := &run{b: p.b, cancel: cancel, log: newLogBuffer(s.cfg.MaxLogBytes), done: make(chan struct{})}
+		s.running[p.b.ID] = r
+		s.busy[p.b.EndpointID] = true
+		s.wg.Add(1)
+		go s.run(ctx, r, p.file)
+	}
+}
+
+// run builds r's image and hands the end to the records.
+func (s *Service) run(ctx context.Context, r *run, file string) {
+	defer s.wg.Done()
+	defer os.Remove(file)
+	defer func() {
+		r.log.close()
+		s.mu.Lock()
+		delete(s.running, r.b.ID)
+		delete(s.busy, r.b.EndpointID)
+		s.mu.Unlock()
+		close(r.done)
+		s.schedule()
+	}()
+	ctx, cancelTotal := context.WithTimeoutCause(ctx, s.cfg.TotalTimeout, fmt.Errorf("the build exceeded its maximum time of %s", s.cfg.TotalTimeout))
+	defer cancelTotal()
+	fail := func(status, msg string) {
+		b, _, err := s.cfg.Records.FinishBuild(r.b.ID, status, msg, r.log.bytes())
+		if err != nil {
+			s.log.Error("record a failed build", "build", r.b.ID, "err", err)
+			return
+		}
+		s.log.Info("build ended", "build", b.ID, "endpoint", b.EndpointID, "status", b.Status, "error", b.Error)
+	}
+	b, err := s.cfg.Records.StartBuild(r.b.ID, store.BuildBuilding)
+	if err != nil {
+		if mgmt.KindOf(err) != mgmt.Conflict { // cancelled while pending: already ended
+			s.log.Error("start a build", "build", r.b.ID, "err", err)
+		}
+		return
+	}
+	r.b = b
+	r.log.line(fmt.Sprintf("berth: building %s (context %d bytes, dockerfile %s)", b.ImageName, b.ContextBytes, b.Dockerfile))
+	exists, err := s.cfg.Images.ImageExists(ctx, b.ImageName)
+	if err != nil {
+		fail(store.BuildFailed, "check for the image: "+err.Error())
+		return
+	}
+	if exists {
+		r.log.line("berth: the same source was built before: " + b.ImageName + " is reused, nothing is built")
+	} else {
+		f, err := os.Open(file)
+		if err != nil {
+			fail(store.BuildFailed, "read the build context: "+err.Error())
+			return
+		}
+		stepCtx, cancelStep := context.WithTimeoutCause(ctx, s.cfg.StepTimeout,
+			fmt.Errorf("build exceeded maximum time limit of %d seconds (%s)", int(s.cfg.StepTimeout.Seconds()), s.cfg.StepTimeout))
+		tracker := &stepTracker{}
+		err = s.cfg.Images.Build(stepCtx, f, Spec{Tag: b.ImageName, Dockerfile: b.Dockerfile, Target: b.Target, BuildArgs: b.BuildArgs,
+			Labels: map[string]string{"berth.build": b.ID, "berth.endpoint": b.EndpointID}}, func(l string) {
+			tracker.see(l)
+			r.log.line(l)
+		})
+		cause := context.Cause(stepCtx)
+		cancelStep()
+		f.Close()
+		if err != nil {
+			switch {
+			case errors.Is(cause, errCancelled):
+				fail(store.BuildCancelled, "cancelled during "+tracker.step())
+			case cause != nil:
+				fail(store.BuildFailed, fmt.Sprintf("%v, during %s", cause, tracker.step()))
+			default:
+				fail(store.BuildFailed, fmt.Sprintf("%s failed: %v\nlast log lines:\n%s", tracker.step(), err, r.log.lastLines(10)))
+			}
+			return
+		}
+	}
+	if err := context.Cause(ctx); err != nil {
+		if errors.Is(err, errCancelled) {
+			fail(store.BuildCancelled, "cancelled")
+		} else {
+			fail(store.BuildFailed, err.Error())
+		}
+		return
+	}
+	r.log.line("berth: built " + b.ImageName)
+	done, err := s.cfg.Records.CompleteBuild(context.WithoutCancel(ctx), b.ID, exists, r.log.bytes())
+	if err != nil {
+		fail(store.BuildFailed, "release the image: "+err.Error())
+		return
+	}
+	s.log.Info("build completed", "build", done.ID, "endpoint", done.EndpointID, "image", done.ImageName, "reused", exists, "release", done.ReleaseVersion)
+}
+
+// Cancel cancels a pending or running build and returns it once ended.
+// Cancelling a finished build changes nothing.
+func (s *Service) Cancel(ctx context.Context, endpointID, buildID string) (store.Build, error) {
+	b, err := s.cfg.Records.Build(ctx, endpointID, buildID)
+	if err != nil || store.BuildDone(b.Status) {
+		return b, err
+	}
+	s.mu.Lock()
+	for i, p := range s.pending {
+		if p.b.ID == buildID {
+			s.pending = append(s.pending[:i], s.pending[i+1:]...)
+			os.Remove(p.file)
+			break
+		}
+	}
+	r := s.running[buildID]
+	s.mu.Unlock()
+	if r == nil {
+		b, _, err := s.cfg.Records.FinishBuild(buildID, store.BuildCancelled, "cancelled while PENDING", nil)
+		if err != nil {
+			return store.Build{}, err
+		}
+		return s.cfg.Records.Build(ctx, endpointID, b.ID)
+	}
+	r.cancel(errCancelled)
+	select {
+	case <-r.done:
+	case <-ctx.Done():
+		return store.Build{}, &mgmt.Error{Kind: mgmt.Unavailable, Msg: "the request ended before the build stopped", Err: ctx.Err()}
+	}
+	return s.cfg.Records.Build(ctx, endpointID, buildID)
+}
+
+// Logs is a build's log: the live log of a running build (follow: until
+// it ends), else the stored one.
+func (s *Service) Logs(ctx context.Context, endpointID, buildID string, follow bool) (io.ReadCloser, error) {
+	if _, err := s.cfg.Records.Build(ctx, endpointID, buildID); err != nil {
+		return nil, err
+	}
+	s.mu.Lock()
+	r := s.running[buildID]
+	s.mu.Unlock()
+	if r != nil {
+		return r.log.reader(follow), nil
+	}
+	_, log, err := s.cfg.Records.BuildLog(ctx, endpointID, buildID)
+	if err != nil {
+		return nil, err
+	}
+	return io.NopCloser(strings.NewReader(string(log))), nil
+}
+
+// stepTracker remembers the builder's current step ("Step 3/5 : RUN …").
+type stepTracker struct {
+	mu   sync.Mutex
+	last string
+}
+
+func (t *stepTracker) see(l string) {
+	if strings.HasPrefix(l, "Step ") && strings.Contains(l, " : ") {
+		t.mu.Lock()
+		t.last = l
+		t.mu.Unlock()
+	}
+}
+
+func (t *stepTracker) step() string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.last == "" {
+		return "the build (before its first step)"
+	}
+	s := t.last
+	if len(s) > 200 {
+		s = s[:200] + "…"
+	}
+	return `"` + s + `"`
+}

@@ -1,0 +1,200 @@
+package v2api
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/gorilla/mux"
+
+	"berth/builder"
+	"berth/mgmt"
+	"berth/store"
+)
+
+// Builds runs image builds (*builder.Service).
+type Builds interface {
+	Submit(ctx context.Context, endpointID string, o builder.Options, contextTar io.Reader) (store.Build, error)
+	Cancel(ctx context.Context, endpointID, buildID string) (store.Build, error)
+	Logs(ctx context.Context, endpointID, buildID string, follow bool) (io.ReadCloser, error)
+}
+
+// BuildView is a build as RunPod's newer docs give it, with Berth's own
+// fields after (an uploaded source has no commit: those are null).
+type BuildView struct {
+	ID            string     `json:"id"`
+	Status        string     `json:"status"`
+	CommitHash    *string    `json:"commitHash"`
+	CommitMessage *string    `json:"commitMessage"`
+	Branch        *string    `json:"branch"`
+	CommitDate    *time.Time `json:"commitDate"`
+	ImageName     string     `json:"imageName"`
+	StartedAt     *time.Time `json:"startedAt"`
+	CompletedAt   *time.Time `json:"completedAt"`
+	Error         *string    `json:"error"`
+
+	EndpointID     string            `json:"endpointId"`
+	Source         string            `json:"source"`
+	Dockerfile     string            `json:"dockerfile"`
+	Target         *string           `json:"target"`
+	BuildArgs      map[string]string `json:"buildArgs"`
+	ContextBytes   int64             `json:"contextBytes"`
+	CreatedAt      time.Time         `json:"createdAt"`
+	Reused         bool              `json:"reused"`
+	ReleaseVersion *int              `json:"releaseVersion"`
+}
+
+// BuildList is a page of builds, newest first.
+type BuildList struct {
+	Builds     []BuildView `json:"builds"`
+	Pagination Pagination  `json:"pagination"`
+}
+
+// Pagination is RunPod's cursor pagination.
+type Pagination struct {
+	NextCursor  *string `json:"nextCursor"`
+	HasNextPage bool    `json:"hasNextPage"`
+}
+
+func viewBuild(b store.Build) BuildView {
+	v := BuildView{ID: b.ID, Status: b.Status, ImageName: b.ImageName, StartedAt: b.StartedAt, CompletedAt: b.CompletedAt,
+		EndpointID: b.EndpointID, Source: b.Source, Dockerfile: b.Dockerfile, BuildArgs: b.BuildArgs, ContextBytes: b.ContextBytes,
+		CreatedAt: b.CreatedAt, Reused: b.Reused}
+	if v.BuildArgs == nil {
+		v.BuildArgs = map[string]string{}
+	}
+	if b.Error != "" {
+		v.Error = ptr(b.Error)
+	}
+	if b.Target != "" {
+		v.Target = ptr(b.Target)
+	}
+	if b.ReleaseVersion > 0 {
+		v.ReleaseVersion = ptr(b.ReleaseVersion)
+	}
+	return v
+}
+
+const maxBuildsPage = 100
+
+func (a *API) listBuilds(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	limit := maxBuildsPage
+	if v := q.Get("limit"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > maxBuildsPage {
+			a.fail(w, r, bad("limit", "limit must be an integer from 1 to %d, got %q", maxBuildsPage, v))
+			return
+		}
+		limit = n
+	}
+	bs, err := a.cfg.Mgmt.Builds(r.Context(), pathID(r))
+	if err != nil {
+		a.fail(w, r, err)
+		return
+	}
+	if c := q.Get("cursor"); c != "" {
+		// The cursor is the id of the last build of the previous page.
+		i := 0
+		for i < len(bs) && bs[i].ID != c {
+			i++
+		}
+		if i == len(bs) {
+			a.fail(w, r, bad("cursor", "cursor %q is not a build of this endpoint", mgmt.ShortID(c)))
+			return
+		}
+		bs = bs[i+1:]
+	}
+	out := BuildList{Builds: []BuildView{}}
+	for i, b := range bs {
+		if i == limit {
+			out.Pagination = Pagination{NextCursor: ptr(bs[i-1].ID), HasNextPage: true}
+			break
+		}
+		out.Builds = append(out.Builds, viewBuild(b))
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+func (a *API) getBuild(w http.ResponseWriter, r *http.Request) {
+	b, err := a.cfg.Mgmt.Build(r.Context(), pathID(r), mux.Vars(r)["buildId"])
+	a.answer(w, r, http.StatusOK, viewBuild(b), err)
+}
+
+// createBuild takes the source as the body, an uncompressed tar
+// (Content-Type application/x-tar), and the options as query parameters:
+// dockerfile, target and buildArg=KEY=VALUE (repeated). It answers 202
+// with the PENDING build.
+func (a *API) createBuild(w http.ResponseWriter, r *http.Request) {
+	if a.cfg.Builds == nil {
+		problem(w, http.StatusServiceUnavailable, "builds need the Docker runtime: this Berth has none")
+		return
+	}
+	if ct := r.Header.Get("Content-Type"); ct != "application/x-tar" {
+		a.fail(w, r, bad("Content-Type", "the body must be the build context as an uncompressed tar, Content-Type application/x-tar, got %q", ct))
+		return
+	}
+	q := r.URL.Query()
+	for k := range q {
+		switch k {
+		case "dockerfile", "target", "buildArg":
+		default:
+			a.fail(w, r, bad(k, "unknown parameter %q: dockerfile, target and buildArg are taken", mgmt.ShortID(k)))
+			return
+		}
+	}
+	o := builder.Options{Dockerfile: q.Get("dockerfile"), Target: q.Get("target"), BuildArgs: map[string]string{}}
+	for _, kv := range q["buildArg"] {
+		k, v, ok := strings.Cut(kv, "=")
+		if !ok || k == "" {
+			a.fail(w, r, bad("buildArg", "buildArg must be KEY=VALUE, got %q", mgmt.ShortID(kv)))
+			return
+		}
+		o.BuildArgs[k] = v
+	}
+	id := pathID(r)
+	if _, _, err := a.endpoint(r, id); err != nil {
+		a.fail(w, r, err)
+		return
+	}
+	b, err := a.cfg.Builds.Submit(r.Context(), id, o, r.Body)
+	var tl *builder.TooLargeError
+	if errors.As(err, &tl) {
+		problem(w, http.StatusRequestEntityTooLarge, tl.Error())
+		return
+	}
+	a.answer(w, r, http.StatusAccepted, viewBuild(b), err)
+}
+
+func (a *API) cancelBuild(w http.ResponseWriter, r *http.Request) {
+	if a.cfg.Builds == nil {
+		problem(w, http.StatusServiceUnavailable, "builds need the Docker runtime: this Berth has none")
+		return
+	}
+	b, err := a.cfg.Builds.Cancel(r.Context(), pathID(r), mux.Vars(r)["buildId"])
+	a.answer(w, r, http.StatusOK, viewBuild(b), err)
+}
+
+// buildLogs streams a build's log as the worker logs are streamed: the
+// log so far, then (follow, the default) the lines as they come until the
+// build ends.
+func (a *API) buildLogs(w http.ResponseWriter, r *http.Request) {
+	lq, err := parseLogQuery(r)
+	if err != nil {
+		a.fail(w, r, err)
+		return
+	}
+	id, bid := pathID(r), mux.Vars(r)["buildId"]
+	if _, err := a.cfg.Mgmt.Build(r.Context(), id, bid); err != nil {
+		a.fail(w, r, err)
+		return
+	}
+	lq.source = "build"
+	a.sendLogs(w, r, lq, "build "+bid, a.cfg.Builds != nil, func(ctx context.Context) (io.ReadCloser, error) {
+		return a.cfg.Builds.Logs(ctx, id, bid, lq.follow)
+	})
+}

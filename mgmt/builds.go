@@ -1,0 +1,376 @@
+package mgmt
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"path"
+	"regexp"
+	"slices"
+	"sort"
+	"strings"
+	"time"
+
+	"berth/queue"
+	"berth/store"
+)
+
+// Builds: an endpoint's image built from a source (an uploaded context
+// tar). The rules here are the record's: its input, its name, its states,
+// and what a completed build changes (the endpoint's template image, a
+// release with source GIT_BUILD and the build's id). Running the build is
+// package builder's.
+
+// ReleaseGitBuild is v2's release source of a build's release.
+const ReleaseGitBuild = "GIT_BUILD"
+
+// Build limits.
+var (
+	LimitBuildArgs = Limit{"buildArgs", 0, 64, "entries", ""}
+	// LimitBuildsKept is how many builds an endpoint keeps; older finished
+	// ones (and their logs) go when a new one is made.
+	LimitBuildsKept = 50
+)
+
+// BuildInput is a new build of an endpoint.
+type BuildInput struct {
+	EndpointID string
+	Dockerfile string // relative to the context root; "" is "Dockerfile"
+	Target     string
+	BuildArgs  map[string]string
+	// ContextDigest is the sha256 (hex) of the context tar as received;
+	// ContextBytes its size.
+	ContextDigest string
+	ContextBytes  int64
+}
+
+var (
+	buildArgRe = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+	targetRe   = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]*$`)
+)
+
+// CheckBuildInput checks a build's options (no store access): the
+// Dockerfile path stays inside the context, the target is a stage name,
+// build args are KEY=value with a variable name. It returns the cleaned
+// Dockerfile path.
+func CheckBuildInput(in BuildInput) (string, error) {
+	df, err := CleanContextPath("dockerfile", in.Dockerfile)
+	if err != nil {
+		return "", err
+	}
+	if df == "." {
+		df = "Dockerfile"
+	}
+	if in.Target != "" && (len(in.Target) > 128 || !targetRe.MatchString(in.Target)) {
+		return "", invalid("target", "target %s is not a build stage name (letters, digits, . _ -)", quote(ShortID(in.Target)))
+	}
+	if err := LimitBuildArgs.CheckCount("buildArgs", len(in.BuildArgs)); err != nil {
+		return "", err
+	}
+	for k, v := range in.BuildArgs {
+		if len(k) > 128 || !buildArgRe.MatchString(k) {
+			return "", invalid("buildArgs", "buildArgs: %s is not a variable name (KEY=VALUE, KEY of letters, digits and _)", quote(ShortID(k)))
+		}
+		if len(v) > 4096 {
+			return "", invalid("buildArgs", "buildArgs: the value of %s is over 4096 bytes", k)
+		}
+		if err := CheckText("buildArgs", v, false); err != nil {
+			return "", err
+		}
+	}
+	return df, nil
+}
+
+// CleanContextPath cleans p, a path inside a build context: relative, and
+// not leaving the context ("../x" and "/x" are refused). "" is ".".
+func CleanContextPath(field, p string) (string, error) {
+	if err := CheckText(field, p, false); err != nil {
+		return "", err
+	}
+	if len(p) > 1024 {
+		return "", invalid(field, "%s is over 1024 bytes", field)
+	}
+	p = strings.ReplaceAll(p, `\`, "/")
+	if strings.HasPrefix(p, "/") {
+		return "", invalid(field, "%s %s must be relative to the context: it leaves the source tree", field, quote(ShortID(p)))
+	}
+	c := path.Clean(p)
+	if c == ".." || strings.HasPrefix(c, "../") {
+		return "", invalid(field, "%s %s leaves the source tree", field, quote(ShortID(p)))
+	}
+	return c, nil
+}
+
+// BuildDigest is the digest of what a build makes: the context and every
+// option. Two builds with the same digest make the same image.
+func BuildDigest(contextDigest, dockerfile, target string, args map[string]string) string {
+	h := sha256.New()
+	fmt.Fprintf(h, "context %s\ndockerfile %s\ntarget %s\n", contextDigest, dockerfile, target)
+	keys := make([]string, 0, len(args))
+	for k := range args {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		fmt.Fprintf(h, "arg %q=%q\n", k, args[k])
+	}
+	return hex.EncodeToString(h.Sum(nil))
+}
+
+var imageNameRe = regexp.MustCompile(`[^a-z0-9]+`)
+
+// BuildImageName is the Berth-owned name a build of endpoint name with
+// digest is tagged with: berth/<name>:<12 hex of the digest>.
+func BuildImageName(endpointName, digest string) string {
+	n := strings.Trim(imageNameRe.ReplaceAllString(strings.ToLower(endpointName), "-"), "-")
+	if len(n) > 64 {
+		n = strings.Trim(n[:64], "-")
+	}
+	if n == "" {
+		n = "endpoint"
+	}
+	return "berth/" + n + ":" + digest[:12]
+}
+
+// CreateBuild stores a PENDING build of an endpoint. Older finished
+// builds beyond LimitBuildsKept go with their logs.
+func (s *Service) CreateBuild(ctx context.Context, in BuildInput) (store.Build, error) {
+	if err := live(ctx); err != nil {
+		return store.Build{}, err
+	}
+	df, err := CheckBuildInput(in)
+	if err != nil {
+		return store.Build{}, err
+	}
+	if len(in.ContextDigest) != 64 {
+		return store.Build{}, fmt.Errorf("create build: context digest %q is not a sha256", in.ContextDigest)
+	}
+	digest := BuildDigest(in.ContextDigest, df, in.Target, in.BuildArgs)
+	b := store.Build{ID: "build_" + queue.NewID(12), EndpointID: in.EndpointID, Status: store.BuildPending, SourceDigest: digest,
+		Source: "UPLOAD", Dockerfile: df, Target: in.Target, BuildArgs: in.BuildArgs, ContextBytes: in.ContextBytes, CreatedAt: s.now()}
+	err = s.cfg.Store.Update(func(tx *store.Tx) error {
+		var e store.Endpoint
+		if err := getOr404(tx, store.Endpoints, in.EndpointID, "endpoint", &e); err != nil {
+			return err
+		}
+		b.ImageName = BuildImageName(e.Name, digest)
+		old, err := endpointBuilds(tx, e.ID)
+		if err != nil {
+			return err
+		}
+		ops := []store.Op{store.Put(store.Builds, b.ID, b)}
+		kept := 1
+		for _, o := range old { // newest first
+			if kept < LimitBuildsKept || !store.BuildDone(o.Status) {
+				kept++
+				continue
+			}
+			ops = append(ops, store.Delete(store.Builds, o.ID), store.Delete(store.BuildLogs, o.ID))
+		}
+		return tx.Apply(ops...)
+	})
+	if err != nil {
+		return store.Build{}, err
+	}
+	return b, nil
+}
+
+// endpointBuilds are endpoint id's builds, newest first.
+func endpointBuilds(tx *store.Tx, id string) ([]store.Build, error) {
+	bs, err := all[store.Build](tx, store.Builds)
+	if err != nil {
+		return nil, err
+	}
+	bs = slices.DeleteFunc(bs, func(b store.Build) bool { return b.EndpointID != id })
+	byCreated(bs, func(b store.Build) time.Time { return b.CreatedAt }, func(b store.Build) string { return b.ID })
+	slices.Reverse(bs)
+	return bs, nil
+}
+
+// Builds lists endpoint id's builds, newest first.
+func (s *Service) Builds(ctx context.Context, endpointID string) ([]store.Build, error) {
+	if err := live(ctx); err != nil {
+		return nil, err
+	}
+	var out []store.Build
+	err := s.cfg.Store.View(func(tx *store.Tx) error {
+		if tx.GetRaw(store.Endpoints, endpointID) == nil {
+			return notFoundID("endpoint", endpointID)
+		}
+		var err error
+		out, err = endpointBuilds(tx, endpointID)
+		return err
+	})
+	return out, err
+}
+
+// Build reads one build of an endpoint (404 when it is another's).
+func (s *Service) Build(ctx context.Context, endpointID, buildID string) (store.Build, error) {
+	if err := live(ctx); err != nil {
+		return store.Build{}, err
+	}
+	var b store.Build
+	err := s.cfg.Store.View(func(tx *store.Tx) error {
+		return getBuild(tx, endpointID, buildID, &b)
+	})
+	return b, err
+}
+
+func getBuild(tx *store.Tx, endpointID, buildID string, b *store.Build) error {
+	if tx.GetRaw(store.Endpoints, endpointID) == nil {
+		return notFoundID("endpoint", endpointID)
+	}
+	if err := getOr404(tx, store.Builds, buildID, "build", b); err != nil {
+		return err
+	}
+	if b.EndpointID != endpointID {
+		return notFoundID("build", buildID)
+	}
+	return nil
+}
+
+// BuildLog is a finished build's stored log ("" while it runs: the
+// builder holds it).
+func (s *Service) BuildLog(ctx context.Context, endpointID, buildID string) (store.Build, []byte, error) {
+	if err := live(ctx); err != nil {
+		return store.Build{}, nil, err
+	}
+	var b store.Build
+	var log []byte
+	err := s.cfg.Store.View(func(tx *store.Tx) error {
+		if err := getBuild(tx, endpointID, buildID, &b); err != nil {
+			return err
+		}
+		log = slices.Clone(tx.GetRaw(store.BuildLogs, buildID))
+		return nil
+	})
+	return b, log, err
+}
+
+// StartBuild moves a PENDING build to status (BUILDING), stamping its
+// start. A build no longer PENDING (cancelled meanwhile) is refused.
+func (s *Service) StartBuild(id, status string) (store.Build, error) {
+	var b store.Build
+	err := s.cfg.Store.Update(func(tx *store.Tx) error {
+		if err := getOr404(tx, store.Builds, id, "build", &b); err != nil {
+			return err
+		}
+		if b.Status != store.BuildPending {
+			return conflict("build %s is %s, not PENDING", id, b.Status)
+		}
+		now := s.now()
+		b.Status, b.StartedAt = status, &now
+		return tx.Apply(store.Put(store.Builds, id, b))
+	})
+	return b, err
+}
+
+// FinishBuild ends a build that did not release: FAILED, CANCELLED or
+// TEST_FAILED with errMsg, its log stored. A build already finished is
+// left as it is (false).
+func (s *Service) FinishBuild(id, status, errMsg string, log []byte) (store.Build, bool, error) {
+	if !store.BuildDone(status) || status == store.BuildCompleted {
+		return store.Build{}, false, fmt.Errorf("finish build %s: %s is not a failed end", id, status)
+	}
+	var b store.Build
+	done := false
+	err := s.cfg.Store.Update(func(tx *store.Tx) error {
+		if err := getOr404(tx, store.Builds, id, "build", &b); err != nil {
+			return err
+		}
+		if store.BuildDone(b.Status) {
+			return nil
+		}
+		now := s.now()
+		b.Status, b.Error, b.CompletedAt, done = status, ClipMessage(errMsg), &now, true
+		return tx.Apply(store.Put(store.Builds, id, b), store.PutRaw(store.BuildLogs, id, log))
+	})
+	return b, done, err
+}
+
+// CompleteBuild ends a build that made its image: COMPLETED, its log
+// stored, and the endpoint's template runs the image. When the image
+// changes, every endpoint using the template gets a new version whose
+// release has source GIT_BUILD and this build's id — the same rolling
+// update as any template change. An endpoint already running the image
+// gets no release.
+func (s *Service) CompleteBuild(ctx context.Context, id string, reused bool, log []byte) (store.Build, error) {
+	var b store.Build
+	var rolled []string
+	err := s.cfg.Store.Update(func(tx *store.Tx) error {
+		if err := getOr404(tx, store.Builds, id, "build", &b); err != nil {
+			return err
+		}
+		if store.BuildDone(b.Status) {
+			return conflict("build %s is already %s", id, b.Status)
+		}
+		var e store.Endpoint
+		if err := getOr404(tx, store.Endpoints, b.EndpointID, "endpoint", &e); err != nil {
+			return err
+		}
+		var t store.Template
+		if err := getOr404(tx, store.Templates, e.TemplateID, "template", &t); err != nil {
+			return err
+		}
+		now := s.now()
+		b.Status, b.CompletedAt, b.Reused = store.BuildCompleted, &now, reused
+		if t.ImageName != b.ImageName {
+			after := t
+			after.ImageName = b.ImageName
+			var err error
+			rolled, err = s.rollUsers(tx, t.ID, "", store.Release{CreatedAt: now, Diff: templateDiff(t, after), Source: ReleaseGitBuild, BuildID: b.ID})
+			if err != nil {
+				return err
+			}
+			if err := tx.Apply(store.Put(store.Templates, t.ID, after)); err != nil {
+				return err
+			}
+			b.ReleaseVersion = e.Version + 1
+		}
+		return tx.Apply(store.Put(store.Builds, id, b), store.PutRaw(store.BuildLogs, id, log))
+	})
+	if err != nil {
+		return store.Build{}, err
+	}
+	for _, ep := range rolled {
+		s.changed(ep)
+	}
+	return b, nil
+}
+
+// FailInterruptedBuilds marks every build a previous run left unfinished
+// FAILED, saying so: a build is never left BUILDING across a restart.
+// Called once at start-up, before the builder runs.
+func (s *Service) FailInterruptedBuilds() (int, error) {
+	n := 0
+	err := s.cfg.Store.Update(func(tx *store.Tx) error {
+		bs, err := all[store.Build](tx, store.Builds)
+		if err != nil {
+			return err
+		}
+		now := s.now()
+		var ops []store.Op
+		for _, b := range bs {
+			if store.BuildDone(b.Status) {
+				continue
+			}
+			b.Error = fmt.Sprintf("interrupted: Berth restarted while the build was %s; deploy again", b.Status)
+			b.Status, b.CompletedAt = store.BuildFailed, &now
+			ops = append(ops, store.Put(store.Builds, b.ID, b))
+			n++
+		}
+		return tx.Apply(ops...)
+	})
+	return n, err
+}
+
+// deleteBuilds removes endpoint id's builds and their logs.
+func deleteBuilds(tx *store.Tx, id string) ([]store.Op, error) {
+	bs, err := endpointBuilds(tx, id)
+	var ops []store.Op
+	for _, b := range bs {
+		ops = append(ops, store.Delete(store.Builds, b.ID), store.Delete(store.BuildLogs, b.ID))
+	}
+	return ops, err
+}
