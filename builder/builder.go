@@ -180,7 +180,7 @@ func (s *Service) Stop() {
 	s.wg.Wait()
 }
 
-var errStopping = errors.New("Berth is stopping")
+var errStopping = errors.New("interrupted: Berth stopped during the build")
 
 // Options are a build's settings besides its context.
 type Options struct {
