@@ -1,6 +1,8 @@
 package e2e_test
 
 import (
+	"fmt"
+	"strings"
 	"testing"
 
 	"berth/internal/dockertest"
@@ -50,6 +52,48 @@ func TestWorkerSharedMemory(t *testing.T) {
 			if done.Status != "COMPLETED" || done.Output.ShmBytes != c.wantShm || done.Output.WroteBytes != c.write {
 				t.Fatalf("job: %+v; want /dev/shm of %d bytes and %d bytes written", done, c.wantShm, c.write)
 			}
+		})
+	}
+}
+
+// TestPodSharedMemory: a pod's /dev/shm follows the workers' rule —
+// half the memory its shape asks for, or its template's shmSizeInMb — and
+// a 1 GiB shared write succeeds (the pod prints both to its log, read
+// through the API).
+func TestPodSharedMemory(t *testing.T) {
+	s := newStack(t)
+	image := dockertest.BuildGoImage(t, "berth/runtime/testdata/testprog")
+	const gib = 1 << 30
+	var tpl store.Template
+	s.call("POST", "/v1/templates", map[string]any{"name": dockertest.Unique("shm-pod-"), "imageName": image,
+		"shmSizeInMb": 1536}, 200, &tpl)
+	for _, c := range []struct {
+		name    string
+		pod     map[string]any
+		wantShm int64
+	}{
+		{"CPU pod, 2 cpu3c vCPUs (4 GB): 2 GiB", map[string]any{"imageName": image, "vcpuCount": 2}, 2 * gib},
+		{"CPU pod, 2 cpu3m vCPUs (16 GB): 8 GiB", map[string]any{"imageName": image, "vcpuCount": 2, "cpuFlavorIds": []string{"cpu3m"}}, 8 * gib},
+		{"its template's shmSizeInMb", map[string]any{"templateId": tpl.ID}, 1536 << 20},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			body := map[string]any{"name": dockertest.Unique("shm-"), "computeType": "CPU", "dockerStartCmd": []string{"shm"},
+				"env": map[string]string{"SHM_WRITE": fmt.Sprint(gib)}}
+			for k, v := range c.pod {
+				body[k] = v
+			}
+			var pod struct{ ID string }
+			s.call("POST", "/v1/pods", body, 201, &pod)
+			want := fmt.Sprintf("shm %d wrote %d", c.wantShm, gib)
+			var got []byte
+			s.eventually("the pod's log line "+want, func() bool {
+				got = s.call("GET", "/v1/pods/"+pod.ID+"/logs", nil, 200, nil)
+				return strings.Contains(string(got), "shm ")
+			})
+			if !strings.Contains(string(got), want) {
+				t.Fatalf("pod log %q, want %q", got, want)
+			}
+			s.call("DELETE", "/v1/pods/"+pod.ID, nil, 204, nil)
 		})
 	}
 }

@@ -66,6 +66,13 @@ type PodSpec struct {
 	// volume; workers get theirs at /runpod-volume.
 	NetworkVolumeID string
 	RegistryAuthID  string
+	// What it asks for beside its GPUs (podRequest): a CPU pod's vCPUs and
+	// flavour, a GPU pod's least vCPUs and memory (GB) per GPU.
+	VCPUCount                   int
+	CPUFlavorIDs                []string
+	MinVCPUPerGPU, MinRAMPerGPU int
+	// ShmMiB overrides its /dev/shm size (its template's shmSizeInMb).
+	ShmMiB int
 }
 
 // PodState is a pod's container as the daemon reports it.
@@ -288,6 +295,8 @@ func (s *Supervisor) createPodLocked(ctx context.Context, spec PodSpec) (PodStat
 		Ports: spec.Ports, Publish: true, GPUs: devs, ContainerDiskGB: spec.ContainerDiskGB,
 		StopGrace: s.cfg.PodStopGrace,
 	}
+	is.VCPUs, is.MemoryMiB = podRequest(spec, devs, s.cfg.VCPUsPerGPU, s.cfg.MemoryGiBPerGPU)
+	is.ShmMiB = ShmMiB(is.MemoryMiB, spec.ShmMiB)
 	mp := spec.VolumeMountPath
 	if mp == "" {
 		mp = "/workspace"
@@ -385,6 +394,7 @@ func PodSpecFromRecord(p store.Pod) PodSpec {
 		ComputeType: p.ComputeType, GPUTypeIDs: p.GPUTypeIDs, GPUCount: p.GPUCount,
 		ContainerDiskGB: p.ContainerDiskInGb, VolumeGB: p.VolumeInGb, VolumeMountPath: p.VolumeMountPath,
 		NetworkVolumeID: p.NetworkVolumeID, RegistryAuthID: p.ContainerRegistryAuthID,
+		VCPUCount: p.VCPUCount, CPUFlavorIDs: p.CPUFlavorIDs, MinVCPUPerGPU: p.MinVCPUPerGPU, MinRAMPerGPU: p.MinRAMPerGPU,
 	}
 }
 
@@ -421,6 +431,9 @@ func (s *Supervisor) resolvePodSpec(spec PodSpec) (PodSpec, error) {
 		}
 		if spec.RegistryAuthID == "" {
 			spec.RegistryAuthID = t.ContainerRegistryAuthID
+		}
+		if spec.ShmMiB == 0 {
+			spec.ShmMiB = t.ShmSizeInMb
 		}
 		env := map[string]string{}
 		maps.Copy(env, t.Env)

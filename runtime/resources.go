@@ -1,6 +1,8 @@
 package runtime
 
 import (
+	"strings"
+
 	"berth/gpu"
 )
 
@@ -15,6 +17,10 @@ import (
 //     the GPU's memory].
 //   - Its /dev/shm is the template's shmSizeInMb, or else half the
 //     worker's memory, at least 1 GiB and at most 32 GiB.
+//   - A pod (REST /v1/pods, GraphQL podFindAndDeployOnDemand) follows the
+//     same rule (podRequest): a CPU pod as a CPU worker, a GPU pod per GPU
+//     as a GPU worker, raised to its minVCPUPerGPU and minRAMPerGPU; its
+//     /dev/shm likewise, its template's shmSizeInMb overriding.
 //
 // Kubernetes schedules by the requests (no cpu or memory limit: the Pod is
 // Burstable); Docker does not limit them, and only the shared memory is
@@ -60,6 +66,23 @@ func MemoryGiBPerGPU(d gpu.Device) int {
 		return unknownGPUMemoryGiB
 	}
 	return max(gb/2, minGPUMemoryGiB)
+}
+
+// podRequest is what a pod with devs asks for beside them (see the rule
+// above): a CPU pod its vCPUs and their flavour's memory; a GPU pod the
+// GPU workers' share per GPU, at least minVCPUPerGPU vCPUs and
+// minRAMPerGPU GB per GPU; a GPU pod that got no GPU (a machine without
+// any) nothing.
+func podRequest(spec PodSpec, devs []gpu.Device, vcpusPerGPU, memGiBPerGPU int) (vcpus, memMiB int) {
+	if strings.EqualFold(spec.ComputeType, "CPU") {
+		return cpuShape(nil, spec.VCPUCount, spec.CPUFlavorIDs)
+	}
+	if len(devs) == 0 {
+		return 0, 0
+	}
+	vcpus, memMiB = gpuRequest(devs, vcpusPerGPU, memGiBPerGPU)
+	n := len(devs)
+	return max(vcpus, spec.MinVCPUPerGPU*n), max(memMiB, spec.MinRAMPerGPU*n<<10)
 }
 
 // ShmMiB is a worker's /dev/shm: override (the template's shmSizeInMb)

@@ -44,3 +44,27 @@ func TestWorkerResources(t *testing.T) {
 		}
 	}
 }
+
+// TestPodResources: a pod asks for what a worker of its shape would, raised
+// to its own per-GPU minimums.
+func TestPodResources(t *testing.T) {
+	rtx := gpu.Device{TypeID: "NVIDIA GeForce RTX 4090"}
+	for _, c := range []struct {
+		name               string
+		spec               PodSpec
+		devs               []gpu.Device
+		wantVCPUs, wantMiB int
+	}{
+		{"CPU pod, RunPod's defaults", PodSpec{ComputeType: "CPU"}, nil, 2, 4 << 10},
+		{"CPU pod, 4 vCPUs of cpu3m (8 GB each)", PodSpec{ComputeType: "cpu", VCPUCount: 4, CPUFlavorIDs: []string{"cpu3m"}}, nil, 4, 32 << 10},
+		{"GPU pod: a worker's share", PodSpec{}, []gpu.Device{rtx}, 2, 12 << 10},
+		{"GPU pod: its minimums per GPU win", PodSpec{ComputeType: "GPU", MinVCPUPerGPU: 8, MinRAMPerGPU: 30}, []gpu.Device{rtx, rtx}, 16, 60 << 10},
+		{"GPU pod: minimums below the share", PodSpec{MinVCPUPerGPU: 1, MinRAMPerGPU: 4}, []gpu.Device{rtx}, 2, 12 << 10},
+		{"GPU pod on a machine without GPUs", PodSpec{MinVCPUPerGPU: 4}, nil, 0, 0},
+	} {
+		v, m := podRequest(c.spec, c.devs, 0, 0)
+		if v != c.wantVCPUs || m != c.wantMiB {
+			t.Errorf("%s: %d vCPUs, %d MiB; want %d, %d", c.name, v, m, c.wantVCPUs, c.wantMiB)
+		}
+	}
+}

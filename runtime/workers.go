@@ -869,7 +869,15 @@ func cpuRequest(ep store.Endpoint) (vcpus, memMiB int) {
 	if !strings.EqualFold(ep.ComputeType, "CPU") {
 		return 0, 0
 	}
-	for _, id := range ep.InstanceIDs {
+	return cpuShape(ep.InstanceIDs, ep.VCPUCount, ep.CPUFlavorIDs)
+}
+
+// cpuShape is a CPU worker's or pod's vCPUs and memory: the first of
+// instanceIDs shaped "cpu3c-2-4" (flavour, vCPUs, GB), else vcpuCount
+// vCPUs [2, RunPod's default] of the first flavour [cpu3c] with the
+// flavour's memory per vCPU.
+func cpuShape(instanceIDs []string, vcpuCount int, flavors []string) (vcpus, memMiB int) {
+	for _, id := range instanceIDs {
 		f := strings.Split(id, "-")
 		if len(f) != 3 {
 			continue
@@ -880,13 +888,13 @@ func cpuRequest(ep store.Endpoint) (vcpus, memMiB int) {
 			return n, gb << 10
 		}
 	}
-	vcpus = ep.VCPUCount
+	vcpus = vcpuCount
 	if vcpus <= 0 {
 		vcpus = 2 // RunPod's default vcpuCount
 	}
 	flavor := "cpu3c"
-	if len(ep.CPUFlavorIDs) > 0 {
-		flavor = ep.CPUFlavorIDs[0]
+	if len(flavors) > 0 {
+		flavor = flavors[0]
 	}
 	return vcpus, vcpus * mgmt.MemoryPerVCPU(flavor) << 10
 }

@@ -69,6 +69,25 @@ func TestPodOnTheCluster(t *testing.T) {
 	if p.Labels[runtime.LabelKind] != runtime.KindPod || p.Labels[runtime.LabelPod] != pod.ID || p.Spec.NodeName != node.Name {
 		t.Errorf("pod %s: labels %v on %q", name, p.Labels, p.Spec.NodeName)
 	}
+	// What it asks for: a GPU worker's share of its RTX 4090 (2 vCPUs, 12
+	// GiB) and a memory-backed /dev/shm of half that, as a worker gets.
+	ctr := p.Spec.Containers[0]
+	for k, v := range map[corev1.ResourceName]string{corev1.ResourceCPU: "2", corev1.ResourceMemory: "12Gi"} {
+		if got := ctr.Resources.Requests[k]; got.Cmp(resource.MustParse(v)) != 0 {
+			t.Errorf("pod %s requests %s %s, want %s", name, k, got.String(), v)
+		}
+	}
+	shm := ""
+	for _, m := range ctr.VolumeMounts {
+		for _, v := range p.Spec.Volumes {
+			if m.MountPath == "/dev/shm" && v.Name == m.Name && v.EmptyDir != nil && v.EmptyDir.Medium == corev1.StorageMediumMemory && v.EmptyDir.SizeLimit != nil {
+				shm = v.EmptyDir.SizeLimit.String()
+			}
+		}
+	}
+	if shm != "6Gi" {
+		t.Errorf("pod %s: /dev/shm a memory emptyDir of %q, want 6Gi (volumes %+v)", name, shm, p.Spec.Volumes)
+	}
 	claim := "berth-pod-" + pod.ID
 	if m := mountOf(*p, p.Spec.Containers[0], "/workspace"); m != claim {
 		t.Errorf("/workspace mounts %q, want the pod volume's claim %s", m, claim)

@@ -54,6 +54,8 @@ import (
 	"time"
 
 	"berth/worker"
+
+	"berth/internal/shm"
 )
 
 type input struct {
@@ -179,7 +181,7 @@ func handle(ctx context.Context, job *worker.Job) (any, error) {
 		}
 		out = string(b)
 	case in.ShmWriteBytes != nil:
-		size, err := shmWrite(*in.ShmWriteBytes)
+		size, err := shm.Write(*in.ShmWriteBytes)
 		if err != nil {
 			return nil, err
 		}

@@ -11,6 +11,8 @@ import (
 	"strconv"
 	"syscall"
 	"time"
+
+	"berth/internal/shm"
 )
 
 func main() {
@@ -53,6 +55,17 @@ func main() {
 			fmt.Fprintln(c, "hello")
 			c.Close()
 		}
+	case "shm": // report /dev/shm's size, write $SHM_WRITE bytes to it shared, then wait for SIGTERM
+		n, _ := strconv.ParseInt(os.Getenv("SHM_WRITE"), 10, 64)
+		size, err := shm.Write(n)
+		if err != nil {
+			fmt.Println("shm error:", err)
+			os.Exit(1)
+		}
+		fmt.Printf("shm %d wrote %d\n", size, n)
+		c := make(chan os.Signal, 1)
+		signal.Notify(c, syscall.SIGTERM)
+		<-c
 	case "crash":
 		panic("testprog crash")
 	case "oom": // grow until the memory limit kills us

@@ -1,4 +1,7 @@
-package main
+// Package shm is the test programs' probe of /dev/shm (echoworker's
+// shm_write_bytes, testprog's shm mode): its size, and a write through a
+// shared mapping as PyTorch's shared tensors make.
+package shm
 
 import (
 	"fmt"
@@ -6,10 +9,10 @@ import (
 	"syscall"
 )
 
-// shmWrite reports the size of /dev/shm and writes n bytes to a file there
+// Write reports the size of /dev/shm and writes n bytes to a file there
 // through a shared mapping, touching every page (shm_open, ftruncate, mmap:
 // what torch.multiprocessing does); the file is removed afterwards.
-func shmWrite(n int64) (size int64, err error) {
+func Write(n int64) (size int64, err error) {
 	var st syscall.Statfs_t
 	if err := syscall.Statfs("/dev/shm", &st); err != nil {
 		return 0, fmt.Errorf("statfs /dev/shm: %w", err)
@@ -18,7 +21,7 @@ func shmWrite(n int64) (size int64, err error) {
 	if n <= 0 {
 		return size, nil
 	}
-	f, err := os.CreateTemp("/dev/shm", "echoworker-")
+	f, err := os.CreateTemp("/dev/shm", "shm-")
 	if err != nil {
 		return size, err
 	}
