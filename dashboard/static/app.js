@@ -65,6 +65,14 @@ function dur(ms) {
   return Math.floor(hr / 24) + 'd ' + (hr % 24) + 'h';
 }
 
+// latency is dur with sub-second detail: 0.42 ms, 7.5 ms, 120 ms.
+function latency(ms) {
+  if (ms === undefined || ms === null) return '—';
+  if (ms < 1) return ms.toFixed(2) + ' ms';
+  if (ms < 10) return ms.toFixed(1) + ' ms';
+  return dur(ms);
+}
+
 // age is a waiting time at a glance: whole seconds and up.
 function age(ms) { return ms < 1000 ? '<1 s' : dur(ms); }
 
@@ -344,6 +352,168 @@ function endpointCard(e, q, gpus) {
     !hl.reason && hl.warning ? h('div.note.subtle', hl.warning) : null);
 }
 
+// ---------- plots ----------
+
+// An endpoint's last hour or day (GET /v1/endpoints/ID/metrics), drawn as
+// small SVG charts: bars for counts, lines for levels and latencies. Each
+// bar and point carries a <title>, so hovering reads its value.
+
+const SVG = 'http://www.w3.org/2000/svg';
+
+function s(tag, attrs, ...kids) {
+  const el = document.createElementNS(SVG, tag);
+  for (const [k, v] of Object.entries(attrs || {})) if (v !== undefined && v !== null) el.setAttribute(k, v);
+  for (const k of kids.flat(Infinity)) if (k) el.append(k instanceof Node ? k : document.createTextNode(String(k)));
+  return el;
+}
+
+const PLOT_W = 600, PLOT_H = 120;
+
+function bucketLabel(b, secs) {
+  const t = new Date(b.start);
+  const hm = (d) => d.toTimeString().slice(0, 5);
+  return hm(t) + '–' + hm(new Date(t.getTime() + secs * 1000));
+}
+
+// niceMax rounds a chart's top up to 1, 2 or 5 × 10^n.
+function niceMax(v) {
+  if (!(v > 0)) return 1;
+  const p = Math.pow(10, Math.floor(Math.log10(v)));
+  return [1, 2, 5, 10].map((m) => m * p).find((m) => m >= v);
+}
+
+// bars stacks series (each {key, label, get(b)}) per bucket.
+function barChart(name, buckets, secs, series) {
+  const n = buckets.length, bw = PLOT_W / n;
+  const totals = buckets.map((b) => series.reduce((a, x) => a + (x.get(b) || 0), 0));
+  const top = niceMax(Math.max(...totals));
+  const g = [];
+  buckets.forEach((b, i) => {
+    if (!totals[i]) return;
+    let y = PLOT_H;
+    const parts = series.filter((x) => x.get(b)).map((x) => x.get(b) + ' ' + x.label);
+    for (const x of series) {
+      const v = x.get(b) || 0;
+      if (!v) continue;
+      const hgt = v / top * PLOT_H;
+      y -= hgt;
+      g.push(s('rect', { class: 'bar ' + x.key, x: (i * bw + bw * 0.12).toFixed(2), y: y.toFixed(2), width: (bw * 0.76).toFixed(2), height: hgt.toFixed(2), 'data-n': v },
+        s('title', {}, bucketLabel(b, secs) + ': ' + parts.join(', '))));
+    }
+  });
+  return { top, svg: plotSVG(name, g), total: totals.reduce((a, v) => a + v, 0) };
+}
+
+// lineChart draws series (each {key, label, get(b)}, null for no value)
+// as step lines, one level per bucket, broken where a value is missing.
+function lineChart(name, buckets, secs, series, fmt) {
+  const n = buckets.length, bw = PLOT_W / n;
+  let hi = 0;
+  for (const b of buckets) for (const x of series) { const v = x.get(b); if (v !== null && v !== undefined) hi = Math.max(hi, v); }
+  const top = niceMax(hi);
+  const g = [];
+  for (const x of series) {
+    let d = '', pen = false;
+    buckets.forEach((b, i) => {
+      const v = x.get(b);
+      if (v === null || v === undefined) { pen = false; return; }
+      const y = (PLOT_H - v / top * PLOT_H).toFixed(2);
+      d += (pen ? 'L' : 'M') + (i * bw).toFixed(2) + ' ' + y + 'L' + ((i + 1) * bw).toFixed(2) + ' ' + y;
+      pen = true;
+    });
+    if (d) g.push(s('path', { class: 'line ' + x.key, d, 'vector-effect': 'non-scaling-stroke' }));
+  }
+  // One hover target per bucket with a value, titled with every series.
+  let points = 0;
+  buckets.forEach((b, i) => {
+    const vals = series.map((x) => [x, x.get(b)]).filter(([, v]) => v !== null && v !== undefined);
+    if (!vals.length) return;
+    points++;
+    g.push(s('rect', { class: 'hover', x: (i * bw).toFixed(2), y: 0, width: bw.toFixed(2), height: PLOT_H },
+      s('title', {}, bucketLabel(b, secs) + ': ' + vals.map(([x, v]) => x.label + ' ' + fmt(v)).join(' · '))));
+  });
+  return { top: fmt(top), svg: plotSVG(name, g), points };
+}
+
+function plotSVG(name, kids) {
+  const grid = [0.25, 0.5, 0.75].map((f) => s('line', { class: 'grid', x1: 0, x2: PLOT_W, y1: PLOT_H * f, y2: PLOT_H * f, 'vector-effect': 'non-scaling-stroke' }));
+  return s('svg', { viewBox: '0 0 ' + PLOT_W + ' ' + PLOT_H, preserveAspectRatio: 'none', 'data-plot': name, role: 'img' }, grid, kids);
+}
+
+function plotsPanel(base) {
+  let win = sessionStorage.getItem('berth.plotWindow') || 'hour';
+  let fetched = 0, last = null;
+  const seg = h('div.seg#plot-window');
+  const body = h('div.plots#plots');
+  const drawSeg = () => clear(seg, [['hour', 'Last hour'], ['day', 'Last day']].map(([w, text]) =>
+    h('button', { type: 'button', class: w === win ? 'on' : null, 'data-window': w, onclick: () => { win = w; sessionStorage.setItem('berth.plotWindow', w); drawSeg(); fetched = 0; refresh(); } }, text)));
+  drawSeg();
+  const panel = h('section.panel.plots-panel', { style: 'margin-bottom:16px' },
+    h('header', h('h2', 'Activity'), seg), body);
+
+  function legend(items) {
+    return h('div.legend', items.map((x) => h('span', h('i.swatch', { class: x.key }), x.label)));
+  }
+
+  function chart(name, title, summary, c, items) {
+    const ends = win === 'hour' ? ['60 min ago', '30 min', 'now'] : ['24 h ago', '12 h', 'now'];
+    return h('figure.plot', { 'data-plot': name },
+      h('figcaption', h('span.t', title), h('span.small.muted', summary)),
+      h('div.plot-area', h('div.ymax.small.faint', String(c.top)), c.svg),
+      h('div.axis.small.faint', ends.map((e) => h('span', e))),
+      items ? legend(items) : null);
+  }
+
+  function draw(v) {
+    const b = v.buckets, secs = v.bucketSeconds, per = secs === 60 ? 'minute' : (secs / 60) + ' minutes';
+    const sum = (f) => b.reduce((a, x) => a + (f(x) || 0), 0);
+    const outcomes = [
+      { key: 'completed', label: 'completed', get: (x) => x.completed },
+      { key: 'failed', label: 'failed', get: (x) => x.failed },
+      { key: 'timedout', label: 'timed out', get: (x) => x.timedOut },
+      { key: 'cancelled', label: 'cancelled', get: (x) => x.cancelled },
+    ];
+    const jobs = barChart('jobs', b, secs, outcomes);
+    const states = [
+      { key: 'running', label: 'running', get: (x) => x.workers && x.workers.running },
+      { key: 'idle', label: 'idle', get: (x) => x.workers && x.workers.idle },
+      { key: 'initializing', label: 'initializing', get: (x) => x.workers && x.workers.initializing },
+      { key: 'throttled', label: 'throttled', get: (x) => x.workers && x.workers.throttled },
+      { key: 'unhealthy', label: 'unhealthy', get: (x) => x.workers && x.workers.unhealthy },
+      { key: 'frozen', label: 'frozen', get: (x) => x.workers && x.workers.frozen },
+    ];
+    const workers = barChart('workers', b, secs, states);
+    const cold = barChart('cold', b, secs, [{ key: 'cold', label: 'cold starts', get: (x) => x.coldStarts }]);
+    const count = (v) => String(v);
+    const queue = lineChart('queue', b, secs, [{ key: 'queue', label: 'queued', get: (x) => x.queueDepth ?? null }], count);
+    const lat = (f) => [
+      { key: 'p50', label: 'p50', get: (x) => (x[f] ? x[f].p50 : null) },
+      { key: 'p95', label: 'p95', get: (x) => (x[f] ? x[f].p95 : null) }];
+    const delay = lineChart('delay', b, secs, lat('delayMs'), latency);
+    const exec = lineChart('execution', b, secs, lat('executionMs'), latency);
+    const lastOf = (f) => { for (let i = b.length - 1; i >= 0; i--) if (b[i][f]) return b[i][f]; return null; };
+    const latSummary = (f) => { const p = lastOf(f); return p ? 'last p50 ' + latency(p.p50) + ' · p95 ' + latency(p.p95) : 'no jobs ran'; };
+    const depths = b.map((x) => x.queueDepth).filter((d) => d !== undefined && d !== null);
+    clear(body,
+      chart('jobs', 'Jobs per ' + per, sum((x) => x.completed) + ' completed · ' + (sum((x) => x.failed) + sum((x) => x.timedOut)) + ' failed · ' + sum((x) => x.cancelled) + ' cancelled', jobs, outcomes),
+      chart('queue', 'Queue depth', depths.length ? 'peak ' + Math.max(...depths) + ' in the ' + (win === 'hour' ? 'hour' : 'day') : 'not sampled', queue, null),
+      chart('delay', 'Delay time', latSummary('delayMs'), delay, lat('delayMs')),
+      chart('execution', 'Execution time', latSummary('executionMs'), exec, lat('executionMs')),
+      chart('workers', 'Workers by state', '', workers, states),
+      chart('cold', 'Cold starts', cold.total + ' in the ' + (win === 'hour' ? 'hour' : 'day'), cold, null));
+  }
+
+  async function refresh() {
+    // The buckets are a minute or five wide: every 10 s is often enough.
+    if (Date.now() - fetched < 10000 && last && last.window === win) return;
+    const v = await api(base + '/metrics?window=' + win);
+    fetched = Date.now();
+    last = v;
+    draw(v);
+  }
+  return { panel, refresh };
+}
+
 // ---------- one endpoint ----------
 
 function endpointView(main, id) {
@@ -353,6 +523,7 @@ function endpointView(main, id) {
   const note = h('div');
   const workersBody = h('div');
   const jobsBody = h('div#jobs');
+  const plots = plotsPanel(base);
   const actErr = h('div.form-error#job-action-error', { style: 'padding: 0 16px' });
   const expanded = new Set();
   const details = new Map(); // job id → last full view (with stream)
@@ -409,7 +580,7 @@ function endpointView(main, id) {
   }
   drawFilters();
 
-  clear(main, head, note, stats,
+  clear(main, head, note, stats, plots.panel,
     h('div.two-col',
       h('div.stack',
         h('section.panel', h('header', h('h2', 'Workers')), workersBody),
@@ -486,7 +657,7 @@ function endpointView(main, id) {
     async refresh() {
       const qs = '?limit=50' + (filter ? '&status=' + filter : '');
       const [e, q, jobs, gpus] = await Promise.all([api(base + '?includeWorkers=true&includeTemplate=true'), api(base + '/queue'),
-        api(base + '/jobs' + qs), loadGPUs()]);
+        api(base + '/jobs' + qs), loadGPUs(), plots.refresh()]);
       endpoint = e;
       const open = jobs.filter((j) => expanded.has(j.id) && (j.status === 'IN_PROGRESS' || j.status === 'IN_QUEUE' || j.id === watching));
       await Promise.all(open.map((j) => api(base + '/jobs/' + encodeURIComponent(j.id)).then((d) => details.set(j.id, d)).catch(() => {})));
