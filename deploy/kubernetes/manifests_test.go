@@ -24,6 +24,7 @@ import (
 	"sigs.k8s.io/kustomize/kyaml/filesys"
 
 	manifests "berth/deploy/kubernetes"
+	"berth/runtime/kube/podtemplate"
 
 	"berth/internal/kubetest"
 )
@@ -122,18 +123,26 @@ func TestManifestsRender(t *testing.T) {
 		}
 	}
 	slices.Sort(kinds)
-	want := []string{"ClusterRole/berth-nodes", "ClusterRoleBinding/berth-nodes", "Namespace/berth", "Role/berth",
+	want := []string{"ClusterRole/berth-nodes", "ClusterRoleBinding/berth-nodes", "ConfigMap/berth-pod-template", "Namespace/berth", "Role/berth",
 		"RoleBinding/berth", "Service/berth", "Service/berth-worker", "ServiceAccount/berth", "StatefulSet/berth"}
 	if !slices.Equal(kinds, want) {
 		t.Fatalf("rendered %v, want %v", kinds, want)
 	}
 
 	var ss appsv1.StatefulSet
+	var tplMap corev1.ConfigMap
 	for _, o := range objs {
-		if o.GetKind() == "StatefulSet" {
-			if err := runtime.DefaultUnstructuredConverter.FromUnstructured(o.Object, &ss); err != nil {
-				t.Fatal(err)
-			}
+		var into any
+		switch o.GetKind() {
+		case "StatefulSet":
+			into = &ss
+		case "ConfigMap":
+			into = &tplMap
+		default:
+			continue
+		}
+		if err := runtime.DefaultUnstructuredConverter.FromUnstructured(o.Object, into); err != nil {
+			t.Fatal(err)
 		}
 	}
 	if *ss.Spec.Replicas != 1 {
@@ -164,6 +173,40 @@ func TestManifestsRender(t *testing.T) {
 	}
 	if len(ss.Spec.VolumeClaimTemplates) != 1 || ctr.VolumeMounts[0].MountPath != "/var/lib/berth" {
 		t.Errorf("the data directory is not a PersistentVolumeClaim mounted at /var/lib/berth")
+	}
+	// The operator's Pod template: the ConfigMap's file, mounted where the
+	// flag reads it, parses, and without an edit gives the defaults.
+	var tplFile string
+	for _, a := range ctr.Args {
+		if f, ok := strings.CutPrefix(a, "--kube-pod-template="); ok {
+			tplFile = f
+		}
+	}
+	mounted := ""
+	for _, m := range ctr.VolumeMounts {
+		for _, v := range pod.Volumes {
+			if v.Name == m.Name && v.ConfigMap != nil && v.ConfigMap.Name == tplMap.Name && tplMap.Name != "" {
+				mounted = m.MountPath
+			}
+		}
+	}
+	if tplFile == "" || path.Dir(tplFile) != mounted {
+		t.Errorf("--kube-pod-template=%q, the ConfigMap %q mounted at %q: want the flag to read the mounted file", tplFile, tplMap.Name, mounted)
+	}
+	tpl, err := podtemplate.Parse([]byte(tplMap.Data[path.Base(tplFile)]))
+	if err != nil || tplMap.Data[path.Base(tplFile)] == "" {
+		t.Fatalf("the shipped pod template %q: %v", path.Base(tplFile), err)
+	}
+	worker := &corev1.Pod{Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: podtemplate.Container}}}}
+	if err := tpl.Apply(worker); err != nil {
+		t.Fatal(err)
+	}
+	def := &corev1.Pod{Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: podtemplate.Container}}}}
+	if err := (*podtemplate.Template)(nil).Apply(def); err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(worker, def) {
+		t.Errorf("the shipped pod template gives\n%+v\nnot the defaults\n%+v", worker.Spec, def.Spec)
 	}
 	for name, p := range map[string]*corev1.Probe{"startup": ctr.StartupProbe, "readiness": ctr.ReadinessProbe, "liveness": ctr.LivenessProbe} {
 		if p == nil || p.HTTPGet == nil || p.HTTPGet.Path != "/" {

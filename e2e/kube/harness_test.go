@@ -99,13 +99,14 @@ type kenv struct {
 	ns  *kubetest.Namespace
 	kl  *kubetest.Kubelet
 
-	dataDir   string
-	selfPod   string // Berth's own Pod (POD_NAME), "" outside the cluster
-	class     string // --storage-class, "" for none
-	addr      string // 127.0.0.1:PORT
-	advertise string // http://localhost:PORT: --advertise-url
-	app       *app.App
-	base      string
+	dataDir     string
+	selfPod     string // Berth's own Pod (POD_NAME), "" outside the cluster
+	class       string // --storage-class, "" for none
+	podTemplate string // --kube-pod-template, "" for none
+	addr        string // 127.0.0.1:PORT
+	advertise   string // http://localhost:PORT: --advertise-url
+	app         *app.App
+	base        string
 
 	mu    sync.Mutex
 	procs []*workerProc
@@ -208,13 +209,21 @@ func (e *kenv) provisioner() {
 // Pods stay, for the next start to adopt.
 func (e *kenv) start() {
 	e.t.Helper()
+	if err := e.tryStart(); err != nil {
+		e.t.Fatal(err)
+	}
+}
+
+// tryStart is start returning the start's error (Berth not running).
+func (e *kenv) tryStart() error {
+	e.t.Helper()
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	if testing.Verbose() {
 		log = slog.New(slog.NewTextHandler(tWriter{e.t}, &slog.HandlerOptions{Level: slog.LevelInfo}))
 	}
 	cfg := app.Config{DataDir: e.dataDir, Addr: e.addr, Logger: log, APIKey: apiKey,
 		Kubernetes: &app.Kubernetes{REST: e.ns.Config, Namespace: e.ns.Name, AdvertiseURL: e.advertise}}
-	cfg.Kubernetes.StorageClass = e.class
+	cfg.Kubernetes.StorageClass, cfg.Kubernetes.PodTemplate = e.class, e.podTemplate
 	if e.selfPod != "" {
 		cfg.Kubernetes.SelfPod, cfg.Kubernetes.SelfNamespace = e.selfPod, e.ns.Name
 	}
@@ -226,16 +235,17 @@ func (e *kenv) start() {
 	cfg.LB.Domain, cfg.LB.ProbeInterval, cfg.LB.UnhealthyAfter = "lb.test", 200*time.Millisecond, 3*time.Second
 	a, err := app.New(cfg)
 	if err != nil {
-		e.t.Fatal(err)
+		return err
 	}
 	ctx, cancel := context.WithTimeout(e.ctx, waitLong)
 	defer cancel()
 	if err := a.Start(ctx); err != nil {
 		_ = a.Stop(ctx)
-		e.t.Fatal(err)
+		return err
 	}
 	e.app, e.base = a, a.URL()
 	e.t.Cleanup(func() { e.stop() })
+	return nil
 }
 
 // stop stops the running Berth (its Pods keep running).
