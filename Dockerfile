@@ -2,7 +2,7 @@
 # running Berth in a container beside a Docker daemon (docs/operations.md).
 # Build the binary first, beside this file, then the image:
 #
-#   CGO_ENABLED=1 go build -o berth . && docker build -t berth:local .
+#   CGO_ENABLED=1 go build -ldflags='-s -w' -o berth . && docker build -t berth:local .
 #
 # The binary links glibc dynamically (cgo: NVML is loaded at run time, when a
 # driver is there), so the base must be the Debian release it was built on:
