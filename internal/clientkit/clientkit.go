@@ -225,3 +225,43 @@ func tail(b []byte, n int) []byte {
 	}
 	return b
 }
+
+// HubLibDir is the pinned huggingface_hub (the official Hugging Face Hub
+// client: the reference for the hub cache layout).
+const HubLibDir = "huggingface_hub-1.28.0"
+
+// HubLibPackages are the Debian packages huggingface_hub needs here.
+var HubLibPackages = []string{"python3-httpx", "python3-filelock", "python3-fsspec", "python3-packaging",
+	"python3-yaml", "python3-tqdm", "python3-typing-extensions"}
+
+var (
+	hubOnce sync.Once
+	hubErr  error
+)
+
+// HubLib checks that Debian's python3 imports the pinned huggingface_hub
+// and returns how to run it (an SDK value: PYTHONPATH holds the library
+// and the shims); the test skips (or fails in CI) when it cannot.
+func HubLib(tb testing.TB) SDK {
+	tb.Helper()
+	dir := Dir(tb)
+	lib := SDK{Dir: filepath.Join(dir, HubLibDir)}
+	lib.Path = lib.Dir + string(os.PathListSeparator) + filepath.Join(dir, ShimsDir)
+	hubOnce.Do(func() {
+		if _, err := os.Stat(filepath.Join(lib.Dir, "huggingface_hub", "__init__.py")); err != nil {
+			hubErr = fmt.Errorf("%s is not in %s: %w", HubLibDir, dir, err)
+			return
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer cancel()
+		cmd := exec.CommandContext(ctx, Python, "-c", "import huggingface_hub; from huggingface_hub import snapshot_download, hf_hub_download")
+		cmd.Env = lib.Env(map[string]string{"HF_HUB_OFFLINE": "1", "HF_HUB_DISABLE_TELEMETRY": "1"})
+		if out, err := cmd.CombinedOutput(); err != nil {
+			hubErr = fmt.Errorf("import huggingface_hub with %s: %v\n%s\n(apt-get install %s)", Python, err, tail(out, 1500), strings.Join(HubLibPackages, " "))
+		}
+	})
+	if hubErr != nil {
+		unavailable(tb, "huggingface_hub cannot run here: %v", hubErr)
+	}
+	return lib
+}
