@@ -63,11 +63,11 @@ type Server struct {
 	Token string // the token gated repositories want (Bearer)
 
 	mu       sync.Mutex
-	repos    map[string]*Repo            // by ID
-	blobs    map[string][]byte           // sha256 → data (the content store)
-	faults   map[string]*fault           // sha256 → fault
-	requests []Request                   // bounded by the test's own traffic
-	held     map[string]chan struct{}    // sha256 → closed when a transfer reached its hold
+	repos    map[string]*Repo         // by ID
+	blobs    map[string][]byte        // sha256 → data (the content store)
+	faults   map[string]*fault        // sha256 → fault
+	requests []Request                // bounded by the test's own traffic
+	held     map[string]chan struct{} // sha256 → closed when a transfer reached its hold
 }
 
 // New starts a Server; it is closed when the test ends.
