@@ -113,9 +113,9 @@ func TestPodOnTheCluster(t *testing.T) {
 		svc.Spec.Selector[runtime.LabelPod] != pod.ID {
 		t.Fatalf("service %s: %s %v selector %v", name, svc.Spec.Type, svc.Spec.Ports, svc.Spec.Selector)
 	}
-	e.eventually("the pod's port mappings", func() bool {
+	e.eventually("the pod's port mappings and its node's address (recorded once it runs)", func() bool {
 		e.call("GET", "/v1/pods/"+pod.ID, nil, 200, &pod)
-		return pod.PortMappings["8888"] == nodePorts["8888"] && pod.PortMappings["22"] == nodePorts["22"]
+		return pod.PortMappings["8888"] == nodePorts["8888"] && pod.PortMappings["22"] == nodePorts["22"] && pod.PublicIP == "127.0.0.1"
 	}, func() string { return fmt.Sprintf("%+v, node ports %v", pod, nodePorts) })
 	if pod.DesiredStatus != "RUNNING" || pod.PublicIP != "127.0.0.1" {
 		t.Errorf("pod %+v: want RUNNING on its node's address 127.0.0.1", pod)

@@ -219,6 +219,12 @@ func newBackend(ctx context.Context, cfg Config, cs kubernetes.Interface) (*Back
 	if _, err := boundInf.Informer().AddEventHandler(changed); err != nil {
 		return nil, err
 	}
+	// Every informer is asked for before its factory starts: Start runs
+	// only those requested by then.
+	claimSynced, err := b.claimInformers(own.Core().V1().PersistentVolumeClaims(), cluster.Storage().V1().StorageClasses())
+	if err != nil {
+		return nil, err
+	}
 	ictx, cancel := context.WithCancel(context.Background())
 	b.cancel = cancel
 	own.Start(ictx.Done())
@@ -232,10 +238,6 @@ func newBackend(ctx context.Context, cfg Config, cs kubernetes.Interface) (*Back
 		cluster.Shutdown()
 		boundPods.Shutdown()
 	}()
-	claimSynced, err := b.claimInformers(own.Core().V1().PersistentVolumeClaims(), cluster.Storage().V1().StorageClasses())
-	if err != nil {
-		return nil, err
-	}
 	synced := map[string]cache.InformerSynced{
 		"pods": podInf.Informer().HasSynced, "services": svcInf.Informer().HasSynced, "nodes": nodeInf.Informer().HasSynced,
 		"the cluster's bound pods": boundInf.Informer().HasSynced,
