@@ -100,6 +100,8 @@ func serveConfig(o cli.ServeOptions) app.Config {
 	// ServeOptions' zero means never.
 	c.Runtime.FlashMaxFrozen, c.Runtime.FlashMinMemAvailable = o.FlashMaxFrozen, int64(o.FlashMinMemMiB)<<20
 	c.Runtime.VCPUsPerGPU, c.Runtime.MemoryGiBPerGPU = o.WorkerVCPUsPerGPU, o.WorkerMemoryGiBPerGPU
+	c.Builds.MaxContextBytes = int64(o.BuildMaxContextMiB) << 20
+	c.Builds.StepTimeout, c.Builds.TotalTimeout, c.Builds.MaxConcurrent = o.BuildStepTimeout, o.BuildTimeout, o.BuildConcurrency
 	if c.Runtime.FlashMaxFrozen <= 0 {
 		c.Runtime.FlashMaxFrozen = -1
 	}

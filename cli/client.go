@@ -56,11 +56,15 @@ func (c *Client) Send(ctx context.Context, method, path string, body any) (*http
 	if err != nil {
 		return nil, err
 	}
-	if c.Key != "" {
-		req.Header.Set("Authorization", "Bearer "+c.Key)
-	}
 	if body != nil {
 		req.Header.Set("Content-Type", "application/json")
+	}
+	return c.do(ctx, req, method, path)
+}
+
+func (c *Client) do(ctx context.Context, req *http.Request, method, path string) (*http.Response, error) {
+	if c.Key != "" {
+		req.Header.Set("Authorization", "Bearer "+c.Key)
 	}
 	hc := c.HTTP
 	if hc == nil {
@@ -79,6 +83,18 @@ func (c *Client) Send(ctx context.Context, method, path string, body any) (*http
 		return nil, &APIError{Method: method, Path: path, Status: resp.StatusCode, Message: errorMessage(b)}
 	}
 	return resp, nil
+}
+
+// SendBody sends body (size bytes of contentType) and returns the
+// response as Send does.
+func (c *Client) SendBody(ctx context.Context, method, path, contentType string, body io.Reader, size int64) (*http.Response, error) {
+	req, err := http.NewRequestWithContext(ctx, method, c.Base+path, body)
+	if err != nil {
+		return nil, err
+	}
+	req.ContentLength = size
+	req.Header.Set("Content-Type", contentType)
+	return c.do(ctx, req, method, path)
 }
 
 // Do makes a request and decodes the JSON answer into out (nil: discard).
@@ -105,10 +121,14 @@ func errorMessage(b []byte) string {
 	var m struct {
 		Message string `json:"message"`
 		Error   string `json:"error"`
+		Detail  string `json:"detail"` // REST v2's problem
 	}
 	if json.Unmarshal(b, &m) == nil {
 		if m.Message != "" {
 			return m.Message
+		}
+		if m.Detail != "" {
+			return m.Detail
 		}
 		if m.Error != "" {
 			return m.Error

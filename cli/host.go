@@ -286,6 +286,9 @@ default socket). Every flag has an environment variable (in brackets).`,
 			default:
 				return usageErr("--service-type must be NodePort, LoadBalancer or ClusterIP, got %q", o.ServiceType)
 			}
+			if o.BuildMaxContextMiB < 1 || o.BuildConcurrency < 1 || o.BuildStepTimeout <= 0 || o.BuildTimeout <= 0 {
+				return usageErr("--build-max-context, --build-concurrency, --build-step-timeout and --build-timeout must be positive")
+			}
 			if o.WorkerVCPUsPerGPU < 0 || o.WorkerMemoryGiBPerGPU < 0 {
 				return usageErr("--worker-vcpus-per-gpu and --worker-memory-per-gpu must be 0 (the default rule) or more, got %d and %d", o.WorkerVCPUsPerGPU, o.WorkerMemoryGiBPerGPU)
 			}
@@ -324,6 +327,10 @@ default socket). Every flag has an environment variable (in brackets).`,
 	f.StringVar(&o.VolumeAccessMode, "volume-access-mode", env("BERTH_VOLUME_ACCESS_MODE", "ReadWriteMany"), "kubernetes: access mode of a network volume's claim (shared by an endpoint's workers) [BERTH_VOLUME_ACCESS_MODE]")
 	f.StringVar(&o.ServiceType, "service-type", env("BERTH_SERVICE_TYPE", "NodePort"), "kubernetes: Service type of a pod's ports: NodePort, LoadBalancer or ClusterIP [BERTH_SERVICE_TYPE]")
 	f.StringVar(&o.KubePodTemplate, "kube-pod-template", env("BERTH_KUBE_POD_TEMPLATE", ""), "kubernetes: a Pod template file (YAML or JSON) merged into every worker and pod Pod: runtimeClassName, priorityClassName, tolerations, nodeSelector, affinity, labels, annotations, securityContext, imagePullPolicy, volumes (docs/kubernetes.md) [BERTH_KUBE_POD_TEMPLATE]")
+	f.IntVar(&o.BuildMaxContextMiB, "build-max-context", envInt("BERTH_BUILD_MAX_CONTEXT", 256), "builds: the largest build context (source upload) in MiB; larger uploads get 413 [BERTH_BUILD_MAX_CONTEXT]")
+	f.DurationVar(&o.BuildStepTimeout, "build-step-timeout", envDur("BERTH_BUILD_STEP_TIMEOUT", 30*time.Minute), "builds: the image build step's time limit (RunPod's 30 min) [BERTH_BUILD_STEP_TIMEOUT]")
+	f.DurationVar(&o.BuildTimeout, "build-timeout", envDur("BERTH_BUILD_TIMEOUT", 160*time.Minute), "builds: a build's time limit from its start to its release (RunPod's 160 min) [BERTH_BUILD_TIMEOUT]")
+	f.IntVar(&o.BuildConcurrency, "build-concurrency", envInt("BERTH_BUILD_CONCURRENCY", 2), "builds: how many run at once (one per endpoint); the others wait PENDING [BERTH_BUILD_CONCURRENCY]")
 	f.StringVar(&logFormat, "log-format", env("BERTH_LOG_FORMAT", "text"), "log format: text or json [BERTH_LOG_FORMAT]")
 	f.StringVar(&logLevel, "log-level", env("BERTH_LOG_LEVEL", "info"), "log level: debug, info, warn or error [BERTH_LOG_LEVEL]")
 	f.StringVar(&o.Apply, "apply", env("BERTH_APPLY", ""), "a declarative file (see `berth apply`) made true at start-up, before Berth answers its first request [BERTH_APPLY]")

@@ -195,7 +195,7 @@ unreachable.`,
 
 	root.AddGroup(&cobra.Group{ID: "jobs", Title: "Jobs:"}, &cobra.Group{ID: "manage", Title: "Management:"},
 		&cobra.Group{ID: "host", Title: "This host:"})
-	for _, c := range append(resourceCommands(a), applyCommand(a)) {
+	for _, c := range append(resourceCommands(a), applyCommand(a), initCommand(a), deployCommand(a)) {
 		c.GroupID = "manage"
 		root.AddCommand(c)
 	}
@@ -230,6 +230,12 @@ type ServeOptions struct {
 	// VCPUsPerGPU, MemoryGiBPerGPU; 0: the per-type rule).
 	WorkerVCPUsPerGPU     int
 	WorkerMemoryGiBPerGPU int
+	// Builds: the largest context upload (MiB), the build step's and the
+	// whole build's time limits, and how many builds run at once.
+	BuildMaxContextMiB int
+	BuildStepTimeout   time.Duration
+	BuildTimeout       time.Duration
+	BuildConcurrency   int
 	// Apply is a declarative file (package apply) made true once Berth
 	// runs, before it reports ready; ApplyPrune deletes what it does not
 	// name.

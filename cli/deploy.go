@@ -1,0 +1,303 @@
+package cli
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"berth/v1input"
+)
+
+// placeholderImage is a new endpoint's image until its first build
+// releases one (docs/builds.md): the endpoint is made with workersMin 0,
+// so nothing runs it.
+const placeholderImage = "berth/pending-first-build:none"
+
+func deployCommand(a *app) *cobra.Command {
+	var fields *inputFlags
+	var dockerfile, target string
+	var buildArgs []string
+	var timeout time.Duration
+	var buildLog bool
+	cmd := &cobra.Command{Use: "deploy [DIR] [flags]", Short: "Build DIR's Dockerfile on Berth and roll the endpoint named --name onto it",
+		Long: `deploy builds the image of a source directory (its Dockerfile) on Berth and
+makes the endpoint named --name (default: the directory's name) run it:
+
+  - DIR (default .) is sent as the build context (.dockerignore applies);
+  - the endpoint and a template of the same name are created when missing,
+    with the endpoint flags given (the same as 'endpoint create'); an
+    existing endpoint takes the flags given as an update;
+  - the build's steps are shown as they run; a completed build is a new
+    release (source GIT_BUILD) and the workers roll onto it; the same
+    source built again reuses the image (nothing is built);
+  - with workersMin > 0 it waits until a worker of the new release is
+    ready; then it prints the endpoint's id (-o json: the endpoint).
+
+A failed build changes nothing that runs: its error names the failing step.`,
+		Args: rangeArgs(0, 1, "[DIR]"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			dir := "."
+			if len(args) == 1 {
+				dir = args[0]
+			}
+			body, err := fields.body(cmd, "", nil)
+			if err != nil {
+				return err
+			}
+			if _, ok := body["templateId"]; ok {
+				return usageErr("%s: --template-id: deploy makes the endpoint's template from DIR", cmd.CommandPath())
+			}
+			q := url.Values{}
+			if dockerfile != "" {
+				q.Set("dockerfile", dockerfile)
+			}
+			if target != "" {
+				q.Set("target", target)
+			}
+			for _, kv := range buildArgs {
+				if k, _, ok := strings.Cut(kv, "="); !ok || k == "" {
+					return usageErr("--build-arg: want KEY=VALUE, got %q", kv)
+				}
+				q.Add("buildArg", kv)
+			}
+			return a.deploy(cmd.Context(), dir, body, q, timeout, buildLog)
+		}}
+	fields = newInputFlags(cmd.Flags(), reflect.TypeFor[v1input.EndpointInput]())
+	cmd.Flags().StringVar(&dockerfile, "dockerfile", "", "the Dockerfile's path inside DIR [Dockerfile]")
+	cmd.Flags().StringVar(&target, "target", "", "the build stage to build")
+	cmd.Flags().StringArrayVar(&buildArgs, "build-arg", nil, "KEY=VALUE build argument (repeat the flag)")
+	cmd.Flags().DurationVar(&timeout, "timeout", 30*time.Minute, "give up waiting for the build and the rollout after this long")
+	cmd.Flags().BoolVar(&buildLog, "build-log", false, "show every line of the build's output, not only its steps")
+	return cmd
+}
+
+func (a *app) deploy(ctx context.Context, dir string, body map[string]any, q url.Values, timeout time.Duration, buildLog bool) error {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	st, err := os.Stat(dir)
+	if err != nil || !st.IsDir() {
+		return usageErr("deploy: %s is not a directory", dir)
+	}
+	abs, _ := filepath.Abs(dir)
+	name, _ := body["name"].(string)
+	if name == "" {
+		name = filepath.Base(abs)
+		body["name"] = name
+	}
+	df := q.Get("dockerfile")
+	if df == "" {
+		df = "Dockerfile"
+	}
+	// The context first: a directory that cannot be read changes nothing.
+	tmp, err := os.CreateTemp("", "berth-deploy-*.tar")
+	if err != nil {
+		return err
+	}
+	defer os.Remove(tmp.Name())
+	defer tmp.Close()
+	files, err := writeContext(tmp, abs, filepath.ToSlash(filepath.Clean(df)))
+	if err != nil {
+		return fmt.Errorf("deploy: read %s: %w", dir, err)
+	}
+	size, _ := tmp.Seek(0, io.SeekCurrent)
+	if _, err := tmp.Seek(0, io.SeekStart); err != nil {
+		return err
+	}
+	log := a.o.Stderr
+	fmt.Fprintf(log, "deploy: %s (%d files, %d KiB) as endpoint %q\n", dir, files, (size+1023)/1024, name)
+
+	ep, created, wantMin, err := a.ensureEndpoint(ctx, name, body)
+	if err != nil {
+		return err
+	}
+	id, _ := ep["id"].(string)
+	if created {
+		fmt.Fprintf(log, "deploy: created endpoint %s; its first build gives it its image\n", id)
+	}
+
+	var b map[string]any
+	path := "/v2/serverless/" + url.PathEscape(id) + "/builds"
+	if len(q) > 0 {
+		path += "?" + q.Encode()
+	}
+	resp, err := a.client().SendBody(ctx, http.MethodPost, path, "application/x-tar", tmp, size)
+	if err != nil {
+		return err
+	}
+	err = json.NewDecoder(resp.Body).Decode(&b)
+	resp.Body.Close()
+	if err != nil {
+		return fmt.Errorf("deploy: decode the build: %w", err)
+	}
+	bid, _ := b["id"].(string)
+	fmt.Fprintf(log, "deploy: build %s → %v\n", bid, b["imageName"])
+	if err := a.followBuild(ctx, id, bid, buildLog); err != nil {
+		return err
+	}
+	if err := a.client().Do(ctx, http.MethodGet, "/v2/serverless/"+url.PathEscape(id)+"/builds/"+url.PathEscape(bid), nil, &b); err != nil {
+		return err
+	}
+	if st := b["status"]; st != "COMPLETED" {
+		msg, _ := b["error"].(string)
+		return &exitError{ExitError, fmt.Errorf("build %s %v: %s", bid, st, msg)}
+	}
+	switch v := b["releaseVersion"]; {
+	case v == nil:
+		fmt.Fprintf(log, "deploy: endpoint %s already runs %v: no new release\n", id, b["imageName"])
+	default:
+		fmt.Fprintf(log, "deploy: release v%v of endpoint %s (build %s)\n", format(v), id, bid)
+	}
+	if created && wantMin > 0 {
+		if err := a.client().Do(ctx, http.MethodPatch, "/v1/endpoints/"+url.PathEscape(id), map[string]any{"workersMin": wantMin}, nil); err != nil {
+			return err
+		}
+	}
+	if err := a.waitRollout(ctx, id); err != nil {
+		return err
+	}
+	if err := a.client().Do(ctx, http.MethodGet, "/v1/endpoints/"+url.PathEscape(id), nil, &ep); err != nil {
+		return err
+	}
+	p := a.printer()
+	if p.json {
+		return p.Object(ep)
+	}
+	_, err = fmt.Fprintln(a.o.Stdout, id)
+	return err
+}
+
+// ensureEndpoint finds the endpoint named name, updating it with the
+// flags given, or creates it (and its template, named after it) with the
+// placeholder image and workersMin 0 until the first build: wantMin is
+// the workersMin to set then.
+func (a *app) ensureEndpoint(ctx context.Context, name string, body map[string]any) (ep map[string]any, created bool, wantMin int, err error) {
+	epr := resourceOf("endpoint")
+	id, err := a.idByName(ctx, epr, name, errNone)
+	switch {
+	case err == nil:
+		if len(body) > 1 { // more than the name
+			err = a.client().Do(ctx, http.MethodPatch, epr.path+"/"+url.PathEscape(id), body, &ep)
+		} else {
+			err = a.client().Do(ctx, http.MethodGet, epr.path+"/"+url.PathEscape(id), nil, &ep)
+		}
+		return ep, false, 0, err
+	case !errors.Is(err, errNone):
+		return nil, false, 0, err
+	}
+	tpr := resourceOf("template")
+	tid, err := a.idByName(ctx, tpr, name, errNone)
+	if errors.Is(err, errNone) {
+		var t map[string]any
+		err = a.client().Do(ctx, http.MethodPost, tpr.path, map[string]any{"name": name, "imageName": placeholderImage, "isServerless": true}, &t)
+		tid, _ = t["id"].(string)
+	}
+	if err != nil {
+		return nil, false, 0, err
+	}
+	if v, ok := body["workersMin"]; ok {
+		wantMin, _ = strconv.Atoi(format(v))
+	}
+	body["templateId"], body["workersMin"] = tid, 0
+	if err := a.client().Do(ctx, http.MethodPost, epr.path, body, &ep); err != nil {
+		return nil, false, 0, err
+	}
+	return ep, true, wantMin, nil
+}
+
+var errNone = errors.New("none of that name")
+
+// followBuild shows the build's log (its steps; every line with
+// buildLog) until the build ends.
+func (a *app) followBuild(ctx context.Context, id, bid string, buildLog bool) error {
+	resp, err := a.client().Send(ctx, http.MethodGet, "/v2/serverless/"+url.PathEscape(id)+"/builds/"+url.PathEscape(bid)+"/logs", nil)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		data, ok := strings.CutPrefix(sc.Text(), "data: ")
+		if !ok {
+			continue
+		}
+		var ev struct{ Line string }
+		if json.Unmarshal([]byte(data), &ev) != nil {
+			continue
+		}
+		if buildLog || strings.HasPrefix(ev.Line, "Step ") || strings.HasPrefix(ev.Line, "berth: ") {
+			fmt.Fprintln(a.o.Stderr, "  "+printable(ev.Line))
+		}
+	}
+	if ctx.Err() != nil {
+		return &exitError{ExitError, fmt.Errorf("build %s: not finished within --timeout", bid)}
+	}
+	return sc.Err()
+}
+
+// waitRollout waits, when the endpoint keeps workers (workersMin > 0),
+// until one of its current version is ready.
+func (a *app) waitRollout(ctx context.Context, id string) error {
+	var ep map[string]any
+	if err := a.client().Do(ctx, http.MethodGet, "/v1/endpoints/"+url.PathEscape(id), nil, &ep); err != nil {
+		return err
+	}
+	if min, _ := strconv.Atoi(format(ep["workersMin"])); min <= 0 {
+		fmt.Fprintln(a.o.Stderr, "deploy: workersMin is 0: a worker of the new release starts with the next job")
+		return nil
+	}
+	pr := a.progress()
+	pr.Start("deploy: rolling out: waiting for a worker of the new release")
+	defer pr.Stop()
+	tick := time.NewTicker(300 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		var wl struct {
+			EndpointVersion int
+			Workers         []struct {
+				ID      string
+				Status  string
+				Version int
+			}
+		}
+		if err := a.client().Do(ctx, http.MethodGet, "/v2/serverless/"+url.PathEscape(id)+"/workers", nil, &wl); err != nil {
+			if ctx.Err() != nil {
+				break
+			}
+			return err
+		}
+		ready, total := 0, 0
+		for _, w := range wl.Workers {
+			total++
+			if w.Version == wl.EndpointVersion && (w.Status == "IDLE" || w.Status == "RUNNING") {
+				ready++
+			}
+		}
+		if ready > 0 {
+			pr.Stop()
+			fmt.Fprintf(a.o.Stderr, "deploy: %d worker(s) of v%d ready\n", ready, wl.EndpointVersion)
+			return nil
+		}
+		pr.Update(fmt.Sprintf("deploy: rolling out v%d: %d worker(s), none of the new release ready yet", wl.EndpointVersion, total))
+		select {
+		case <-ctx.Done():
+		case <-tick.C:
+			continue
+		}
+		break
+	}
+	return &exitError{ExitError, fmt.Errorf("endpoint %s: no worker of the new release ready within --timeout", id)}
+}
