@@ -266,6 +266,10 @@ func TestBuildsAPI(t *testing.T) {
 		return cur
 	}
 	waitStatus(b.ID, "BUILDING")
+	eventually(t, "the build's log at its RUN step", func() bool {
+		_, log := s.do("GET", "/v2/serverless/"+ep.ID+"/builds/"+b.ID+"/logs?follow=false", nil)
+		return strings.Contains(string(log), "RUN sleep 600")
+	})
 	var cancelled build
 	s.rest("POST", "/v2/serverless/"+ep.ID+"/builds/"+b.ID+"/cancel", nil, 200, &cancelled)
 	if cancelled.Status != "CANCELLED" || cancelled.Error == nil || !strings.Contains(*cancelled.Error, "RUN sleep 600") {
