@@ -43,8 +43,9 @@ makes the endpoint named --name (default: the directory's name) run it:
   - the build's steps are shown as they run; a completed build is a new
     release (source GIT_BUILD) and the workers roll onto it; the same
     source built again reuses the image (nothing is built);
-  - with workersMin > 0 it waits until a worker of the new release is
-    ready; then it prints the endpoint's id (-o json: the endpoint).
+  - when the endpoint has workers (or workersMin > 0) it waits until a
+    worker of the new release is ready and no idle old one is left; then
+    it prints the endpoint's id (-o json: the endpoint).
 
 A failed build changes nothing that runs: its error names the failing step.`,
 		Args: rangeArgs(0, 1, "[DIR]"),
@@ -248,20 +249,23 @@ func (a *app) followBuild(ctx context.Context, id, bid string, buildLog bool) er
 	return sc.Err()
 }
 
-// waitRollout waits, when the endpoint keeps workers (workersMin > 0),
-// until one of its current version is ready.
+// waitRollout waits for the rolling update: when the endpoint keeps
+// workers (workersMin > 0) or has some, until a worker of its current
+// version is ready and no idle worker of an older one is left to take a
+// job (the runtime drains old workers as new ones become ready; a busy
+// one finishes its job first).
 func (a *app) waitRollout(ctx context.Context, id string) error {
 	var ep map[string]any
 	if err := a.client().Do(ctx, http.MethodGet, "/v1/endpoints/"+url.PathEscape(id), nil, &ep); err != nil {
 		return err
 	}
-	if min, _ := strconv.Atoi(format(ep["workersMin"])); min <= 0 {
-		fmt.Fprintln(a.o.Stderr, "deploy: workersMin is 0: a worker of the new release starts with the next job")
-		return nil
-	}
-	pr := a.progress()
-	pr.Start("deploy: rolling out: waiting for a worker of the new release")
-	defer pr.Stop()
+	min, _ := strconv.Atoi(format(ep["workersMin"]))
+	var pr *progress
+	defer func() {
+		if pr != nil {
+			pr.Stop()
+		}
+	}()
 	tick := time.NewTicker(300 * time.Millisecond)
 	defer tick.Stop()
 	for {
@@ -279,19 +283,34 @@ func (a *app) waitRollout(ctx context.Context, id string) error {
 			}
 			return err
 		}
-		ready, total := 0, 0
+		ready, staleIdle := 0, 0
 		for _, w := range wl.Workers {
-			total++
-			if w.Version == wl.EndpointVersion && (w.Status == "IDLE" || w.Status == "RUNNING") {
+			switch {
+			case w.Version == wl.EndpointVersion && (w.Status == "IDLE" || w.Status == "RUNNING"):
 				ready++
+			case w.Version < wl.EndpointVersion && w.Status == "IDLE":
+				staleIdle++
 			}
 		}
-		if ready > 0 {
-			pr.Stop()
-			fmt.Fprintf(a.o.Stderr, "deploy: %d worker(s) of v%d ready\n", ready, wl.EndpointVersion)
+		if len(wl.Workers) == 0 && min <= 0 {
+			fmt.Fprintln(a.o.Stderr, "deploy: no workers (workersMin 0): a worker of the new release starts with the next job")
 			return nil
 		}
-		pr.Update(fmt.Sprintf("deploy: rolling out v%d: %d worker(s), none of the new release ready yet", wl.EndpointVersion, total))
+		if ready > 0 && staleIdle == 0 {
+			if pr != nil {
+				pr.Stop()
+				pr = nil
+			}
+			fmt.Fprintf(a.o.Stderr, "deploy: rolled out: %d worker(s) of v%d ready\n", ready, wl.EndpointVersion)
+			return nil
+		}
+		msg := fmt.Sprintf("deploy: rolling out v%d: %d worker(s) of it ready, %d idle worker(s) of older versions", wl.EndpointVersion, ready, staleIdle)
+		if pr == nil {
+			pr = a.progress()
+			pr.Start(msg)
+		} else {
+			pr.Update(msg)
+		}
 		select {
 		case <-ctx.Done():
 		case <-tick.C:
@@ -299,5 +318,5 @@ func (a *app) waitRollout(ctx context.Context, id string) error {
 		}
 		break
 	}
-	return &exitError{ExitError, fmt.Errorf("endpoint %s: no worker of the new release ready within --timeout", id)}
+	return &exitError{ExitError, fmt.Errorf("endpoint %s: the rollout did not finish within --timeout", id)}
 }
