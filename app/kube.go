@@ -87,15 +87,16 @@ func (k *Kubernetes) RESTConfig() (*rest.Config, string, error) {
 // workers reach Berth at the advertised URL, on the API's listener.
 func (a *App) startKubernetes(log *slog.Logger) error {
 	k := a.cfg.Kubernetes
-	rc, ns, err := k.RESTConfig()
-	if err != nil {
-		return fmt.Errorf("kubernetes runtime: %w", err)
-	}
 	var tpl *podtemplate.Template
 	if k.PodTemplate != "" {
+		var err error
 		if tpl, err = podtemplate.Load(k.PodTemplate); err != nil {
 			return fmt.Errorf("kubernetes runtime: %w", err)
 		}
+	}
+	rc, ns, err := k.RESTConfig()
+	if err != nil {
+		return fmt.Errorf("kubernetes runtime: %w", err)
 	}
 	rc = rest.CopyConfig(rc)
 	// client-go's default (5 requests/s) would take minutes to scale
