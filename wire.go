@@ -109,7 +109,7 @@ func serveConfig(o cli.ServeOptions) app.Config {
 		c.Runtime.FlashMinMemAvailable = -1
 	}
 	if o.Runtime == "kubernetes" {
-		c.Kubernetes = &app.Kubernetes{Kubeconfig: o.Kubeconfig, Namespace: o.Namespace, AdvertiseURL: o.AdvertiseURL,
+		c.Kubernetes = &app.Kubernetes{Kubeconfig: o.Kubeconfig, Namespace: o.Namespace, AdvertiseURL: o.AdvertiseURL, WorkerAddr: o.WorkerAddr,
 			StorageClass: o.StorageClass, VolumeAccessMode: o.VolumeAccessMode, ServiceType: o.ServiceType,
 			SelfPod: os.Getenv("POD_NAME"), SelfNamespace: os.Getenv("POD_NAMESPACE"), PodTemplate: o.KubePodTemplate}
 	}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"os"
 	"strings"
 	"time"
@@ -37,6 +38,12 @@ type Kubernetes struct {
 	// "": the API's own URL, right only when the workers run on this host
 	// (tests acting as the kubelet).
 	AdvertiseURL string
+	// WorkerAddr, when set, is a second listener serving only the worker
+	// protocol (job-take, job-done, ping …), the one the Service worker
+	// Pods reach: the API, management and dashboard stay on Addr, out of
+	// the workers' reach (deploy/kubernetes: 0.0.0.0:8081, Service
+	// berth-worker). "": workers use the API's listener.
+	WorkerAddr string
 	// StorageClass and VolumeAccessMode of volume claims, ServiceType of
 	// pods' ports: kube.Config's.
 	StorageClass     string
@@ -126,6 +133,12 @@ func (a *App) startKubernetes(log *slog.Logger) error {
 	devs, _ := kb.Devices(ctx)
 	a.gpus = gpu.NewAllocator(devs)
 	kb.OnCluster(a.gpus.SetCluster)
+	if k.WorkerAddr != "" {
+		if a.workerLn, err = net.Listen("tcp", k.WorkerAddr); err != nil {
+			return fmt.Errorf("kubernetes runtime: worker listener: %w", err)
+		}
+		a.closers = append(a.closers, func() { a.workerLn.Close() })
+	}
 	base := strings.TrimRight(k.AdvertiseURL, "/")
 	if base == "" {
 		base = a.URL()

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/url"
 	"os"
@@ -276,6 +277,14 @@ default socket). Every flag has an environment variable (in brackets).`,
 			default:
 				return usageErr("--runtime must be docker or kubernetes, got %q", o.Runtime)
 			}
+			if o.WorkerAddr != "" {
+				if o.Runtime != "kubernetes" {
+					return usageErr("--worker-addr is for --runtime kubernetes (on Docker, containers reach the worker protocol on the bridge's gateway)")
+				}
+				if _, _, err := net.SplitHostPort(o.WorkerAddr); err != nil {
+					return usageErr("--worker-addr must be host:port (e.g. 0.0.0.0:8081), got %q", o.WorkerAddr)
+				}
+			}
 			switch o.VolumeAccessMode {
 			case "ReadWriteMany", "ReadWriteOnce", "ReadWriteOncePod", "ReadOnlyMany":
 			default:
@@ -323,6 +332,7 @@ default socket). Every flag has an environment variable (in brackets).`,
 	f.StringVar(&o.Kubeconfig, "kubeconfig", env("KUBECONFIG", ""), "kubernetes: the kubeconfig file; empty: the in-cluster service account when Berth runs in a Pod, else ~/.kube/config [KUBECONFIG]")
 	f.StringVar(&o.Namespace, "namespace", env("BERTH_NAMESPACE", ""), "kubernetes: the namespace of Berth's Pods, Services, Secrets and volume claims; empty: the kubeconfig's (in a Pod: its own) [BERTH_NAMESPACE]")
 	f.StringVar(&o.AdvertiseURL, "advertise-url", env("BERTH_ADVERTISE_URL", ""), "kubernetes: where workers in the cluster reach Berth's worker protocol, e.g. http://berth.berth.svc:8080 [BERTH_ADVERTISE_URL]")
+	f.StringVar(&o.WorkerAddr, "worker-addr", env("BERTH_WORKER_ADDR", ""), "kubernetes: a second listen address serving only the worker protocol (job-take, job-done, ping …), for the Service worker Pods reach, e.g. 0.0.0.0:8081; empty: workers use --addr [BERTH_WORKER_ADDR]")
 	f.StringVar(&o.StorageClass, "storage-class", env("BERTH_STORAGE_CLASS", ""), "kubernetes: storage class of volume claims; empty: the cluster's default [BERTH_STORAGE_CLASS]")
 	f.StringVar(&o.VolumeAccessMode, "volume-access-mode", env("BERTH_VOLUME_ACCESS_MODE", "ReadWriteMany"), "kubernetes: access mode of a network volume's claim (shared by an endpoint's workers) [BERTH_VOLUME_ACCESS_MODE]")
 	f.StringVar(&o.ServiceType, "service-type", env("BERTH_SERVICE_TYPE", "NodePort"), "kubernetes: Service type of a pod's ports: NodePort, LoadBalancer or ClusterIP [BERTH_SERVICE_TYPE]")

@@ -244,12 +244,14 @@ type ServeOptions struct {
 	// Runtime is where workers and pods run: "docker" or "kubernetes".
 	// The others are the Kubernetes runtime's: the kubeconfig file ("":
 	// in-cluster, else the default loading rules), the namespace ("": the
-	// kubeconfig's), the address workers reach Berth at, and the volume
+	// kubeconfig's), the address workers reach Berth at, the listener
+	// serving them only the worker protocol, and the volume
 	// claims' storage class and access mode, and the pods' Service type.
 	Runtime          string
 	Kubeconfig       string
 	Namespace        string
 	AdvertiseURL     string
+	WorkerAddr       string
 	StorageClass     string
 	VolumeAccessMode string
 	ServiceType      string

@@ -38,6 +38,9 @@ const (
 	waitLong = 2 * time.Minute
 	// container is the one container of Berth's Pods.
 	container = "main"
+	// unboundClass starts the name of a storage class the test
+	// provisioner leaves alone: its claims stay Pending.
+	unboundClass = "unbound-"
 )
 
 func TestMain(m *testing.M) { kubetest.Main(m, removeBuilt) }
@@ -103,8 +106,9 @@ type kenv struct {
 	selfPod     string // Berth's own Pod (POD_NAME), "" outside the cluster
 	class       string // --storage-class, "" for none
 	podTemplate string // --kube-pod-template, "" for none
-	addr        string // 127.0.0.1:PORT
-	advertise   string // http://localhost:PORT: --advertise-url
+	addr        string // 127.0.0.1:PORT: the API
+	workAddr    string // 127.0.0.1:PORT2: --worker-addr, the worker protocol only
+	advertise   string // http://localhost:PORT2: --advertise-url
 	app         *app.App
 	base        string
 
@@ -118,14 +122,20 @@ func newEnv(t *testing.T) *kenv {
 	ns := c.Namespace(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
+	var ports [2]int
+	for i := range ports {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer ln.Close()
+		ports[i] = ln.Addr().(*net.TCPAddr).Port
 	}
-	port := ln.Addr().(*net.TCPAddr).Port
-	ln.Close()
+	// Workers reach Berth on the worker listener alone, as in
+	// deploy/kubernetes (--worker-addr, Service berth-worker).
 	e := &kenv{t: t, ctx: ctx, c: c, ns: ns, kl: c.Kubelet(), dataDir: t.TempDir(),
-		addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), advertise: "http://localhost:" + strconv.Itoa(port)}
+		addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(ports[0])), workAddr: net.JoinHostPort("127.0.0.1", strconv.Itoa(ports[1])),
+		advertise: "http://localhost:" + strconv.Itoa(ports[1])}
 	e.provisioner()
 	return e
 }
@@ -134,7 +144,8 @@ func newEnv(t *testing.T) *kenv {
 // claims, which the test cluster lacks: each claim gets a
 // PersistentVolume of its size, access modes and class, bound to it by
 // the controller-manager's binder, as a dynamic provisioner's would be.
-// The volumes go when the test ends.
+// The volumes go when the test ends. A claim of a class named
+// unboundClass… is left alone (a class no provisioner serves).
 func (e *kenv) provisioner() {
 	claims := e.c.AdminClient.CoreV1().PersistentVolumeClaims(e.ns.Name)
 	pvs := e.c.AdminClient.CoreV1().PersistentVolumes()
@@ -153,6 +164,9 @@ func (e *kenv) provisioner() {
 	provision := func(c *corev1.PersistentVolumeClaim) {
 		if c.Spec.VolumeName != "" || c.DeletionTimestamp != nil {
 			return
+		}
+		if c.Spec.StorageClassName != nil && strings.HasPrefix(*c.Spec.StorageClassName, unboundClass) {
+			return // a class this provisioner does not serve
 		}
 		name := "pv-" + string(c.UID)
 		if slices.Contains(made, name) {
@@ -222,7 +236,7 @@ func (e *kenv) tryStart() error {
 		log = slog.New(slog.NewTextHandler(tWriter{e.t}, &slog.HandlerOptions{Level: slog.LevelInfo}))
 	}
 	cfg := app.Config{DataDir: e.dataDir, Addr: e.addr, Logger: log, APIKey: apiKey,
-		Kubernetes: &app.Kubernetes{REST: e.ns.Config, Namespace: e.ns.Name, AdvertiseURL: e.advertise}}
+		Kubernetes: &app.Kubernetes{REST: e.ns.Config, Namespace: e.ns.Name, AdvertiseURL: e.advertise, WorkerAddr: e.workAddr}}
 	cfg.Kubernetes.StorageClass, cfg.Kubernetes.PodTemplate = e.class, e.podTemplate
 	if e.selfPod != "" {
 		cfg.Kubernetes.SelfPod, cfg.Kubernetes.SelfNamespace = e.selfPod, e.ns.Name
