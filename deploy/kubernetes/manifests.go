@@ -8,5 +8,5 @@ import "embed"
 
 // Files is this directory's kustomization and its resources.
 //
-//go:embed *.yaml
+//go:embed *.yaml networkpolicy/*.yaml
 var Files embed.FS

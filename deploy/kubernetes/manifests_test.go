@@ -36,8 +36,22 @@ func TestMain(m *testing.M) { kubetest.Main(m) }
 // kubetest.ManifestObjects).
 func render(t *testing.T) []*unstructured.Unstructured {
 	t.Helper()
+	return renderWith(t, "")
+}
+
+// renderWith renders a kustomization of the user's (mine: its text, beside
+// deploy/kubernetes as ../deploy/kubernetes), or deploy/kubernetes itself
+// when mine is "".
+func renderWith(t *testing.T, mine string) []*unstructured.Unstructured {
+	t.Helper()
 	mem := filesys.MakeFsInMemory()
-	const root = "/deploy/kubernetes"
+	root := "/deploy/kubernetes"
+	if mine != "" {
+		root = "/my-berth"
+		if err := mem.WriteFile(root+"/kustomization.yaml", []byte(mine)); err != nil {
+			t.Fatal(err)
+		}
+	}
 	err := fs.WalkDir(manifests.Files, ".", func(p string, d fs.DirEntry, err error) error {
 		if err != nil || d.IsDir() {
 			return err
@@ -46,7 +60,7 @@ func render(t *testing.T) []*unstructured.Unstructured {
 		if err != nil {
 			return err
 		}
-		return mem.WriteFile(path.Join(root, p), b)
+		return mem.WriteFile(path.Join("/deploy/kubernetes", p), b)
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -157,7 +171,8 @@ func TestManifestsRender(t *testing.T) {
 		t.Errorf("image %q, want the kustomization's berth:local", ctr.Image)
 	}
 	args := strings.Join(ctr.Args, " ")
-	for _, a := range []string{"serve", "--runtime=kubernetes", "--data=/var/lib/berth", "--advertise-url=http://berth-worker.$(POD_NAMESPACE).svc:8080"} {
+	for _, a := range []string{"serve", "--runtime=kubernetes", "--data=/var/lib/berth", "--addr=0.0.0.0:8080",
+		"--advertise-url=http://berth-worker.$(POD_NAMESPACE).svc:8081", "--worker-addr=0.0.0.0:8081"} {
 		if !strings.Contains(args, a) {
 			t.Errorf("args %q lack %q", args, a)
 		}
@@ -262,11 +277,13 @@ func TestManifestsApplyToAPIServer(t *testing.T) {
 	if err != nil || pvc.Status.Phase != corev1.ClaimBound {
 		t.Fatalf("claim data-berth-0: %v, phase %v; want Bound", err, pvc.Status.Phase)
 	}
-	// Both Services select berth-0 and name its port. (Their
-	// EndpointSlices stay empty here: the test cluster's pod IPs are
-	// loopback addresses, which Kubernetes refuses in endpoints, so the
-	// selection is checked as the EndpointSlice controller makes it.)
-	for _, name := range []string{"berth", "berth-worker"} {
+	// Both Services select berth-0 and name its port: berth the API's
+	// (8080), berth-worker only the worker listener's (8081, the port of
+	// --advertise-url). (Their EndpointSlices stay empty here: the test
+	// cluster's pod IPs are loopback addresses, which Kubernetes refuses
+	// in endpoints, so the selection is checked as the EndpointSlice
+	// controller makes it.)
+	for name, want := range map[string]int32{"berth": 8080, "berth-worker": 8081} {
 		svc, err := c.AdminClient.CoreV1().Services("berth").Get(ctx, name, metav1.GetOptions{})
 		if err != nil {
 			t.Fatal(err)
@@ -274,11 +291,14 @@ func TestManifestsApplyToAPIServer(t *testing.T) {
 		if !labels.SelectorFromSet(svc.Spec.Selector).Matches(labels.Set(p.Labels)) || len(svc.Spec.Selector) == 0 {
 			t.Errorf("Service %s selector %v does not select berth-0 (labels %v)", name, svc.Spec.Selector, p.Labels)
 		}
+		if len(svc.Spec.Ports) != 1 || svc.Spec.Ports[0].Port != want {
+			t.Errorf("Service %s ports %+v, want one, %d", name, svc.Spec.Ports, want)
+		}
 		for _, port := range svc.Spec.Ports {
 			if !slices.ContainsFunc(p.Spec.Containers[0].Ports, func(cp corev1.ContainerPort) bool {
-				return cp.Name == port.TargetPort.StrVal && cp.ContainerPort == 8080
+				return cp.Name == port.TargetPort.StrVal && cp.ContainerPort == want
 			}) {
-				t.Errorf("Service %s targets port %q, which berth-0 does not name", name, port.TargetPort.String())
+				t.Errorf("Service %s targets port %q, which berth-0 does not name as %d", name, port.TargetPort.String(), want)
 			}
 		}
 	}
