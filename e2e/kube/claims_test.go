@@ -86,7 +86,9 @@ func TestNetworkVolumeClaimThatCannotBind(t *testing.T) {
 	if _, err := e.c.AdminClient.StorageV1().StorageClasses().Create(e.ctx, sc, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = e.c.AdminClient.StorageV1().StorageClasses().Delete(e.ctx, sc.Name, metav1.DeleteOptions{}) })
+	t.Cleanup(func() {
+		_ = e.c.AdminClient.StorageV1().StorageClasses().Delete(e.ctx, sc.Name, metav1.DeleteOptions{})
+	})
 	e.eventually("the volume to say it waits for the provisioner", func() bool {
 		e.call("GET", "/v1/networkvolumes/"+vol.ID, nil, 200, &v)
 		return v.Claim != nil && strings.Contains(v.Claim.Reason, "waiting for storage class "+e.class+"'s provisioner berth.test/none")
