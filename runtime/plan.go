@@ -337,7 +337,7 @@ func planPass(in passInput) passPlan {
 	}
 	if unsched > 0 {
 		p.throttled += unsched
-		p.throttle = joinNote(p.throttle, fmt.Sprintf("%d worker(s) wait for the %s to schedule them: %s", unsched, in.place, why))
+		p.throttle = joinNote(p.throttle, fmt.Sprintf("%d worker(s) wait for %s to schedule them: %s", unsched, in.place, why))
 	}
 	p.start = start
 	return p

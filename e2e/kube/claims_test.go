@@ -63,6 +63,7 @@ func TestNetworkVolumeClaimThatCannotBind(t *testing.T) {
 		st = e.status(ep)
 		return st.Workers.Throttled == 1 && says(st.Reason, wantWhy)
 	}, func() string { return st.Reason })
+	t.Logf("endpoint: %s", st.Reason)
 	if st.Unhealthy || st.Workers.Initializing != 0 {
 		t.Errorf("a worker waiting for its claim: %+v; want throttled, not initializing or unhealthy", st)
 	}
@@ -74,7 +75,7 @@ func TestNetworkVolumeClaimThatCannotBind(t *testing.T) {
 		t.Errorf("volume claim %+v; want %s Pending saying %q", v.Claim, claim, wantWhy)
 	}
 	var v2 struct{ Claim *mgmt.VolumeClaim }
-	if e.call("GET", "/v2/networkvolumes/"+vol.ID, nil, 200, &v2); v2.Claim == nil || v2.Claim.Reason != v.Claim.Reason {
+	if e.call("GET", "/v2/network-volumes/"+vol.ID, nil, 200, &v2); v2.Claim == nil || v2.Claim.Reason != v.Claim.Reason {
 		t.Errorf("v2 volume claim %+v, want v1's %+v", v2.Claim, v.Claim)
 	}
 	if j := e.job(ep, job); j.Status != "IN_QUEUE" {
@@ -90,6 +91,7 @@ func TestNetworkVolumeClaimThatCannotBind(t *testing.T) {
 		_ = e.c.AdminClient.StorageV1().StorageClasses().Delete(e.ctx, sc.Name, metav1.DeleteOptions{})
 	})
 	e.eventually("the volume to say it waits for the provisioner", func() bool {
+		v = volumeView{}
 		e.call("GET", "/v1/networkvolumes/"+vol.ID, nil, 200, &v)
 		return v.Claim != nil && strings.Contains(v.Claim.Reason, "waiting for storage class "+e.class+"'s provisioner berth.test/none")
 	}, func() string { return v.Claim.Reason })
@@ -122,6 +124,7 @@ func TestNetworkVolumeClaimThatCannotBind(t *testing.T) {
 	if got := e.waitJob(ep, job); got.Status != "COMPLETED" || string(got.Output) != `"hello"` {
 		t.Errorf("job once the claim is bound: %+v", got)
 	}
+	v = volumeView{} // reason is omitted when empty: decode afresh
 	e.call("GET", "/v1/networkvolumes/"+vol.ID, nil, 200, &v)
 	if v.Claim == nil || v.Claim.Status != "Bound" || v.Claim.Reason != "" {
 		t.Errorf("volume claim once bound: %+v; want Bound, no reason", v.Claim)
