@@ -182,8 +182,7 @@ func TestNetworkPolicyAppliesToAPIServer(t *testing.T) {
 	ns := c.Namespace(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	raw, _, _ := policyOf(t)
-	raw = raw.DeepCopy()
+	raw, _, _ := policyOf(t) // rendered afresh: changed in place
 	raw.SetNamespace(ns.Name)
 	if err := kubetest.Apply(ctx, c.Admin, []*unstructured.Unstructured{raw}, true); err != nil {
 		t.Fatalf("apply the NetworkPolicy: %v", err)
