@@ -18,7 +18,8 @@ type Device struct {
 	// Node is the cluster node the GPU is on, "" for this machine. The
 	// GPUs of one allocation are always on one node.
 	Node string `json:"node,omitempty"`
-	// Unschedulable: the node is cordoned or not Ready. Its GPUs are
+	// Unschedulable: the node is cordoned or not Ready, or the operator's
+	// Pod template keeps Berth's Pods off it. Its GPUs are
 	// counted (the Pods on it still hold theirs, and it may come back)
 	// but none is given.
 	Unschedulable bool `json:"unschedulable,omitempty"`

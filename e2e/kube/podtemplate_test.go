@@ -15,6 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"berth/gpu"
 	"berth/internal/kubetest"
 	"berth/worker"
 )
@@ -28,7 +29,9 @@ import (
 //   - a toleration of dedicated=gpu:NoSchedule beside Berth's own
 //     nvidia.com/gpu one, and nodeSelector pool=gpu-dedicated: of two
 //     RTX 4090 nodes the scheduler binds it to the one so tainted and
-//     labelled (Berth's GPU node affinity still required);
+//     labelled (Berth's GPU node affinity still required), and /v1/gpus
+//     lists the other node's slot unschedulable (the selector rules it
+//     out);
 //   - labels and annotations beside Berth's;
 //   - imagePullPolicy IfNotPresent;
 //   - an extra volume (an emptyDir with a size limit) mounted at /cache
@@ -65,7 +68,7 @@ func TestOperatorPodTemplate(t *testing.T) {
 	dedicated := e.c.AddNode(t, kubetest.NodeSpec{GPUs: 1, GPUProduct: rtx4090Label, GPUMemoryMiB: 24564, TestKubelet: true,
 		Labels: map[string]string{"pool": "gpu-dedicated"},
 		Taints: []corev1.Taint{{Key: "dedicated", Value: "gpu", Effect: corev1.TaintEffectNoSchedule}}})
-	e.c.AddNode(t, kubetest.NodeSpec{GPUs: 1, GPUProduct: rtx4090Label, GPUMemoryMiB: 24564, TestKubelet: true})
+	other := e.c.AddNode(t, kubetest.NodeSpec{GPUs: 1, GPUProduct: rtx4090Label, GPUMemoryMiB: 24564, TestKubelet: true})
 
 	e.podTemplate = filepath.Join(t.TempDir(), "pod-template.yaml")
 	tpl := fmt.Sprintf(`
@@ -96,6 +99,15 @@ spec:
 		t.Fatal(err)
 	}
 	e.start()
+
+	// The node the template's selector rules out gives no GPU: its slot
+	// is listed unschedulable, as a cordoned node's.
+	var slots []gpu.Status
+	e.eventually("the other node's slot unschedulable on /v1/gpus", func() bool {
+		slots = e.gpuSlots()
+		return len(slots) == 2 && slices.ContainsFunc(slots, func(s gpu.Status) bool { return s.Node == other.Name && s.Unschedulable }) &&
+			slices.ContainsFunc(slots, func(s gpu.Status) bool { return s.Node == dedicated.Name && !s.Unschedulable })
+	}, func() string { return fmt.Sprintf("%+v", slots) })
 
 	tplID := e.template(map[string]any{"imageName": "example.com/echo:1"})
 	ep := e.endpoint(map[string]any{"templateId": tplID, "computeType": "GPU", "gpuTypeIds": []string{rtx4090}, "gpuCount": 1,

@@ -448,7 +448,8 @@ func (b *Backend) OnCluster(f func([]gpu.Device, []gpu.Use)) {
 }
 
 // Devices implements runtime.Backend: one device per nvidia.com/gpu slot
-// of each GPU node (those of a cordoned or not Ready one Unschedulable).
+// of each GPU node (those of a cordoned or not Ready one, or one the
+// operator's Pod template keeps Pods off, Unschedulable).
 func (b *Backend) Devices(context.Context) ([]gpu.Device, error) {
 	devs, _ := b.Cluster()
 	return devs, nil
@@ -460,7 +461,19 @@ func (b *Backend) Cluster() ([]gpu.Device, []gpu.Use) {
 	nodes, _ := b.nodes.List(labels.Everything())
 	bound, _ := b.bound.List(labels.Everything())
 	own, _ := b.pods.Pods(b.cfg.Namespace).List(labels.Everything())
-	return devicesOf(nodes), usesOf(bound, own, b.cfg.Instance)
+	devs := devicesOf(nodes)
+	if b.cfg.PodTemplate != nil {
+		// A node the template's selector or affinity rules out is as a
+		// cordoned one: its Pods keep their slots, no new one is given.
+		out := map[string]bool{}
+		for _, n := range nodes {
+			out[n.Name] = !b.cfg.PodTemplate.Admits(n)
+		}
+		for i := range devs {
+			devs[i].Unschedulable = devs[i].Unschedulable || out[devs[i].Node]
+		}
+	}
+	return devs, usesOf(bound, own, b.cfg.Instance)
 }
 
 // account wakes the accounting loop.

@@ -18,6 +18,7 @@ import (
 	"regexp"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
@@ -465,4 +466,70 @@ func deref(s *string) string {
 		return ""
 	}
 	return *s
+}
+
+// Admits says whether the template lets a Pod onto node: its nodeSelector
+// and required node affinity, as the scheduler reads them. Berth gives no
+// GPU of a node it does not admit (its slots are unschedulable, as a
+// cordoned node's). Taints are left to the scheduler: a Pod they keep out
+// waits Unschedulable with the scheduler's words.
+func (t *Template) Admits(node *corev1.Node) bool {
+	if t == nil {
+		return true
+	}
+	for k, v := range t.spec.Spec.NodeSelector {
+		if got, ok := node.Labels[k]; !ok || got != v {
+			return false
+		}
+	}
+	a := t.spec.Spec.Affinity
+	if a == nil || a.NodeAffinity == nil || a.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution == nil {
+		return true
+	}
+	// Terms are ORed; a term with no requirement matches nothing.
+	return slices.ContainsFunc(a.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms, func(term corev1.NodeSelectorTerm) bool {
+		if len(term.MatchExpressions) == 0 && len(term.MatchFields) == 0 {
+			return false
+		}
+		for _, r := range term.MatchExpressions {
+			if !requirementHolds(r, node.Labels) {
+				return false
+			}
+		}
+		for _, r := range term.MatchFields {
+			if r.Key != "metadata.name" || !requirementHolds(r, map[string]string{r.Key: node.Name}) {
+				return false
+			}
+		}
+		return true
+	})
+}
+
+// requirementHolds is one node selector requirement against labels.
+func requirementHolds(r corev1.NodeSelectorRequirement, lbls map[string]string) bool {
+	v, ok := lbls[r.Key]
+	switch r.Operator {
+	case corev1.NodeSelectorOpIn:
+		return ok && slices.Contains(r.Values, v)
+	case corev1.NodeSelectorOpNotIn:
+		return !ok || !slices.Contains(r.Values, v)
+	case corev1.NodeSelectorOpExists:
+		return ok
+	case corev1.NodeSelectorOpDoesNotExist:
+		return !ok
+	case corev1.NodeSelectorOpGt, corev1.NodeSelectorOpLt:
+		if !ok || len(r.Values) != 1 {
+			return false
+		}
+		have, err1 := strconv.ParseInt(v, 10, 64)
+		want, err2 := strconv.ParseInt(r.Values[0], 10, 64)
+		if err1 != nil || err2 != nil {
+			return false
+		}
+		if r.Operator == corev1.NodeSelectorOpGt {
+			return have > want
+		}
+		return have < want
+	}
+	return false
 }

@@ -323,3 +323,43 @@ func TestLoad(t *testing.T) {
 }
 
 func ptr[T any](v T) *T { return &v }
+
+// TestAdmits: the nodes a template lets its Pods onto, as the scheduler
+// reads nodeSelector and required node affinity.
+func TestAdmits(t *testing.T) {
+	node := func(name string, lbls map[string]string) *corev1.Node {
+		return &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: lbls}}
+	}
+	aff := func(terms string) *Template {
+		return mustParse(t, "spec: {affinity: {nodeAffinity: {requiredDuringSchedulingIgnoredDuringExecution: {nodeSelectorTerms: "+terms+"}}}}")
+	}
+	gpuPool := node("n1", map[string]string{"pool": "gpu", "zone": "a", "gen": "4"})
+	other := node("n2", map[string]string{"pool": "cpu", "zone": "b"})
+	for _, c := range []struct {
+		name   string
+		tpl    *Template
+		n      *corev1.Node
+		admits bool
+	}{
+		{"no template", nil, other, true},
+		{"a template without placement", mustParse(t, full[:strings.Index(full, "spec:")]), other, true},
+		{"nodeSelector matches", mustParse(t, "spec: {nodeSelector: {pool: gpu}}"), gpuPool, true},
+		{"nodeSelector value differs", mustParse(t, "spec: {nodeSelector: {pool: gpu}}"), other, false},
+		{"nodeSelector key missing", mustParse(t, "spec: {nodeSelector: {rack: r1}}"), gpuPool, false},
+		{"In", aff("[{matchExpressions: [{key: zone, operator: In, values: [a, c]}]}]"), gpuPool, true},
+		{"In, not", aff("[{matchExpressions: [{key: zone, operator: In, values: [a, c]}]}]"), other, false},
+		{"NotIn", aff("[{matchExpressions: [{key: zone, operator: NotIn, values: [a]}]}]"), other, true},
+		{"Exists", aff("[{matchExpressions: [{key: gen, operator: Exists}]}]"), other, false},
+		{"DoesNotExist", aff("[{matchExpressions: [{key: gen, operator: DoesNotExist}]}]"), other, true},
+		{"Gt", aff("[{matchExpressions: [{key: gen, operator: Gt, values: ['3']}]}]"), gpuPool, true},
+		{"Lt", aff("[{matchExpressions: [{key: gen, operator: Lt, values: ['3']}]}]"), gpuPool, false},
+		{"terms are ORed", aff("[{matchExpressions: [{key: zone, operator: In, values: [x]}]}, {matchExpressions: [{key: zone, operator: In, values: [b]}]}]"), other, true},
+		{"requirements ANDed", aff("[{matchExpressions: [{key: zone, operator: In, values: [a]}, {key: pool, operator: In, values: [cpu]}]}]"), gpuPool, false},
+		{"matchFields name", aff("[{matchFields: [{key: metadata.name, operator: In, values: [n2]}]}]"), other, true},
+		{"an empty term matches nothing", aff("[{}]"), gpuPool, false},
+	} {
+		if got := c.tpl.Admits(c.n); got != c.admits {
+			t.Errorf("%s: admits %s: %v, want %v", c.name, c.n.Name, got, c.admits)
+		}
+	}
+}
