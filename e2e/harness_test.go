@@ -59,6 +59,7 @@ func newStack(t testing.TB) *stack {
 	cfg := app.Config{DataDir: t.TempDir(), Addr: "127.0.0.1:0", Logger: log, APIKey: apiKey, RateLimits: true,
 		Docker: app.DockerRequired, RemoveContainersOnStop: true, DiscoverGPUs: noGPUs}
 	cfg.HTTP.PingInterval = 2 * time.Second
+	cfg.Series.SampleEvery = 200 * time.Millisecond
 	cfg.Runtime.TickInterval, cfg.Runtime.ResyncInterval = 100*time.Millisecond, 2*time.Second
 	cfg.Runtime.BackoffBase, cfg.Runtime.BackoffMax = 200*time.Millisecond, 3*time.Second
 	cfg.LB.Domain, cfg.LB.ProbeInterval, cfg.LB.UnhealthyAfter = "lb.test", 200*time.Millisecond, 3*time.Second
