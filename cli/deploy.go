@@ -320,3 +320,44 @@ func (a *app) waitRollout(ctx context.Context, id string) error {
 	}
 	return &exitError{ExitError, fmt.Errorf("endpoint %s: the rollout did not finish within --timeout", id)}
 }
+
+func rollbackCommand(a *app, r resource, getArg string) *cobra.Command {
+	var to int
+	var timeout time.Duration
+	cmd := &cobra.Command{Use: "rollback " + getArg + " [--to VERSION]", Short: "Move an endpoint back onto an earlier build's image (a new release)",
+		Long: `rollback moves the endpoint back onto the image of an earlier release that a
+build made (berth deploy): --to VERSION, or the newest one whose image it
+does not run now. It records a new release and rolls the workers, as any
+release does, and waits for the rollout as deploy does. Only the image moves back; settings changed since stay.
+'berth endpoint get ID' and GET /v2/serverless/ID/releases show the versions.`,
+		Args: exactArgs(1, getArg),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			body := map[string]any{}
+			if changed(cmd.Flags(), "to") {
+				body["version"] = to
+			}
+			err := a.withID(cmd.Context(), r, args[0], func(id string) error {
+				return a.client().Do(cmd.Context(), http.MethodPost, "/v2/serverless/"+url.PathEscape(id)+"/rollback", body, nil)
+			})
+			if err != nil {
+				return err
+			}
+			var ep map[string]any
+			err = a.withID(cmd.Context(), r, args[0], func(id string) error {
+				return a.client().Do(cmd.Context(), http.MethodGet, r.path+"/"+url.PathEscape(id), nil, &ep)
+			})
+			if err != nil {
+				return err
+			}
+			id, _ := ep["id"].(string)
+			ctx, cancel := context.WithTimeout(cmd.Context(), timeout)
+			defer cancel()
+			if err := a.waitRollout(ctx, id); err != nil {
+				return err
+			}
+			return a.printer().Object(ep)
+		}}
+	cmd.Flags().IntVar(&to, "to", 0, "the release version to go back to [the newest earlier build's]")
+	cmd.Flags().DurationVar(&timeout, "timeout", 15*time.Minute, "give up waiting for the rollout after this long")
+	return cmd
+}

@@ -146,6 +146,9 @@ func (r resource) command(a *app) *cobra.Command {
 	if r.update != nil {
 		cmd.AddCommand(r.updateCommand(a, getArg))
 	}
+	if r.noun == "endpoint" {
+		cmd.AddCommand(rollbackCommand(a, r, getArg))
+	}
 	if r.noun == "pod" {
 		cmd.AddCommand(podCommands(a)...)
 	}

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -164,6 +165,28 @@ func TestDeployFromInit(t *testing.T) {
 	}
 	greet("Hi, Berth!")
 	os.WriteFile(df, good, 0o644)
+
+	// Rollback: to the newest earlier build (the first), then to a version.
+	if out, errOut, code := s.cli("endpoint", "rollback", "hello"); code != 0 {
+		t.Fatalf("rollback: exit %d\n%s\n%s", code, out, errOut)
+	}
+	greet("Hello, Berth!")
+	if rs := releases(); rs[0].Source != "GIT_BUILD" || rs[0].BuildID == nil || *rs[0].BuildID != first.ID || rs[0].Version <= *second.ReleaseVersion {
+		t.Errorf("the rollback's release %+v: want a new one naming build %s", rs[0], first.ID)
+	}
+	if _, errOut, code := s.cli("endpoint", "rollback", "hello", "--to", strconv.Itoa(*second.ReleaseVersion)); code != 0 {
+		t.Fatalf("rollback --to: exit %d\n%s", code, errOut)
+	}
+	greet("Hi, Berth!")
+	for _, c := range []struct {
+		to   string
+		code int
+		says string
+	}{{"1", 1, "not made by a build"}, {"999", 3, "no release v999"}, {strconv.Itoa(*second.ReleaseVersion), 1, "already runs"}} {
+		if _, errOut, code := s.cli("endpoint", "rollback", "hello", "--to", c.to); code != c.code || !strings.Contains(errOut, c.says) {
+			t.Errorf("rollback --to %s: exit %d %s, want %d saying %q", c.to, code, errOut, c.code, c.says)
+		}
+	}
 
 	// Its log, as the worker logs are read.
 	code, b := s.do("GET", "/v2/serverless/"+id+"/builds/"+bs[0].ID+"/logs?follow=false", nil)

@@ -374,3 +374,87 @@ func deleteBuilds(tx *store.Tx, id string) ([]store.Op, error) {
 	}
 	return ops, err
 }
+
+// RollbackEndpoint moves endpoint id back onto the image of an earlier
+// release a build made (RunPod's rollback: "an earlier build"): version
+// toVersion, or when 0 the newest such release whose image the endpoint
+// does not run now. It is a new release (source GIT_BUILD, the buildId of
+// the build rolled back to) and rolls the workers as any release does.
+// Only the image moves back: settings changed since stay.
+func (s *Service) RollbackEndpoint(ctx context.Context, id string, toVersion int) (store.Endpoint, error) {
+	if err := live(ctx); err != nil {
+		return store.Endpoint{}, err
+	}
+	if toVersion < 0 {
+		return store.Endpoint{}, invalid("version", "version must be a release's version (1 or more), got %d", toVersion)
+	}
+	var e store.Endpoint
+	var rolled []string
+	err := s.cfg.Store.Update(func(tx *store.Tx) error {
+		if err := getOr404(tx, store.Endpoints, id, "endpoint", &e); err != nil {
+			return err
+		}
+		var t store.Template
+		if err := getOr404(tx, store.Templates, e.TemplateID, "template", &t); err != nil {
+			return err
+		}
+		rs, err := all[store.Release](tx, store.Releases)
+		if err != nil {
+			return err
+		}
+		rs = slices.DeleteFunc(rs, func(r store.Release) bool { return r.EndpointID != id })
+		slices.SortFunc(rs, func(a, b store.Release) int { return b.Version - a.Version }) // newest first
+		var target *store.Build
+		for _, r := range rs {
+			if toVersion != 0 && r.Version != toVersion {
+				continue
+			}
+			if r.Source != ReleaseGitBuild || r.BuildID == "" {
+				if toVersion != 0 {
+					return invalid("version", "release v%d of endpoint %s was not made by a build: only a build's image can be rolled back to", toVersion, id)
+				}
+				continue
+			}
+			var b store.Build
+			if tx.GetRaw(store.Builds, r.BuildID) == nil {
+				if toVersion != 0 {
+					return invalid("version", "the build of release v%d (%s) is no longer kept", toVersion, r.BuildID)
+				}
+				continue
+			}
+			if err := tx.Get(store.Builds, r.BuildID, &b); err != nil {
+				return err
+			}
+			if toVersion == 0 && b.ImageName == t.ImageName {
+				continue // what runs now
+			}
+			target = &b
+			break
+		}
+		switch {
+		case target == nil && toVersion != 0:
+			return notFound("endpoint %s has no release v%d", id, toVersion)
+		case target == nil:
+			return invalid("version", "endpoint %s has no earlier release made by a build to roll back to", id)
+		case target.ImageName == t.ImageName:
+			return invalid("version", "endpoint %s already runs the image of release v%d (%s)", id, toVersion, target.ImageName)
+		}
+		after := t
+		after.ImageName = target.ImageName
+		rolled, err = s.rollUsers(tx, t.ID, "", store.Release{CreatedAt: s.now(), Diff: templateDiff(t, after), Source: ReleaseGitBuild, BuildID: target.ID})
+		if err != nil {
+			return err
+		}
+		if err := tx.Apply(store.Put(store.Templates, t.ID, after)); err != nil {
+			return err
+		}
+		return getOr404(tx, store.Endpoints, id, "endpoint", &e)
+	})
+	if err != nil {
+		return store.Endpoint{}, err
+	}
+	for _, ep := range rolled {
+		s.changed(ep)
+	}
+	return e, nil
+}

@@ -198,3 +198,33 @@ func (a *API) buildLogs(w http.ResponseWriter, r *http.Request) {
 		return a.cfg.Builds.Logs(ctx, id, bid, lq.follow)
 	})
 }
+
+// rollbackBody is Berth's rollback request: the release version to go
+// back to (absent: the newest earlier build's).
+type rollbackBody struct {
+	Version *int `json:"version"`
+}
+
+// rollback moves the endpoint back onto an earlier build's image: a new
+// release. It answers the endpoint.
+func (a *API) rollback(w http.ResponseWriter, r *http.Request) {
+	var b rollbackBody
+	if err := decode(r, &b); err != nil {
+		a.fail(w, r, err)
+		return
+	}
+	v := 0
+	if b.Version != nil {
+		if *b.Version < 1 {
+			a.fail(w, r, bad("version", "version must be a release's version (1 or more), got %d", *b.Version))
+			return
+		}
+		v = *b.Version
+	}
+	if _, err := a.cfg.Mgmt.RollbackEndpoint(r.Context(), pathID(r), v); err != nil {
+		a.fail(w, r, err)
+		return
+	}
+	e, t, err := a.endpoint(r, pathID(r))
+	a.answer(w, r, http.StatusOK, viewEndpoint(e, t, baseURL(r)), err)
+}

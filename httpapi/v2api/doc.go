@@ -49,6 +49,7 @@ var ops = map[string]opSpec{
 	"getEndpointBuild":     {"One build", nil, 200, BuildView{}},
 	"getEndpointBuildLogs": {"A build's log as Server-Sent Events, followed until the build ends", nil, 200, sse{}},
 	"cancelEndpointBuild":  {"Cancel a pending or running build; answers it once ended", nil, 200, BuildView{}},
+	"rollbackEndpoint":     {"Move the endpoint back onto an earlier build's image (version, or the newest earlier one): a new release", rollbackBody{}, 200, Endpoint{}},
 
 	"listPods":   {"List pods", nil, 200, PodList{}},
 	"createPod":  {"Create and start a pod", podBody{}, 201, Pod{}},
