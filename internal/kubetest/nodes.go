@@ -40,9 +40,11 @@ type NodeSpec struct {
 	// nvidia.com/gpu.memory labels of a GPU node.
 	GPUProduct   string
 	GPUMemoryMiB int
-	// CPU, Memory and Pods are allocatable quantities (defaults 32, 128Gi, 110).
-	CPU, Memory string
-	Pods        int
+	// CPU, Memory, Disk (ephemeral-storage) and Pods are allocatable
+	// quantities (defaults 32, 128Gi, 128Gi, 110: a homelab GPU box's, so
+	// a worker reserving a whole 50 GB container disk would show).
+	CPU, Memory, Disk string
+	Pods              int
 	// Labels and Taints are added to the node.
 	Labels map[string]string
 	Taints []corev1.Taint
@@ -88,12 +90,15 @@ func (c *Cluster) CreateNode(ctx context.Context, spec NodeSpec) (*corev1.Node, 
 	if spec.TestKubelet {
 		name = TestKubeletPrefix + name
 	}
-	cpu, mem, pods := spec.CPU, spec.Memory, spec.Pods
+	cpu, mem, disk, pods := spec.CPU, spec.Memory, spec.Disk, spec.Pods
 	if cpu == "" {
 		cpu = "32"
 	}
 	if mem == "" {
 		mem = "128Gi"
+	}
+	if disk == "" {
+		disk = "128Gi"
 	}
 	if pods == 0 {
 		pods = 110
@@ -101,7 +106,7 @@ func (c *Cluster) CreateNode(ctx context.Context, spec NodeSpec) (*corev1.Node, 
 	alloc := corev1.ResourceList{}
 	for k, v := range map[corev1.ResourceName]string{
 		corev1.ResourceCPU: cpu, corev1.ResourceMemory: mem, corev1.ResourcePods: strconv.Itoa(pods),
-		corev1.ResourceEphemeralStorage: "1Ti",
+		corev1.ResourceEphemeralStorage: disk,
 	} {
 		q, err := resource.ParseQuantity(v)
 		if err != nil {

@@ -332,7 +332,7 @@ func BenchmarkScale100x10(b *testing.B) {
 	r := newRig(b)
 	// 1000 Pods of 2 vCPU and 4 GiB (cpu3c) on 10 nodes.
 	for range 10 {
-		r.c.AddNode(b, kubetest.NodeSpec{CPU: "256", Memory: "1Ti", Pods: 110})
+		r.c.AddNode(b, kubetest.NodeSpec{CPU: "256", Memory: "1Ti", Disk: "1Ti", Pods: 110})
 	}
 	var tpl idObj
 	// containerDiskInGb is each Pod's ephemeral-storage request: 5 GiB
