@@ -103,12 +103,13 @@ type kenv struct {
 	kl  *kubetest.Kubelet
 
 	dataDir     string
-	selfPod     string // Berth's own Pod (POD_NAME), "" outside the cluster
-	class       string // --storage-class, "" for none
-	podTemplate string // --kube-pod-template, "" for none
-	addr        string // 127.0.0.1:PORT: the API
-	workAddr    string // 127.0.0.1:PORT2: --worker-addr, the worker protocol only
-	advertise   string // http://localhost:PORT2: --advertise-url
+	selfPod     string     // Berth's own Pod (POD_NAME), "" outside the cluster
+	class       string     // --storage-class, "" for none
+	podTemplate string     // --kube-pod-template, "" for none
+	logs        *logBuffer // Berth's log is written here too when not nil
+	addr        string     // 127.0.0.1:PORT: the API
+	workAddr    string     // 127.0.0.1:PORT2: --worker-addr, the worker protocol only
+	advertise   string     // http://localhost:PORT2: --advertise-url
 	app         *app.App
 	base        string
 
@@ -231,10 +232,14 @@ func (e *kenv) start() {
 // tryStart is start returning the start's error (Berth not running).
 func (e *kenv) tryStart() error {
 	e.t.Helper()
-	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	var w io.Writer = io.Discard
 	if testing.Verbose() {
-		log = slog.New(slog.NewTextHandler(tWriter{e.t}, &slog.HandlerOptions{Level: slog.LevelInfo}))
+		w = tWriter{e.t}
 	}
+	if e.logs != nil {
+		w = io.MultiWriter(w, e.logs)
+	}
+	log := slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: slog.LevelInfo}))
 	cfg := app.Config{DataDir: e.dataDir, Addr: e.addr, Logger: log, APIKey: apiKey,
 		Kubernetes: &app.Kubernetes{REST: e.ns.Config, Namespace: e.ns.Name, AdvertiseURL: e.advertise, WorkerAddr: e.workAddr}}
 	cfg.Kubernetes.StorageClass, cfg.Kubernetes.PodTemplate = e.class, e.podTemplate
@@ -645,4 +650,22 @@ func (e *kenv) kubelet(ctx context.Context, name string, cmd *exec.Cmd, exited <
 		}
 		wt.Stop()
 	}
+}
+
+// logBuffer holds Berth's log for a test to read (written concurrently).
+type logBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (l *logBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *logBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }

@@ -98,7 +98,11 @@ spec:
 	if err := os.WriteFile(e.podTemplate, []byte(tpl), 0o600); err != nil {
 		t.Fatal(err)
 	}
+	e.logs = &logBuffer{}
 	e.start()
+	if l := e.logs.String(); !strings.Contains(l, "the cluster admits a pod made with the operator's pod template") {
+		t.Errorf("the start's log does not say the template's dry-run Pod was admitted:\n%s", l)
+	}
 
 	// The node the template's selector rules out gives no GPU: its slot
 	// is listed unschedulable, as a cordoned node's.
@@ -207,5 +211,46 @@ func TestOperatorPodTemplateRefused(t *testing.T) {
 	}
 	if ps := e.pods(""); len(ps) != 0 {
 		t.Errorf("pods made: %v", podNames(ps))
+	}
+}
+
+// TestOperatorPodTemplateMissingClass: a template naming a RuntimeClass
+// the cluster lacks starts (the class may come later), and the endpoint
+// says why no worker starts, with the API server's words; once the class
+// exists a worker starts.
+func TestOperatorPodTemplateMissingClass(t *testing.T) {
+	e := newEnv(t)
+	e.c.AddNode(t, kubetest.NodeSpec{GPUs: 1, GPUProduct: rtx4090Label, GPUMemoryMiB: 24564, TestKubelet: true})
+	class := "absent-" + e.ns.Name
+	e.podTemplate = filepath.Join(t.TempDir(), "pod-template.yaml")
+	if err := os.WriteFile(e.podTemplate, []byte("spec: {runtimeClassName: "+class+"}\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	e.logs = &logBuffer{}
+	e.start()
+	// Said at start (a dry-run Pod), before any endpoint.
+	if l := e.logs.String(); !strings.Contains(l, "the cluster refuses a pod made with the operator's pod template") ||
+		!strings.Contains(l, `RuntimeClass \"`+class+`\" not found`) {
+		t.Errorf("the start's log does not say the class is missing:\n%s", l)
+	}
+	tplID := e.template(map[string]any{"imageName": "example.com/echo:1"})
+	ep := e.endpoint(map[string]any{"templateId": tplID, "computeType": "GPU", "gpuTypeIds": []string{rtx4090}, "gpuCount": 1,
+		"workersMax": 1, "idleTimeout": 60})
+	job := e.run(ep, map[string]any{"echo": "late"})
+	var st epStatus
+	e.eventually("the endpoint to say the runtime class is missing", func() bool {
+		st = e.status(ep)
+		return strings.Contains(st.LastError, `RuntimeClass "`+class+`" not found`)
+	}, func() string { return fmt.Sprintf("%+v", st) })
+
+	if _, err := e.c.AdminClient.NodeV1().RuntimeClasses().Create(e.ctx, &nodev1.RuntimeClass{
+		ObjectMeta: metav1.ObjectMeta{Name: class}, Handler: "nvidia"}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = e.c.AdminClient.NodeV1().RuntimeClasses().Delete(e.ctx, class, metav1.DeleteOptions{}) })
+	pod := e.newPod(ep, nil, true)
+	e.runPod(pod.Name)
+	if got := e.waitJob(ep, job); got.Status != "COMPLETED" {
+		t.Errorf("job once the class exists: %+v", got)
 	}
 }

@@ -172,7 +172,14 @@ func New(ctx context.Context, cfg Config) (*Backend, error) {
 	if err != nil {
 		return nil, fmt.Errorf("kubernetes client: %w", err)
 	}
-	return newBackend(ctx, cfg, cs)
+	b, err := newBackend(ctx, cfg, cs)
+	if err != nil {
+		return nil, err
+	}
+	if cfg.PodTemplate != nil {
+		b.checkTemplate(ctx)
+	}
+	return b, nil
 }
 
 // newBackend is New on a clientset (tests: a fake one).

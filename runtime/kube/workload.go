@@ -172,3 +172,28 @@ func (b *Backend) findOwner(ctx context.Context) (*metav1.OwnerReference, error)
 	b.log.Info("worker pods have no owner: Berth's own Pod is not a StatefulSet's", "pod", b.cfg.SelfPod)
 	return nil, nil
 }
+
+// checkTemplate asks the API server to admit, without storing it
+// (dryRun), a Pod with the operator's template merged, so what the
+// cluster refuses in it — a RuntimeClass or PriorityClass that does not
+// exist, a value its validation rejects — is in the log at start rather
+// than first at a worker's start (where the endpoint says it too). Not
+// fatal: the class may be made later, and a quota may refuse the probe
+// for reasons of the moment.
+func (b *Backend) checkTemplate(ctx context.Context) {
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "berth-pod-template-check", Namespace: b.cfg.Namespace, Labels: b.objectLabels(componentWorker)},
+		Spec: corev1.PodSpec{RestartPolicy: corev1.RestartPolicyNever, AutomountServiceAccountToken: ptr(false),
+			Containers: []corev1.Container{{Name: container, Image: "berth-pod-template-check"}}},
+	}
+	if err := b.cfg.PodTemplate.Apply(pod); err != nil {
+		b.log.Warn("the operator's pod template does not merge into a plain pod", "err", err)
+		return
+	}
+	_, err := b.cs.CoreV1().Pods(b.cfg.Namespace).Create(ctx, pod, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+	if err != nil && !apierrors.IsAlreadyExists(err) {
+		b.log.Warn("the cluster refuses a pod made with the operator's pod template: workers will not start until this is fixed", "err", err)
+		return
+	}
+	b.log.Info("the cluster admits a pod made with the operator's pod template (dry run)")
+}
