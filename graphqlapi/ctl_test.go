@@ -2,6 +2,7 @@ package graphqlapi_test
 
 import (
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 
@@ -99,8 +100,10 @@ func TestRunpodctlEndpoints(t *testing.T) {
 		t.Errorf("updateEndpointTemplate: %+v", upd)
 	}
 
-	// UpdateEndpointModels: saveEndpoint with id round-trips the config;
-	// no model references is an update, some are refused.
+	// UpdateEndpointModels (serverless update --model-reference,
+	// --clear-models): saveEndpoint with id round-trips the config with
+	// the new modelReferences, read back; a malformed one is refused
+	// naming the field and changes nothing; [] clears them.
 	round := J{"id": ep.ID, "name": "renamed", "templateId": tpl2.ID, "gpuIds": "ADA_24", "gpuCount": 1, "instanceIds": nil,
 		"workersMin": 0, "workersMax": 4, "locations": "", "networkVolumeId": "", "networkVolumeIds": []J{{"networkVolumeId": v1.ID}},
 		"idleTimeout": 60, "scalerType": "REQUEST_COUNT", "scalerValue": 3, "executionTimeoutMs": 120000, "minCudaVersion": "12.4",
@@ -110,11 +113,26 @@ func TestRunpodctlEndpoints(t *testing.T) {
 	if same.ID != ep.ID || same.Name != "renamed" || same.WorkersMin != 0 || len(same.NetworkVolumeIds) != 1 {
 		t.Errorf("saveEndpoint with id: %+v", same)
 	}
+	models := []string{"https://huggingface.co/Qwen/Qwen2.5-0.5B-Instruct:main", "https://huggingface.co/acme/tiny"}
+	round["modelReferences"] = models
+	e.ctl(fixture(t, "runpodctl/update_endpoint_models.graphql"), J{"input": round}).ok(t, "saveEndpoint", &same)
+	if !slices.Equal(same.ModelReferences, models) {
+		t.Errorf("saveEndpoint modelReferences: %q, want %q", same.ModelReferences, models)
+	}
+	round["name"] = "renamed-again"
 	round["modelReferences"] = []string{"meta-llama/Llama-3-8B"}
-	e.ctl(fixture(t, "runpodctl/update_endpoint_models.graphql"), J{"input": round}).refused(t, "saveEndpoint", "modelReferences")
+	e.ctl(fixture(t, "runpodctl/update_endpoint_models.graphql"), J{"input": round}).refused(t, "saveEndpoint", "modelReferences[0]", "https://huggingface.co/ORG/NAME")
+	round["modelReferences"] = []string{"https://huggingface.co/acme/tiny\n"}
+	e.ctl(fixture(t, "runpodctl/update_endpoint_models.graphql"), J{"input": round}).refused(t, "saveEndpoint", "modelReferences[0]", "control character")
 	e.rest("GET", "/v1/endpoints/"+ep.ID, nil, 200, &rec)
-	if rec.Name != "renamed" {
+	if rec.Name != "renamed" || !slices.Equal(rec.ModelReferences, models) {
 		t.Errorf("a refused update changed the endpoint: %+v", rec)
+	}
+	round["name"] = "renamed"
+	round["modelReferences"] = []string{}
+	e.ctl(fixture(t, "runpodctl/update_endpoint_models.graphql"), J{"input": round}).ok(t, "saveEndpoint", &same)
+	if len(same.ModelReferences) != 0 {
+		t.Errorf("--clear-models left %q", same.ModelReferences)
 	}
 
 	// Variables are checked against the schema like literals.

@@ -236,8 +236,8 @@ func (a *endpointInput) mgmt(create bool) (mgmt.EndpointInput, error) {
 	if err := refuseSet("hubReleaseId", a.HubReleaseId, "the RunPod Hub is not available on Berth; create a template with the image and an endpoint from it"); err != nil {
 		return in, err
 	}
-	if a.ModelReferences != nil && len(*a.ModelReferences) > 0 {
-		return in, unsupported("modelReferences", "modelReferences: Berth has no model repository; put the model in the image or on a network volume")
+	if a.ModelReferences != nil {
+		in.ModelReferences = append([]string{}, *a.ModelReferences...) // [] clears (runpodctl's --clear-models)
 	}
 	in.Name, in.TemplateID, in.MinCudaVersion, in.ScalerType = a.Name, given(a.TemplateId), given(a.MinCudaVersion), a.ScalerType
 	// "" is not given: runpodctl sends the gpuIds it read, "" when its

@@ -178,7 +178,7 @@ func TestPythonRefusalsStoreNothing(t *testing.T) {
 		{"bad ports", strings.Replace(fixture(t, "runpod-python/create_template.graphql", "name", "p", "image", "alpine:3", "dockerArgs", ""), `ports: ""`, `ports: "8888/udp"`, 1), "saveTemplate", []string{"ports", "8888/udp"}},
 		{"unclosed quote", fixture(t, "runpod-python/create_template.graphql", "name", "q", "image", "alpine:3", "dockerArgs", `run \"x`), "saveTemplate", []string{"dockerArgs"}},
 		{"empty image", fixture(t, "runpod-python/create_template.graphql", "name", "q", "image", "", "dockerArgs", ""), "saveTemplate", []string{"imageName"}},
-		{"model repository", `mutation { saveEndpoint(input: {name: "m", templateId: "` + tpl.ID + `", modelReferences: ["hf/llama"]}) { id } }`, "saveEndpoint", []string{"modelReferences", "model repository"}},
+		{"model reference", `mutation { saveEndpoint(input: {name: "m", templateId: "` + tpl.ID + `", modelReferences: ["hf/llama"]}) { id } }`, "saveEndpoint", []string{"modelReferences[0]", "not a Hugging Face model reference"}},
 		{"hub", `mutation { saveEndpoint(input: {name: "m", hubReleaseId: "rel1"}) { id } }`, "saveEndpoint", []string{"hubReleaseId", "Hub"}},
 		{"inline template, bad endpoint", `mutation { saveEndpoint(input: {name: "m", idleTimeout: 0, template: {name: "inline", imageName: "alpine:3"}}) { id } }`, "saveEndpoint", []string{"idleTimeout"}},
 		{"inline template, unknown volume", `mutation { saveEndpoint(input: {name: "m", networkVolumeId: "nosuchvol0", template: {name: "inline", imageName: "alpine:3"}}) { id } }`, "saveEndpoint", []string{"networkVolumeId"}},

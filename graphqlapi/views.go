@@ -229,7 +229,7 @@ func (v endpointView) Version() int32              { return i32(v.e.Version) }
 func (v endpointView) CreatedAt() string           { return v.e.CreatedAt.UTC().Format(time.RFC3339) }
 func (v endpointView) AiKey() *string              { return nil }
 func (v endpointView) Warnings() []string          { return renameWarnings(v.e.Warnings, endpointFields) }
-func (v endpointView) ModelReferences() []string   { return []string{} }
+func (v endpointView) ModelReferences() []string   { return append([]string{}, v.e.ModelReferences...) }
 func (v endpointView) FlashBootType() string {
 	if v.e.Flashboot {
 		return "FLASHBOOT"

@@ -38,6 +38,7 @@ type EndpointInput struct {
 	Flashboot           *bool
 	ExecutionTimeoutMs  *int64
 	Env                 map[string]string
+	ModelReferences     []string // nil: not given; [] clears
 }
 
 // EndpointOptions are a call's options beyond the endpoint's fields.
@@ -256,6 +257,15 @@ func applyEndpoint(e *store.Endpoint, in EndpointInput, opt EndpointOptions, cre
 		}
 		e.Env = in.Env
 	}
+	if in.ModelReferences != nil {
+		if err := CheckModelReferences("modelReferences", in.ModelReferences); err != nil {
+			return err
+		}
+		e.ModelReferences = slices.Clone(in.ModelReferences)
+		if len(e.ModelReferences) == 0 {
+			e.ModelReferences = nil
+		}
+	}
 	if err := checkCompute(e, in); err != nil {
 		return err
 	}
@@ -463,7 +473,8 @@ func EndpointRolls(a, b store.Endpoint) bool {
 	return a.TemplateID != b.TemplateID || !maps.Equal(a.Env, b.Env) ||
 		!slices.Equal(a.GPUTypeIDs, b.GPUTypeIDs) || a.GPUCount != b.GPUCount || a.VCPUCount != b.VCPUCount ||
 		!slices.Equal(a.CPUFlavorIDs, b.CPUFlavorIDs) || !slices.Equal(a.InstanceIDs, b.InstanceIDs) ||
-		a.NetworkVolumeID != b.NetworkVolumeID || !slices.Equal(a.NetworkVolumeIDs, b.NetworkVolumeIDs)
+		a.NetworkVolumeID != b.NetworkVolumeID || !slices.Equal(a.NetworkVolumeIDs, b.NetworkVolumeIDs) ||
+		!slices.Equal(a.ModelReferences, b.ModelReferences)
 }
 
 // UpdateEndpoint applies in to endpoint id, bumping its version when its

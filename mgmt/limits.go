@@ -74,6 +74,7 @@ var (
 	LimitInstanceIDs  = Limit{"instanceIds", 0, 64, "entries", ""}
 	LimitCudaVersions = Limit{"allowedCudaVersions", 0, 32, "entries", ""}
 	LimitCountryCodes = Limit{"countryCodes", 0, 64, "entries", ""}
+	LimitModelRefs    = Limit{"modelReferences", 0, 16, "entries", ""}
 	// Any id a request names (templateId, a volume id, a GPU type…).
 	LimitID = Limit{"id", 1, 128, "characters", ""}
 	// Pods' placement hints.
@@ -93,7 +94,7 @@ var AllLimits = []Limit{
 	LimitName, LimitImage, LimitCmdWords, LimitCmdChars, LimitEnvEntries, LimitEnvName, LimitEnvValue, LimitPorts,
 	LimitReadme, LimitMountPath, LimitContainerDisk, LimitPodVolume, LimitVolumeSize, LimitShmSize, LimitGPUCount, LimitVCPUs, LimitVCPUsBeside,
 	LimitWorkersMin, LimitWorkersMax, LimitIdleTimeout, LimitQueueDelay, LimitRequestCount, LimitExecTimeout,
-	LimitGPUIDs, LimitDataCenters, LimitVolumeIDs, LimitInstanceIDs, LimitCudaVersions, LimitCountryCodes, LimitID,
+	LimitGPUIDs, LimitDataCenters, LimitVolumeIDs, LimitInstanceIDs, LimitCudaVersions, LimitCountryCodes, LimitModelRefs, LimitID,
 	LimitMinRAMPerGPU, LimitMinVCPUPerGPU, LimitBandwidth, LimitRegistryUser, LimitRegistryPassword,
 	LimitSSHKeys, LimitSSHKeyLen,
 }

@@ -38,6 +38,7 @@ func endpointDiff(a, b store.Endpoint) []store.ReleaseDiff {
 	add("instanceIds", a.InstanceIDs, b.InstanceIDs, slices.Equal(a.InstanceIDs, b.InstanceIDs))
 	add("networkVolumeId", a.NetworkVolumeID, b.NetworkVolumeID, a.NetworkVolumeID == b.NetworkVolumeID)
 	add("networkVolumeIds", a.NetworkVolumeIDs, b.NetworkVolumeIDs, slices.Equal(a.NetworkVolumeIDs, b.NetworkVolumeIDs))
+	add("modelReferences", a.ModelReferences, b.ModelReferences, slices.Equal(a.ModelReferences, b.ModelReferences))
 	return d
 }
 

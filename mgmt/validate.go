@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"berth/gpu"
+	"berth/hfcache"
 )
 
 // DataCenterID is the one data centre a Berth host is.
@@ -462,6 +463,31 @@ func applyDisks(disk, volume *int, mount *string, toDisk, toVolume *int, toMount
 	}
 	if mount != nil {
 		*toMount = *mount
+	}
+	return nil
+}
+
+// CheckModelReferences is the one rule of an endpoint's model references:
+// at most LimitModelRefs, each one line of text and a Hugging Face
+// reference (hfcache.ParseRef), none naming the same model twice.
+func CheckModelReferences(field string, refs []string) error {
+	if err := LimitModelRefs.CheckCount(field, len(refs)); err != nil {
+		return err
+	}
+	seen := map[hfcache.Ref]bool{}
+	for i, s := range refs {
+		f := fmt.Sprintf("%s[%d]", field, i)
+		if err := CheckText(f, s, false); err != nil {
+			return invalid(field, "%v", err)
+		}
+		r, err := hfcache.ParseRef(s)
+		if err != nil {
+			return invalid(field, "%s: %v", f, err)
+		}
+		if seen[r] {
+			return invalid(field, "%s: %s is given twice", f, quote(s))
+		}
+		seen[r] = true
 	}
 	return nil
 }

@@ -74,7 +74,10 @@ type Endpoint struct {
 	Flashboot           bool              `json:"flashboot"`
 	ExecutionTimeoutMs  int64             `json:"executionTimeoutMs"`
 	Env                 map[string]string `json:"env"`
-	CreatedAt           time.Time         `json:"createdAt"`
+	// ModelReferences are the Hugging Face models the endpoint's workers
+	// start with (https://huggingface.co/ORG/NAME[:REF], as given).
+	ModelReferences []string  `json:"modelReferences,omitempty"`
+	CreatedAt       time.Time `json:"createdAt"`
 	// Warnings (Berth) name ids accepted but unknown to Berth (a GPU
 	// type or data centre), so they match nothing or only this host.
 	Warnings []string `json:"warnings,omitempty"`

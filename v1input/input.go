@@ -98,6 +98,10 @@ type EndpointInput struct {
 	Flashboot           *bool             `json:"flashboot"`
 	ExecutionTimeoutMs  *int64            `json:"executionTimeoutMs"`
 	Env                 map[string]string `json:"env"`
+	// ModelReferences is Berth's (RunPod's REST documents lack it; its
+	// GraphQL and runpodctl have it): Hugging Face models the workers
+	// start with.
+	ModelReferences []string `json:"modelReferences"`
 }
 
 // Mgmt is the input in mgmt's terms: v1's endpoint input has mgmt's fields
