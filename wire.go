@@ -113,6 +113,8 @@ func serveConfig(o cli.ServeOptions) app.Config {
 			StorageClass: o.StorageClass, VolumeAccessMode: o.VolumeAccessMode, ServiceType: o.ServiceType,
 			SelfPod: os.Getenv("POD_NAME"), SelfNamespace: os.Getenv("POD_NAMESPACE"), PodTemplate: o.KubePodTemplate}
 	}
+	c.Models = app.Models{Endpoint: o.HFEndpoint, Token: o.HFToken, MaxBytes: int64(o.ModelsMaxGB * 1e9),
+		Slots: o.ModelsSlots, BytesPerSecond: int64(o.ModelsBandwidth * 1e6)}
 	c.LB.Domain = os.Getenv("BERTH_LB_DOMAIN")
 	c.LB.Timeout, _ = time.ParseDuration(os.Getenv("BERTH_LB_TIMEOUT"))
 	return c

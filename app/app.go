@@ -103,6 +103,8 @@ type Config struct {
 	// called too, after the composition's.
 	Queue   queue.Config
 	Runtime runtime.Config
+	// Models configures the model cache (docs/models.md).
+	Models Models
 	// Series: the dashboard's plots (its Clock, Endpoints and Sample are
 	// the composition's; SampleEvery and MaxEndpoints are used as given).
 	Series series.Config
@@ -142,6 +144,7 @@ type App struct {
 	backend   runtime.Backend     // nil without a runtime
 	sup       *runtime.Supervisor // nil without Docker
 	cleaner   *cleaner.Service
+	models    *modelSync // nil: no model cache (no Docker runtime)
 	builds    *builder.Service
 	inst      string
 
@@ -229,6 +232,9 @@ func (a *App) Start(ctx context.Context) error {
 		}
 	}
 	a.cleaner.Start(context.Background())
+	if a.models != nil {
+		a.models.start()
+	}
 	if err := a.builds.Start(); err != nil {
 		return err
 	}
@@ -335,6 +341,9 @@ func (a *App) Stop(ctx context.Context) error {
 		if err := store.StampAlive(a.db, a.cfg.Clock.Now()); err != nil {
 			a.log.Warn("stamp the stop time", "err", err)
 		}
+	}
+	if a.models != nil {
+		a.models.stop()
 	}
 	if a.sup != nil {
 		a.sup.Stop()

@@ -45,10 +45,13 @@ func (a *App) startRuntime(log *slog.Logger) error {
 			a.dock = dock
 			a.closers = append(a.closers, func() { dock.Close() })
 			dock.OnPull = a.metrics.Pull
-			backend, err = docker.NewBackend(dock, docker.Config{
-				Instance: a.inst, DataDir: cfg.DataDir, Devices: cfg.DiscoverGPUs,
-				VolumePath: func(id string) (string, error) { return mgmt.VolumePath(cfg.DataDir, id), nil },
-			})
+			var modelsDir string
+			if modelsDir, err = a.newModels(log); err == nil {
+				backend, err = docker.NewBackend(dock, docker.Config{
+					Instance: a.inst, DataDir: cfg.DataDir, Devices: cfg.DiscoverGPUs, ModelsDir: modelsDir,
+					VolumePath: func(id string) (string, error) { return mgmt.VolumePath(cfg.DataDir, id), nil },
+				})
+			}
 		}
 		if err != nil {
 			if cfg.Docker == DockerRequired {
@@ -107,6 +110,9 @@ func (a *App) newSupervisor(log *slog.Logger, base string) error {
 		}
 	}
 	rc.WorkerBaseURL = base
+	if a.models != nil {
+		rc.Models = a.models.wait
+	}
 	ping := cfg.HTTP.PingInterval
 	if ping <= 0 {
 		ping = PingInterval

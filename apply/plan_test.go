@@ -135,3 +135,30 @@ func TestPlan(t *testing.T) {
 		t.Errorf("reference to the server's template: %v %v", acts, err)
 	}
 }
+
+// TestPlanModelReferences: an endpoint's modelReferences are applied like
+// its other fields: equal is unchanged, a different list is an update of
+// that field alone.
+func TestPlanModelReferences(t *testing.T) {
+	file := mustParse(t, `{"templates": [{"name": "w", "imageName": "me/w:1", "isServerless": true}],
+		"endpoints": [{"name": "e", "template": "w", "modelReferences": ["https://huggingface.co/acme/tiny:v1"]}]}`)
+	st := State{
+		Templates: []store.Template{{ID: "t1", Name: "w", ImageName: "me/w:1", IsServerless: true, Env: map[string]string{}, Ports: []string{}}},
+		Endpoints: []store.Endpoint{{ID: "e1", Name: "e", TemplateID: "t1", ModelReferences: []string{"https://huggingface.co/acme/tiny:v1"}}},
+	}
+	acts, err := Plan(file, st, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := ops(acts); got[1] != "= endpoint e (e1)" {
+		t.Errorf("same models: %q", got)
+	}
+	st.Endpoints[0].ModelReferences = nil
+	acts, err = Plan(file, st, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := ops(acts); !strings.HasPrefix(got[1], "~ endpoint e (e1): modelReferences") || len(acts[1].fields) != 1 {
+		t.Errorf("new models: %q %v", got, acts[1].fields)
+	}
+}

@@ -207,6 +207,24 @@ func TestManagementVerbs(t *testing.T) {
 	if ep["workersMin"] != 1.0 || ep["idleTimeout"] != 7.0 || ep["name"] != "cli-ep" {
 		t.Fatalf("endpoint update: %v", ep)
 	}
+	// Model references: --model (repeatable) sets the list, --clear-models
+	// empties it, a malformed one is a 400 naming the field.
+	m1, m2 := "https://huggingface.co/acme/tiny:v1", "https://huggingface.co/acme/other"
+	b.ok(&ep, "endpoint", "update", eid, "--model", m1, "--model", m2, "--json")
+	if ms, _ := ep["modelReferences"].([]any); len(ms) != 2 || ms[0] != m1 || ms[1] != m2 {
+		t.Fatalf("endpoint update --model: %v", ep["modelReferences"])
+	}
+	b.fails(ExitError, []string{"400", "modelReferences[0]", "https://huggingface.co/ORG/NAME"}, "endpoint", "update", eid, "--model", "acme/tiny")
+	b.fails(ExitUsage, []string{"exclude each other"}, "endpoint", "update", eid, "--model", m1, "--clear-models")
+	b.ok(&ep, "endpoint", "get", eid, "--json")
+	if ms, _ := ep["modelReferences"].([]any); len(ms) != 2 {
+		t.Fatalf("a refused update changed the models: %v", ep["modelReferences"])
+	}
+	ep = rec{}
+	b.ok(&ep, "endpoint", "update", eid, "--clear-models", "--json")
+	if ms, ok := ep["modelReferences"]; ok {
+		t.Fatalf("endpoint update --clear-models: %v", ms)
+	}
 	// Two workers attached with worker-env: --workers lists them.
 	b.ok(nil, "worker-env", eid)
 	b.ok(nil, "worker-env", eid)

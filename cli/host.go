@@ -251,6 +251,12 @@ func serveCommand(a *app) *cobra.Command {
 		}
 		return def
 	}
+	envFloat := func(name string, def float64) float64 {
+		if f, err := strconv.ParseFloat(a.o.Getenv(name), 64); err == nil {
+			return f
+		}
+		return def
+	}
 	envBool := func(name string, def bool) bool {
 		if b, err := strconv.ParseBool(a.o.Getenv(name)); err == nil {
 			return b
@@ -301,6 +307,13 @@ default socket). Every flag has an environment variable (in brackets).`,
 			if o.WorkerVCPUsPerGPU < 0 || o.WorkerMemoryGiBPerGPU < 0 {
 				return usageErr("--worker-vcpus-per-gpu and --worker-memory-per-gpu must be 0 (the default rule) or more, got %d and %d", o.WorkerVCPUsPerGPU, o.WorkerMemoryGiBPerGPU)
 			}
+			if o.ModelsMaxGB < 0 || o.ModelsSlots < 1 || o.ModelsSlots > 64 || o.ModelsBandwidth < 0 {
+				return usageErr("--models-max-gb and --models-bandwidth must be 0 or more and --models-slots 1–64, got %g, %g and %d", o.ModelsMaxGB, o.ModelsBandwidth, o.ModelsSlots)
+			}
+			if u, err := url.Parse(o.HFEndpoint); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+				return usageErr("--hf-endpoint must be an http(s) URL such as https://huggingface.co, got %q", o.HFEndpoint)
+			}
+			o.HFToken = env("BERTH_HF_TOKEN", a.o.Getenv("HF_TOKEN"))
 			allow, err := queue.ParseWebhookAllow(webhookAllow)
 			if err != nil {
 				return usageErr("%v", err)
@@ -328,6 +341,10 @@ default socket). Every flag has an environment variable (in brackets).`,
 	f.IntVar(&o.FlashMinMemMiB, "flashboot-min-memory", envInt("BERTH_FLASHBOOT_MIN_MEMORY", 512), "flashboot: while the host has less than this many MiB available (MemAvailable), frozen workers are stopped, least recently used first; 0 never [BERTH_FLASHBOOT_MIN_MEMORY]")
 	f.IntVar(&o.WorkerVCPUsPerGPU, "worker-vcpus-per-gpu", envInt("BERTH_WORKER_VCPUS_PER_GPU", 0), "vCPUs a GPU worker requests per GPU (Kubernetes schedules by it); 0: 2 [BERTH_WORKER_VCPUS_PER_GPU]")
 	f.IntVar(&o.WorkerMemoryGiBPerGPU, "worker-memory-per-gpu", envInt("BERTH_WORKER_MEMORY_PER_GPU", 0), "GiB of memory a GPU worker requests per GPU (Kubernetes schedules by it; /dev/shm is half a worker's memory); 0: half the GPU's memory, at least 8 [BERTH_WORKER_MEMORY_PER_GPU]")
+	f.StringVar(&o.HFEndpoint, "hf-endpoint", env("BERTH_HF_ENDPOINT", env("HF_ENDPOINT", "https://huggingface.co")), "the Hugging Face Hub (or mirror) endpoints' model references are downloaded from; the token is BERTH_HF_TOKEN or HF_TOKEN [BERTH_HF_ENDPOINT, HF_ENDPOINT]")
+	f.Float64Var(&o.ModelsMaxGB, "models-max-gb", envFloat("BERTH_MODELS_MAX_GB", 0), "cap of the model cache (DATA/models) in GB; models no endpoint names are evicted, least recently used first; 0: no cap [BERTH_MODELS_MAX_GB]")
+	f.IntVar(&o.ModelsSlots, "models-slots", envInt("BERTH_MODELS_SLOTS", 4), "model files downloading at once, over all models [BERTH_MODELS_SLOTS]")
+	f.Float64Var(&o.ModelsBandwidth, "models-bandwidth", envFloat("BERTH_MODELS_BANDWIDTH", 0), "MB/s all model downloads may use together; 0: unbounded [BERTH_MODELS_BANDWIDTH]")
 	f.StringVar(&o.Runtime, "runtime", env("BERTH_RUNTIME", "docker"), "where workers and pods run: docker (containers of the local daemon) or kubernetes (Pods of --namespace) [BERTH_RUNTIME]")
 	f.StringVar(&o.Kubeconfig, "kubeconfig", env("KUBECONFIG", ""), "kubernetes: the kubeconfig file; empty: the in-cluster service account when Berth runs in a Pod, else ~/.kube/config [KUBECONFIG]")
 	f.StringVar(&o.Namespace, "namespace", env("BERTH_NAMESPACE", ""), "kubernetes: the namespace of Berth's Pods, Services, Secrets and volume claims; empty: the kubeconfig's (in a Pod: its own) [BERTH_NAMESPACE]")

@@ -368,6 +368,7 @@ type inputFlags struct {
 
 type inputField struct {
 	json, flag string
+	clear      string // a bool flag that sets the field to [] ("" none)
 	get        func() any
 }
 
@@ -406,6 +407,18 @@ func newInputFlags(fs *pflag.FlagSet, t reflect.Type) *inputFlags {
 		fl := flagName(name)
 		help := "the " + name + " field"
 		var get func() any
+		if name == "modelReferences" {
+			// runpodctl's --model-reference and --clear-models, shorter.
+			p := fs.StringArray("model", nil, "a Hugging Face model the workers start with, https://huggingface.co/ORG/NAME[:REF]; repeat the flag for more (replaces the list)")
+			clear := fs.Bool("clear-models", false, "remove every model reference")
+			in.fields = append(in.fields, inputField{json: name, flag: "model", clear: "clear-models", get: func() any {
+				if *clear || *p == nil {
+					return []string{}
+				}
+				return *p
+			}})
+			continue
+		}
 		ft := f.Type
 		if ft.Kind() == reflect.Pointer && ft.Elem().Kind() != reflect.Slice {
 			ft = ft.Elem()
@@ -469,7 +482,10 @@ func (in *inputFlags) body(cmd *cobra.Command, file string, stdin io.Reader) (ma
 		}
 	}
 	for _, f := range in.fields {
-		if changed(in.fs, f.flag) {
+		if f.clear != "" && changed(in.fs, f.clear) && changed(in.fs, f.flag) {
+			return nil, usageErr("--%s and --%s exclude each other", f.clear, f.flag)
+		}
+		if changed(in.fs, f.flag) || (f.clear != "" && changed(in.fs, f.clear)) {
 			if m, ok := f.get().(map[string]string); ok {
 				for k := range m {
 					if k == "" {

@@ -236,6 +236,14 @@ type ServeOptions struct {
 	BuildStepTimeout   time.Duration
 	BuildTimeout       time.Duration
 	BuildConcurrency   int
+	// The model cache (docs/models.md): the Hub's base URL, the token
+	// (from the environment only: a flag would show in ps), the cap in GB
+	// (0: none), files downloading at once, and MB/s (0: unbounded).
+	HFEndpoint      string
+	HFToken         string
+	ModelsMaxGB     float64
+	ModelsSlots     int
+	ModelsBandwidth float64
 	// Apply is a declarative file (package apply) made true once Berth
 	// runs, before it reports ready; ApplyPrune deletes what it does not
 	// name.

@@ -267,7 +267,30 @@ func TestRunpodctlCommands(t *testing.T) {
 				}
 			}},
 		{cmd: "serverless update", args: []string{"serverless", "update", "{cpuep}", "--clear-models"}, want: []string{"ctl-cpu", "cpu3c-2-4"}},
-		{cmd: "serverless update", args: []string{"serverless", "update", "{ep}", "--model-reference", "https://huggingface.co/org/model:main"}, fail: true, want: []string{"model"}},
+		// Cached models: --model-reference (repeatable) replaces the list,
+		// read back by runpodctl and REST; --clear-models empties it; a
+		// malformed reference is refused naming the field.
+		{cmd: "serverless update", args: []string{"serverless", "update", "{ep}", "--model-reference", "https://huggingface.co/org/model:main",
+			"--model-reference", "https://huggingface.co/org/other"}, want: []string{"ctl-ep-2"},
+			then: func(t *testing.T, _ string) {
+				var e struct{ ModelReferences []string }
+				s.rest("GET", "/v1/endpoints/"+vars["ep"], nil, 200, &e)
+				if !slices.Equal(e.ModelReferences, []string{"https://huggingface.co/org/model:main", "https://huggingface.co/org/other"}) {
+					t.Errorf("after serverless update --model-reference: %q", e.ModelReferences)
+				}
+			}},
+		{cmd: "serverless update", args: []string{"serverless", "update", "{ep}", "--model-reference", "org/model"}, fail: true, want: []string{"modelReferences[0]"}},
+		{cmd: "serverless update", args: []string{"serverless", "update", "{ep}", "--clear-models"}, want: []string{"ctl-ep-2"},
+			then: func(t *testing.T, _ string) {
+				var e struct{ ModelReferences []string }
+				s.rest("GET", "/v1/endpoints/"+vars["ep"], nil, 200, &e)
+				if len(e.ModelReferences) != 0 {
+					t.Errorf("after serverless update --clear-models: %q", e.ModelReferences)
+				}
+			}},
+		{cmd: "serverless create", args: []string{"serverless", "create", "--name", "ctl-models", "--template-id", "{wtpl}", "--gpu-id", "ADA_24", "--workers-max", "0",
+			"--model-reference", "https://huggingface.co/Qwen/Qwen2.5-0.5B-Instruct:main"}, want: []string{"ctl-models", "https://huggingface.co/Qwen/Qwen2.5-0.5B-Instruct:main"},
+			save: map[string]string{"mep": "id"}},
 
 		{cmd: "ssh add-key", args: []string{"ssh", "add-key", "--key", key}},
 		{cmd: "ssh list-keys", args: []string{"ssh", "list-keys"}, want: []string{"ctl@berth", "runpodctl-ssh-key"}},
@@ -310,6 +333,7 @@ func TestRunpodctlCommands(t *testing.T) {
 		{cmd: "ssh remove-key", args: []string{"ssh", "remove-key", "--name", "ctl@berth"}},
 		{cmd: "serverless delete", args: []string{"serverless", "delete", "{ep}"}},
 		{cmd: "serverless delete", args: []string{"serverless", "delete", "{cpuep}"}},
+		{cmd: "serverless delete", args: []string{"serverless", "delete", "{mep}"}},
 		{cmd: "pod delete", args: []string{"pod", "delete", "{pod}"}},
 		{cmd: "template delete", args: []string{"template", "delete", "{tpl}"}},
 		{cmd: "template delete", args: []string{"template", "delete", "{wtpl}"}},

@@ -51,6 +51,12 @@ type stack struct {
 
 func newStack(t testing.TB) *stack {
 	t.Helper()
+	return newStackWith(t, nil)
+}
+
+// newStackWith is newStack with the Config changed by set first.
+func newStackWith(t testing.TB, set func(*app.Config)) *stack {
+	t.Helper()
 	dockertest.Require(t)
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	if testing.Verbose() {
@@ -63,6 +69,9 @@ func newStack(t testing.TB) *stack {
 	cfg.Runtime.TickInterval, cfg.Runtime.ResyncInterval = 100*time.Millisecond, 2*time.Second
 	cfg.Runtime.BackoffBase, cfg.Runtime.BackoffMax = 200*time.Millisecond, 3*time.Second
 	cfg.LB.Domain, cfg.LB.ProbeInterval, cfg.LB.UnhealthyAfter = "lb.test", 200*time.Millisecond, 3*time.Second
+	if set != nil {
+		set(&cfg)
+	}
 	a, err := app.New(cfg)
 	if err != nil {
 		t.Fatal(err)

@@ -2,6 +2,7 @@ package httpapi_test
 
 import (
 	"encoding/json"
+	"fmt"
 	"slices"
 	"sort"
 
@@ -633,5 +634,49 @@ func TestV2EndpointOwnTemplate(t *testing.T) {
 	e.must(204, "DELETE", "/v2/serverless/"+ep.ID, nil, nil)
 	if l := listed(); l[own] || !l[user.ID] || !l[other.ID] {
 		t.Errorf("after DELETE: templates %v; own %s must be gone, %s and %s kept", l, own, user.ID, other.ID)
+	}
+}
+
+// TestModelReferencesOnREST: modelReferences (Berth's field on v1 and v2,
+// RunPod's GraphQL field) is taken on create and PATCH, read back on both
+// versions, [] clears it, and a malformed or control-character reference
+// is a 400 naming the field that changes nothing.
+func TestModelReferencesOnREST(t *testing.T) {
+	e := newValidatingServer(t)
+	var tpl v2Template
+	e.must(201, "POST", "/v2/templates", J{"name": "m", "image": "alpine:3", "serverless": true}, &tpl)
+	refs := []string{"https://huggingface.co/Qwen/Qwen2.5-0.5B-Instruct", "https://huggingface.co/acme/tiny:v1.0"}
+	var ep struct {
+		ID              string
+		ModelReferences []string
+	}
+	e.must(201, "POST", "/v2/serverless", J{"name": "ep", "type": "QUEUE", "templateId": tpl.ID, "gpu": J{"pools": []string{"ADA_24"}},
+		"scaling": J{"type": "QUEUE_DELAY", "queueDelay": 4}, "modelReferences": refs}, &ep)
+	if !slices.Equal(ep.ModelReferences, refs) {
+		t.Fatalf("v2 create: %q", ep.ModelReferences)
+	}
+	var v1 struct{ ModelReferences []string }
+	e.must(200, "GET", "/v1/endpoints/"+ep.ID, nil, &v1)
+	if !slices.Equal(v1.ModelReferences, refs) {
+		t.Fatalf("v1 read: %q", v1.ModelReferences)
+	}
+	if out := string(e.must(400, "PATCH", "/v2/serverless/"+ep.ID, J{"modelReferences": []string{"Qwen/Qwen2.5"}}, nil)); !strings.Contains(out, `$.modelReferences: modelReferences[0]: \"Qwen/Qwen2.5\" is not a Hugging Face model reference`) {
+		t.Errorf("v2 400: %s", out)
+	}
+	e.mustErr(400, "PATCH", "/v1/endpoints/"+ep.ID, J{"modelReferences": []string{"https://huggingface.co/a/b\u0007"}}, "modelReferences[0]", "control character")
+	many := make([]string, 17)
+	for i := range many {
+		many[i] = fmt.Sprintf("https://huggingface.co/acme/m%d", i)
+	}
+	e.mustErr(400, "PATCH", "/v1/endpoints/"+ep.ID, J{"modelReferences": many}, "modelReferences")
+	e.mustErr(400, "PATCH", "/v1/endpoints/"+ep.ID, J{"modelReferences": []string{refs[0], refs[0] + ":main"}}, "given twice")
+	e.must(200, "GET", "/v2/serverless/"+ep.ID, nil, &ep)
+	if !slices.Equal(ep.ModelReferences, refs) {
+		t.Fatalf("a refused change changed the models: %q", ep.ModelReferences)
+	}
+	ep.ModelReferences = nil
+	e.must(200, "PATCH", "/v2/serverless/"+ep.ID, J{"modelReferences": []string{}}, &ep)
+	if len(ep.ModelReferences) != 0 {
+		t.Fatalf("[] did not clear: %q", ep.ModelReferences)
 	}
 }

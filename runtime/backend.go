@@ -101,6 +101,8 @@ type Caps struct {
 	Restart bool
 	// NetworkVolumes: network volumes can be mounted.
 	NetworkVolumes bool
+	// Models: the model cache can be mounted (MountModels).
+	Models bool
 	// Place is where instances run, for messages: "this machine", "the
 	// cluster".
 	Place string
@@ -153,6 +155,14 @@ type Spec struct {
 const (
 	MountNetwork = "network" // a network volume, Mount.ID its id
 	MountPod     = "pod"     // a pod's own volume (volumeInGb), Mount.ID the pod id
+	MountModels  = "models"  // the model cache (hub layout), read-only
+)
+
+// Where workers find the model cache, as on RunPod; HF_HOME and
+// HF_HUB_CACHE point there.
+const (
+	ModelsHome   = "/runpod-volume/huggingface-cache"
+	ModelsTarget = ModelsHome + "/hub"
 )
 
 // Mount is a volume mounted into an instance.

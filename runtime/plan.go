@@ -167,6 +167,10 @@ type passInput struct {
 	ep        store.Endpoint
 	specKey   string
 	configErr string // the template cannot make workers ("" when it can)
+	// models: the endpoint's models are not complete (their progress);
+	// modelsOK: Berth can give workers models at all.
+	models   string
+	modelsOK bool
 	// noVolumeDir: the endpoint has a network volume but Berth has no
 	// volume directory; diskWarn: containerDiskInGb is not enforced.
 	noVolumeDir bool
@@ -199,6 +203,7 @@ type passPlan struct {
 	// first time, which clears failures and the unhealthy mark.
 	resetHealth, contacted bool
 	configErr, warning     string
+	models                 string // starts wait for the models (their progress)
 	observed               []workerObs
 	drains                 []drainPlan // kills first
 	freeze, thaw           []string
@@ -243,6 +248,12 @@ func planPass(in passInput) passPlan {
 	p.warning = in.gpu.warning
 	if in.gpu.need && p.configErr == "" {
 		p.configErr = in.gpu.typeErr
+	}
+	if len(ep.ModelReferences) > 0 && !in.modelsOK && p.configErr == "" {
+		p.configErr = "modelReferences: the " + in.runtime + " runtime cannot give workers cached models yet; put the model in the image or on a network volume"
+	}
+	if len(ep.ModelReferences) > 0 && in.modelsOK {
+		p.models = in.models
 	}
 	if ep.NetworkVolumeID != "" && in.noVolumeDir {
 		p.warning = joinNote(p.warning, "network volume "+ep.NetworkVolumeID+" is not mounted: Berth has no volume directory configured")
@@ -310,6 +321,8 @@ func planPass(in passInput) passPlan {
 	switch {
 	case p.configErr != "":
 		start = 0
+	case p.models != "":
+		start = 0 // no worker before its models are complete
 	case in.now.Before(nextStart):
 		start = 0
 	case in.health.exiting:

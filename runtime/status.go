@@ -139,6 +139,9 @@ func (s *Supervisor) Status(endpointID string) EndpointStatus {
 	if es.throttle != "" {
 		reasons = append(reasons, es.throttle)
 	}
+	if es.models != "" && es.configErr == "" {
+		reasons = append(reasons, es.models)
+	}
 	if es.maxReason != "" {
 		reasons = append(reasons, es.maxReason)
 	}

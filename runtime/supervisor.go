@@ -44,6 +44,13 @@ type Config struct {
 	// called from the autoscaler loop (about once per TickInterval).
 	Endpoints func() ([]store.Endpoint, error) // required
 	Template  func(id string) (store.Template, error)
+	// Models says whether an endpoint's model references are complete in
+	// the model cache: "" when they are (or it names none), else the one
+	// sentence of their progress ("downloading ORG/NAME: 312 MB of 988
+	// MB"). No worker of the endpoint starts until it is "". nil: Berth
+	// has no model cache, and an endpoint naming models cannot start.
+	Models func(ep store.Endpoint) (wait string)
+
 	// GPUs hands out the GPUs (made from Backend.Devices); nil (or an
 	// allocator with no devices) runs every worker and pod without a GPU.
 	GPUs *gpu.Allocator

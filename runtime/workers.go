@@ -88,6 +88,7 @@ type endpointState struct {
 	attempts  int // containers launched since Start
 
 	configErr string // blocks every start until the config changes
+	models    string // the endpoint's models are not complete: their progress
 	throttled int    // starts held back by GPU capacity in the last pass
 	throttle  string
 	maxReason string
@@ -116,7 +117,7 @@ func (s *Supervisor) scaleEndpoint(ep store.Endpoint) {
 	tmpl, terr := s.cfg.Template(ep.TemplateID)
 	in := passInput{
 		now: s.clock.Now(), ep: ep, specKey: specKey(ep, tmpl), configErr: templateError(ep, tmpl, terr),
-		noVolumeDir: !s.caps.NetworkVolumes, canPause: s.caps.Pause, runtime: s.b.Name(), place: s.caps.Place, stats: s.q.Stats(ep.ID), drainGrace: s.drainGrace(ep),
+		models: s.modelsWait(ep), modelsOK: s.cfg.Models != nil && s.caps.Models, noVolumeDir: !s.caps.NetworkVolumes, canPause: s.caps.Pause, runtime: s.b.Name(), place: s.caps.Place, stats: s.q.Stats(ep.ID), drainGrace: s.drainGrace(ep),
 		lim: observeLimits{initTimeout: s.cfg.InitTimeout, stopIgnoredAfter: s.cfg.StopIgnoredAfter, workerBaseURL: s.cfg.WorkerBaseURL},
 	}
 	qv := s.queueView(ep.ID)
@@ -192,7 +193,7 @@ func (s *Supervisor) planLocked(in *passInput, qv queueFacts) passExec {
 		es.nextStart, es.lastError = time.Time{}, ""
 	}
 	es.specKey = in.specKey
-	es.configErr, es.warning = plan.configErr, plan.warning
+	es.configErr, es.warning, es.models = plan.configErr, plan.warning, plan.models
 	es.want, es.maxReason = plan.want, plan.maxReason
 	for _, o := range plan.observed {
 		ws := s.workers[o.id]
@@ -852,6 +853,11 @@ func (s *Supervisor) workerSpec(ws *workerState, ep store.Endpoint, tmpl store.T
 	if ep.NetworkVolumeID != "" {
 		spec.Mounts = append(spec.Mounts, Mount{Kind: MountNetwork, ID: ep.NetworkVolumeID, Target: "/runpod-volume"})
 	}
+	if len(ep.ModelReferences) > 0 {
+		// Beside the network volume (a mount inside its mount), read-only.
+		spec.Mounts = append(spec.Mounts, Mount{Kind: MountModels, Target: ModelsTarget})
+		env["HF_HOME"], env["HF_HUB_CACHE"] = ModelsHome, ModelsTarget
+	}
 	spec.VCPUs, spec.MemoryMiB = cpuRequest(ep)
 	if len(ws.devices) > 0 {
 		spec.VCPUs, spec.MemoryMiB = gpuRequest(ws.devices, s.cfg.VCPUsPerGPU, s.cfg.MemoryGiBPerGPU)
@@ -933,4 +939,16 @@ func specKey(ep store.Endpoint, t store.Template) string {
 	b, _ := json.Marshal(parts)
 	sum := sha256.Sum256(b)
 	return hex.EncodeToString(sum[:6])
+}
+
+// modelsWait is why ep's workers wait for their models ("" when they do
+// not): their progress, or that this Berth cannot give workers models.
+func (s *Supervisor) modelsWait(ep store.Endpoint) string {
+	if len(ep.ModelReferences) == 0 {
+		return ""
+	}
+	if s.cfg.Models == nil || !s.caps.Models {
+		return "" // planPass refuses it as a configuration error (modelsUnavailable)
+	}
+	return s.cfg.Models(ep)
 }

@@ -15,7 +15,8 @@ import (
 )
 
 // The request bodies' schemas, as RunPod's v2.json states them (JSON
-// Schema 2020-12), plus Berth's few extensions (a template's readme). A
+// Schema 2020-12), plus Berth's few extensions (a template's readme, an
+// endpoint's modelReferences). A
 // body that fails its schema is answered 422 with each violation — the
 // document's UnprocessableEntityError — before any rule runs; a body that
 // passes and breaks a rule is mgmt's 400. The same schemas are the
@@ -72,7 +73,7 @@ const requestSchemas = `{
       "cpu": {"$ref": "#/$defs/EndpointCpus"}, "dataCenterIds": {"$ref": "#/$defs/StringList"},
       "flashboot": {"$ref": "#/$defs/FlashBoot"}, "networkVolumes": {"$ref": "#/$defs/StringList"},
       "templateId": {"type": "string", "minLength": 1}, "timeout": {"type": "integer"},
-      "workers": {"$ref": "#/$defs/EndpointWorkers"}}}],
+      "workers": {"$ref": "#/$defs/EndpointWorkers"}, "modelReferences": {"$ref": "#/$defs/StringList"}}}],
     "if": {"required": ["type"], "properties": {"type": {"const": "LOAD_BALANCER"}}},
     "then": {"properties": {"scaling": {"$ref": "#/$defs/RequestCountScaling"}}},
     "unevaluatedProperties": false},
@@ -81,7 +82,8 @@ const requestSchemas = `{
       "flashboot": {"$ref": "#/$defs/FlashBoot"}, "gpu": {"$ref": "#/$defs/UpdateEndpointGpuConfig"},
       "name": {"type": "string", "minLength": 1}, "networkVolumes": {"$ref": "#/$defs/StringList"},
       "scaling": {"$ref": "#/$defs/EndpointScaling"}, "templateId": {"type": "string"},
-      "timeout": {"type": "integer"}, "workers": {"$ref": "#/$defs/EndpointWorkers"}}}],
+      "timeout": {"type": "integer"}, "workers": {"$ref": "#/$defs/EndpointWorkers"},
+      "modelReferences": {"$ref": "#/$defs/StringList"}}}],
     "unevaluatedProperties": false},
   "PersistentMount": {"type": "object", "required": ["size", "path"], "additionalProperties": false, "properties": {
     "size": {"type": "integer", "minimum": 10}, "path": {"type": "string"}}},

@@ -39,6 +39,9 @@ type Endpoint struct {
 	TemplateID string   `json:"templateId"`
 	Version    int      `json:"version"`
 	Warnings   []string `json:"warnings,omitempty"`
+	// ModelReferences (Berth; RunPod's v2.json lacks it, its GraphQL has
+	// it): the Hugging Face models the workers start with.
+	ModelReferences []string `json:"modelReferences,omitempty"`
 }
 
 // EndpointGPU is v2's EndpointGpuConfig.
@@ -99,6 +102,7 @@ func viewEndpoint(e store.Endpoint, t *store.Template, base string) Endpoint {
 		Workers:       EndpointWorkers{Min: ptr(e.WorkersMin), Max: ptr(e.WorkersMax), IdleTimeout: ptr(e.IdleTimeout)},
 		DataCenterIDs: nonNil(e.DataCenterIDs), NetworkVolumes: []string{}, Timeout: e.ExecutionTimeoutMs,
 		Flashboot: "OFF", CreatedAt: e.CreatedAt, TemplateID: e.TemplateID, Version: e.Version, Warnings: e.Warnings,
+		ModelReferences: e.ModelReferences,
 	}
 	u := base + "/v2/" + e.ID
 	if typ == store.EndpointLoadBalancer {
@@ -197,6 +201,8 @@ type endpointBody struct {
 	NetworkVolumes *[]string        `json:"networkVolumes"`
 	Timeout        *int64           `json:"timeout"`
 	Flashboot      *string          `json:"flashboot"`
+	// Berth: see Endpoint.ModelReferences; [] clears.
+	ModelReferences *[]string `json:"modelReferences"`
 }
 
 // input is the body as mgmt's endpoint input (templateId is set by the
@@ -264,6 +270,9 @@ func (b endpointBody) input(cur *store.Endpoint) (mgmt.EndpointInput, error) {
 		in.NetworkVolumeID = ptr("")
 	}
 	in.ExecutionTimeoutMs = b.Timeout
+	if b.ModelReferences != nil {
+		in.ModelReferences = nonNil(*b.ModelReferences)
+	}
 	if b.Flashboot != nil {
 		in.Flashboot = ptr(*b.Flashboot != "OFF") // FLASHBOOT, PRIORITY_FLASHBOOT
 	}

@@ -31,6 +31,9 @@ type Config struct {
 	// VolumePath returns the host directory of a network volume. Without
 	// it network volumes are not mounted (Caps.NetworkVolumes is false).
 	VolumePath func(volumeID string) (string, error)
+	// ModelsDir is the model cache's folder (the hub layout), mounted
+	// read-only into workers of endpoints naming models; "" none.
+	ModelsDir string
 	// DataDir holds pods' own volumes (DataDir/pods/<podId>/volume).
 	// Required for pods with volumeInGb > 0.
 	DataDir string
@@ -76,7 +79,7 @@ func (b *Backend) Name() string { return "docker" }
 
 // Caps implements runtime.Backend.
 func (b *Backend) Caps() runtime.Caps {
-	return runtime.Caps{Pause: true, Restart: true, NetworkVolumes: b.cfg.VolumePath != nil, Place: "this machine"}
+	return runtime.Caps{Pause: true, Restart: true, NetworkVolumes: b.cfg.VolumePath != nil, Models: b.cfg.ModelsDir != "", Place: "this machine"}
 }
 
 // Devices implements runtime.Backend.
@@ -152,6 +155,11 @@ func (b *Backend) containerSpec(spec runtime.Spec) (ContainerSpec, error) {
 				return cs, fmt.Errorf("create pod volume: %w", err)
 			}
 			cs.VolumeMounts = append(cs.VolumeMounts, VolumeMount{Source: dir, Target: m.Target})
+		case runtime.MountModels:
+			if b.cfg.ModelsDir == "" {
+				return cs, errors.New("the model cache is not configured") // Caps.Models says so
+			}
+			cs.VolumeMounts = append(cs.VolumeMounts, VolumeMount{Source: b.cfg.ModelsDir, Target: m.Target, ReadOnly: true})
 		default:
 			return cs, fmt.Errorf("mount of %q: unknown kind %q", m.ID, m.Kind)
 		}
