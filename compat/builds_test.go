@@ -12,6 +12,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"berth/internal/dockertest"
 )
 
 // build is the builds API's view of a build.
@@ -33,7 +35,7 @@ type release struct {
 
 // runsync runs one job through /runsync, polling its status while the
 // worker starts, and returns its output.
-func (s *server) runsync(t *testing.T, epID string, input any) json.RawMessage {
+func (s *server) runsync(t testing.TB, epID string, input any) json.RawMessage {
 	t.Helper()
 	var job struct {
 		ID     string
@@ -53,11 +55,37 @@ func (s *server) runsync(t *testing.T, epID string, input any) json.RawMessage {
 	return job.Output
 }
 
-func (s *server) builds(t *testing.T, epID string) []build {
+func (s *server) builds(t testing.TB, epID string) []build {
 	t.Helper()
 	var list struct{ Builds []build }
 	s.rest("GET", "/v2/serverless/"+epID+"/builds", nil, 200, &list)
 	return list.Builds
+}
+
+// removeBuiltImages removes, when the test ends (before its Berth stops),
+// the images the builds of the endpoint *id made: a later run would
+// otherwise find them and build nothing.
+func removeBuiltImages(t testing.TB, s *server, id *string) {
+	t.Cleanup(func() {
+		if *id == "" {
+			return
+		}
+		code, b := s.do("GET", "/v2/serverless/"+*id+"/builds", nil)
+		var list struct{ Builds []build }
+		if code != 200 || json.Unmarshal(b, &list) != nil {
+			t.Errorf("list builds to remove their images: %d %s", code, b)
+			return
+		}
+		seen := map[string]bool{}
+		for _, bd := range list.Builds {
+			if bd.Status == "COMPLETED" && !seen[bd.ImageName] {
+				seen[bd.ImageName] = true
+				if err := dockertest.RemoveImage(bd.ImageName); err != nil {
+					t.Errorf("remove %s: %v", bd.ImageName, err)
+				}
+			}
+		}
+	})
 }
 
 // TestDeployFromInit is the path from nothing to a job: `berth init`
@@ -81,7 +109,10 @@ func TestDeployFromInit(t *testing.T) {
 	if _, _, code := s.cli("init", dir); code != 2 {
 		t.Errorf("berth init over an existing worker: exit %d, want 2 (nothing overwritten)", code)
 	}
-	args := []string{"deploy", dir, "--name", "hello", "--compute-type", "CPU", "--idle-timeout", "60",
+	var id string
+	removeBuiltImages(t, s, &id)
+	name := dockertest.Unique("hello-") // the image name follows it: runs do not share images
+	args := []string{"deploy", dir, "--name", name, "--compute-type", "CPU", "--idle-timeout", "60",
 		"--build-arg", "BASE_IMAGE=" + base, "--build-arg", "PIP_INSTALL=no"}
 	deploy := func(want int, extra ...string) (map[string]any, string) {
 		t.Helper()
@@ -99,7 +130,7 @@ func TestDeployFromInit(t *testing.T) {
 	}
 
 	ep, errOut := deploy(0, "-o", "json")
-	id, _ := ep["id"].(string)
+	id, _ = ep["id"].(string)
 	if id == "" || !strings.Contains(errOut, "Step 1/") {
 		t.Fatalf("berth deploy: endpoint %v, log without the build's steps:\n%s", ep, errOut)
 	}
@@ -113,7 +144,7 @@ func TestDeployFromInit(t *testing.T) {
 	}
 	greet("Hello, Berth!")
 	bs := s.builds(t, id)
-	if len(bs) != 1 || bs[0].Status != "COMPLETED" || !strings.HasPrefix(bs[0].ImageName, "berth/hello:") || bs[0].ReleaseVersion == nil {
+	if len(bs) != 1 || bs[0].Status != "COMPLETED" || !strings.HasPrefix(bs[0].ImageName, "berth/"+name+":") || bs[0].ReleaseVersion == nil {
 		t.Fatalf("builds after the first deploy: %+v", bs)
 	}
 	first := bs[0]
@@ -167,14 +198,14 @@ func TestDeployFromInit(t *testing.T) {
 	os.WriteFile(df, good, 0o644)
 
 	// Rollback: to the newest earlier build (the first), then to a version.
-	if out, errOut, code := s.cli("endpoint", "rollback", "hello"); code != 0 {
+	if out, errOut, code := s.cli("endpoint", "rollback", name); code != 0 {
 		t.Fatalf("rollback: exit %d\n%s\n%s", code, out, errOut)
 	}
 	greet("Hello, Berth!")
 	if rs := releases(); rs[0].Source != "GIT_BUILD" || rs[0].BuildID == nil || *rs[0].BuildID != first.ID || rs[0].Version <= *second.ReleaseVersion {
 		t.Errorf("the rollback's release %+v: want a new one naming build %s", rs[0], first.ID)
 	}
-	if _, errOut, code := s.cli("endpoint", "rollback", "hello", "--to", strconv.Itoa(*second.ReleaseVersion)); code != 0 {
+	if _, errOut, code := s.cli("endpoint", "rollback", name, "--to", strconv.Itoa(*second.ReleaseVersion)); code != 0 {
 		t.Fatalf("rollback --to: exit %d\n%s", code, errOut)
 	}
 	greet("Hi, Berth!")
@@ -183,7 +214,7 @@ func TestDeployFromInit(t *testing.T) {
 		code int
 		says string
 	}{{"1", 1, "not made by a build"}, {"999", 3, "no release v999"}, {strconv.Itoa(*second.ReleaseVersion), 1, "already runs"}} {
-		if _, errOut, code := s.cli("endpoint", "rollback", "hello", "--to", c.to); code != c.code || !strings.Contains(errOut, c.says) {
+		if _, errOut, code := s.cli("endpoint", "rollback", name, "--to", c.to); code != c.code || !strings.Contains(errOut, c.says) {
 			t.Errorf("rollback --to %s: exit %d %s, want %d saying %q", c.to, code, errOut, c.code, c.says)
 		}
 	}
@@ -334,4 +365,88 @@ func TestBuildsAPI(t *testing.T) {
 			t.Errorf("GET builds%s: %d %s, want 400", q, code, b)
 		}
 	}
+}
+
+// TestDeployLoadBalancer: `berth init --lb` is a load-balancing worker
+// that `berth deploy --type LOAD_BALANCER` builds and runs; a request
+// through the balancer reaches the built server.
+func TestDeployLoadBalancer(t *testing.T) {
+	base := sdkBaseImage(t)
+	s := startBerth(t)
+	dir := filepath.Join(t.TempDir(), dockertest.Unique("lb-"))
+	if _, errOut, code := s.cli("init", "--lb", dir); code != 0 {
+		t.Fatalf("berth init --lb: exit %d: %s", code, errOut)
+	}
+	var id string
+	removeBuiltImages(t, s, &id)
+	out, errOut, code := s.cli("deploy", dir, "--type", "LOAD_BALANCER", "--compute-type", "CPU", "-o", "id",
+		"--build-arg", "BASE_IMAGE="+base, "--build-arg", "PIP_INSTALL=no")
+	id = strings.TrimSpace(out)
+	if code != 0 || id == "" {
+		t.Fatalf("berth deploy --type LOAD_BALANCER: exit %d, id %q\n%s", code, id, errOut)
+	}
+	body, _ := os.ReadFile(filepath.Join(dir, "test_input.json"))
+	req, _ := http.NewRequest("POST", s.URL+"/lb/"+id+"/greet", bytes.NewReader(body))
+	req.Header.Set("Authorization", "Bearer "+s.Key)
+	res, err := httpClient.Do(req) // scales from zero: waits for the built worker
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Body.Close()
+	b, _ := io.ReadAll(res.Body)
+	if res.StatusCode != 200 || !strings.Contains(string(b), `"greeting": "Hello, Berth!"`) {
+		t.Fatalf("POST /lb/%s/greet: %d %s", id, res.StatusCode, b)
+	}
+}
+
+// BenchmarkDeployChange: `berth deploy` of a one-line handler change with
+// the build cache warm, from the command's start to the first job
+// answered by the new release (the endpoint keeps one worker, so the
+// rollout replaces a running worker). Reported: s/deploy (the whole
+// path), build-s (the build's share, from its record), and the deploy
+// command's own time.
+//
+//	go test ./compat -run '^$' -bench BenchmarkDeployChange -benchtime 5x
+func BenchmarkDeployChange(b *testing.B) {
+	base := sdkBaseImage(b)
+	s := startBerth(b)
+	dir := filepath.Join(b.TempDir(), dockertest.Unique("bench-"))
+	if _, errOut, code := s.cli("init", dir); code != 0 {
+		b.Fatalf("init: %s", errOut)
+	}
+	var id string
+	removeBuiltImages(b, s, &id)
+	args := []string{"deploy", dir, "--compute-type", "CPU", "--workers-min", "1", "-o", "id",
+		"--build-arg", "BASE_IMAGE=" + base, "--build-arg", "PIP_INSTALL=no"}
+	out, errOut, code := s.cli(args...)
+	if code != 0 {
+		b.Fatalf("first deploy: %s", errOut)
+	}
+	id = strings.TrimSpace(out)
+	h := filepath.Join(dir, "handler.py")
+	src, _ := os.ReadFile(h)
+	var build, command time.Duration
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		want := "Hello " + strconv.Itoa(i)
+		os.WriteFile(h, bytes.Replace(src, []byte(`f"Hello, {name}!"`), []byte(`f"`+want+`, {name}!"`), 1), 0o644)
+		start := time.Now()
+		if _, errOut, code := s.cli(args...); code != 0 {
+			b.Fatalf("deploy: %s", errOut)
+		}
+		command += time.Since(start)
+		var o struct{ Greeting string }
+		if out := s.runsync(b, id, map[string]any{"name": "x"}); json.Unmarshal(out, &o) != nil || o.Greeting != want+", x!" {
+			b.Fatalf("job after deploy %d: %s", i, out)
+		}
+		var list struct {
+			Builds []struct{ StartedAt, CompletedAt time.Time }
+		}
+		s.rest("GET", "/v2/serverless/"+id+"/builds?limit=1", nil, 200, &list)
+		build += list.Builds[0].CompletedAt.Sub(list.Builds[0].StartedAt)
+	}
+	b.StopTimer()
+	b.ReportMetric(b.Elapsed().Seconds()/float64(b.N), "s/deploy")
+	b.ReportMetric(build.Seconds()/float64(b.N), "build-s")
+	b.ReportMetric(command.Seconds()/float64(b.N), "command-s")
 }

@@ -27,7 +27,7 @@ var (
 // (the root file system made by debootstrap, cached) and the SDK and shims
 // copied in at test time from ../shared/thirdparty (never committed), on
 // PYTHONPATH. One per test binary: TestMain removes it.
-func sdkBaseImage(t *testing.T) string {
+func sdkBaseImage(t testing.TB) string {
 	t.Helper()
 	sdk := clientkit.PythonSDK(t)
 	dir := clientkit.Dir(t)
