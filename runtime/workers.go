@@ -497,6 +497,16 @@ func (s *Supervisor) launch(ws *workerState, ep store.Endpoint, tmpl store.Templ
 		s.workerRuns(ws, now)
 	} else if in, err := s.b.Inspect(ctx, res.ID); err == nil && in.Running {
 		s.workerRuns(ws, now) // it ran before its start event could find it launched
+	} else if err == nil && in.Waiting != "" {
+		// Why it waits (a Pod unschedulable, its claim unbound) may have
+		// been told before byInstance knew it, and is told only when it
+		// changes: taken from the instance.
+		s.mu.Lock()
+		if ws.waiting == "" && ws.state == wsInitializing {
+			ws.waiting, ws.waitReason = in.Waiting, in.Error
+		}
+		s.mu.Unlock()
+		s.Notify(ep.ID)
 	}
 	if cancelled {
 		s.stopAsync(ws)
