@@ -213,6 +213,7 @@ func (a *App) Start(ctx context.Context) error {
 		return errors.New("app: already started")
 	}
 	a.started = true
+	a.restoreSeries() // series.go
 	if err := a.q.Start(ctx); err != nil {
 		return err
 	}
@@ -356,6 +357,12 @@ func (a *App) Stop(ctx context.Context) error {
 		a.q.Stop()
 	}
 	a.series.Stop()
+	if a.started {
+		// What changed since the last minute's save (series.go).
+		if err := a.saveSeries(false); err != nil {
+			a.log.Warn("the dashboard's series of the last minute are lost", "err", err)
+		}
+	}
 	if a.started {
 		c, ab := a.srv.Stop(ctx)
 		if a.workerSrv != nil {

@@ -36,6 +36,8 @@ func (a *App) newCleaner(log *slog.Logger) *cleaner.Service {
 			}
 			return a.q.ForgetWorkersOf(isLive) + a.q.PruneEndpoints(isLive) + a.metrics.PruneEndpoints(isLive) + a.series.Prune(isLive), nil
 		}},
+		// The dashboard's series changed in the last minute, to berth.db.
+		{Name: "series", Every: time.Minute, Run: func(context.Context) (int, error) { return 0, a.saveSeries(false) }},
 		// Rate-limit buckets idle for a minute.
 		{Name: "rate-limits", Every: time.Minute, Run: func(context.Context) (int, error) { return a.api.PruneRateLimits(), nil }},
 		// The last moment Berth was known to run, for the usage repair.

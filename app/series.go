@@ -1,6 +1,8 @@
 package app
 
 import (
+	"fmt"
+	"strings"
 	"sync/atomic"
 
 	"berth/httpapi"
@@ -34,4 +36,62 @@ func newSeries(cfg Config, db **store.DB, api *atomic.Pointer[httpapi.Server]) *
 			Throttled: w.Throttled, Unhealthy: w.Unhealthy, Frozen: w.Frozen}}
 	}
 	return series.New(sc)
+}
+
+// seriesKey is the record of an endpoint's series in the meta bucket.
+func seriesKey(endpointID string) string { return "series/" + endpointID }
+
+// restoreSeries puts back the series saved before the last stop (or up to
+// a minute before a crash), and deletes those of endpoints gone since.
+func (a *App) restoreSeries() {
+	live := map[string]bool{}
+	saved := map[string][]byte{}
+	err := a.db.View(func(tx *store.Tx) error {
+		if err := tx.ForEachKey(store.Endpoints, func(id string) error { live[id] = true; return nil }); err != nil {
+			return err
+		}
+		return tx.ForEach(store.Meta, func(k string, raw []byte) error {
+			if id, ok := strings.CutPrefix(k, seriesKey("")); ok {
+				saved[id] = append([]byte(nil), raw...)
+			}
+			return nil
+		})
+	})
+	if err != nil {
+		a.log.Warn("read the dashboard's series", "err", err)
+		return
+	}
+	var gone []store.Op
+	for id, rec := range saved {
+		if !live[id] {
+			gone = append(gone, store.Delete(store.Meta, seriesKey(id)))
+			continue
+		}
+		if err := a.series.Restore(id, rec); err != nil {
+			a.log.Warn("restore the dashboard's series", "endpoint", id, "err", err)
+		}
+	}
+	if len(gone) > 0 {
+		a.db.WriteAsync(gone...)
+	}
+}
+
+// saveSeries writes the series changed since the last save (all: every
+// one), one record an endpoint.
+func (a *App) saveSeries(all bool) error {
+	var ops []store.Op
+	err := a.series.Snapshot(all, func(id string, rec []byte) { ops = append(ops, store.PutRaw(store.Meta, seriesKey(id), rec)) })
+	if err != nil || len(ops) == 0 {
+		return err
+	}
+	if err := a.db.Write(ops...); err != nil {
+		return fmt.Errorf("save the dashboard's series: %w", err)
+	}
+	return nil
+}
+
+// forgetSeries drops a deleted endpoint's series and its record.
+func (a *App) forgetSeries(id string) {
+	a.series.Forget(id)
+	a.db.WriteAsync(store.Delete(store.Meta, seriesKey(id)))
 }

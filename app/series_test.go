@@ -8,12 +8,14 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 
 	"berth/app"
 	"berth/gpu"
 	"berth/series"
+	"berth/store"
 	"berth/worker"
 )
 
@@ -196,4 +198,69 @@ func TestEndpointSeriesThroughBerth(t *testing.T) {
 		t.Errorf("delay ms %+v", *p)
 	}
 	t.Logf("hour: %s", fmt.Sprint(hb.Completed, " completed, delay ", *hb.DelayMs, ", execution ", *hb.ExecutionMs))
+}
+
+// TestEndpointSeriesSurviveRestart: the series are saved to berth.db (each
+// minute, and at a stop) and a restart shows them again; a deleted
+// endpoint's record goes with it.
+func TestEndpointSeriesSurviveRestart(t *testing.T) {
+	const key = "series-restart-key"
+	cfg := app.Config{DataDir: t.TempDir(), Addr: "127.0.0.1:0", Logger: quiet, APIKey: key, Docker: app.DockerOff,
+		DiscoverGPUs: func() ([]gpu.Device, error) { return nil, nil }}
+	cfg.Series.SampleEvery = 20 * time.Millisecond
+	a := start(t, cfg)
+	e := seriesEnv{t: t, base: a.URL(), key: key}
+	var tpl, ep, other struct{ ID string }
+	e.call("POST", "/v1/templates", map[string]any{"name": "plots", "imageName": "plots:1", "isServerless": true}, &tpl)
+	e.call("POST", "/v1/endpoints", map[string]any{"name": "kept", "templateId": tpl.ID, "computeType": "CPU"}, &ep)
+	e.call("POST", "/v1/endpoints", map[string]any{"name": "deleted", "templateId": tpl.ID, "computeType": "CPU"}, &other)
+	read := func(id string) (series.Bucket, int) {
+		var s seriesAnswer
+		if code := e.call("GET", "/v1/endpoints/"+id+"/metrics?window=day", nil, &s); code != 200 {
+			t.Fatalf("GET metrics of %s: %d", id, code)
+		}
+		b, q, _ := s.sum()
+		return b, q
+	}
+	// No worker: three jobs wait (sampled), then are cancelled.
+	for _, id := range []string{ep.ID, ep.ID, ep.ID, other.ID} {
+		e.call("POST", "/v2/"+id+"/run", map[string]any{"input": map[string]any{}}, nil)
+	}
+	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		if _, q := read(ep.ID); q == 3 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("queue depth 3 not sampled")
+		}
+	}
+	var list []struct{ ID string }
+	e.call("GET", "/v1/endpoints/"+ep.ID+"/jobs", nil, &list)
+	for _, j := range list {
+		e.call("POST", "/v2/"+ep.ID+"/cancel/"+j.ID, nil, nil)
+	}
+	e.call("DELETE", "/v1/endpoints/"+other.ID, nil, nil)
+	if b, _ := read(ep.ID); b.Cancelled != 3 {
+		t.Fatalf("before the restart: %d cancelled, want 3", b.Cancelled)
+	}
+	stop(t, a)
+
+	a = start(t, cfg)
+	defer stop(t, a)
+	e.base = a.URL()
+	if b, q := read(ep.ID); b.Cancelled != 3 || q != 3 {
+		t.Errorf("after a restart: %d cancelled, queue depth %d; want 3 and 3", b.Cancelled, q)
+	}
+	var saved []string
+	a.Store().View(func(tx *store.Tx) error {
+		return tx.ForEachKey(store.Meta, func(k string) error {
+			if strings.HasPrefix(k, "series/") {
+				saved = append(saved, k)
+			}
+			return nil
+		})
+	})
+	if len(saved) != 1 || saved[0] != "series/"+ep.ID {
+		t.Errorf("series records in berth.db: %v, want only %s's", saved, ep.ID)
+	}
 }

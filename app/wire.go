@@ -117,7 +117,7 @@ func New(cfg Config) (_ *App, err error) {
 	a.mg = mgmt.New(mgmt.Config{Store: a.db, Clock: cfg.Clock, Logger: log.With("component", "mgmt"), DataDir: cfg.DataDir, Pods: pods,
 		Jobs:                a.q, // a deleted endpoint's jobs are cancelled through the queue
 		EndpointChanged:     func(id string) { api.Load().EndpointChanged(id) },
-		EndpointDeleted:     func(id string) { api.Load().EndpointDeleted(id); a.series.Forget(id) },
+		EndpointDeleted:     func(id string) { api.Load().EndpointDeleted(id); a.forgetSeries(id) },
 		VolumeDeleted:       a.volumeDeleted,       // kube.go
 		VolumeGrow:          a.volumeGrow,          // kube.go
 		VolumeClaim:         a.volumeClaim,         // kube.go

@@ -8,8 +8,7 @@
 // bucket's two latency histograms (329 counters each). A closed bucket keeps its percentiles,
 // not its histogram. An endpoint gets its rings at its first job, cold
 // start or non-zero sample; at most MaxEndpoints have them. The rings live
-// in memory only: a restart starts them empty (the buckets before it show
-// no sample).
+// in memory; Snapshot and Restore (persist.go) carry them over a restart.
 //
 // Percentiles come from log-spaced histograms, eight bins per doubling from
 // 1 µs to 2^41 µs (25 days), interpolated linearly inside a bin: an
@@ -152,7 +151,10 @@ func New(cfg Config) *Series {
 	return &Series{cfg: cfg, eps: map[string]*rings{}}
 }
 
-type rings struct{ hour, day ring }
+type rings struct {
+	hour, day ring
+	dirty     bool // changed since the last Snapshot
+}
 
 // get returns an endpoint's rings, making them when create says so and
 // the bound allows; nil otherwise. s.mu held.
@@ -179,9 +181,10 @@ func (s *Series) JobEnded(endpointID string, st store.JobStatus, started bool, d
 	if r == nil {
 		return
 	}
+	r.dirty = true
 	for _, g := range []*ring{&r.hour, &r.day} {
 		sl := g.at(now)
-		sl.n[o]++
+		sl.N[o]++
 		if started {
 			g.delay.add(delay)
 			g.exec.add(execution)
@@ -210,8 +213,9 @@ func (s *Series) ColdStart(endpointID string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if r := s.get(endpointID, true); r != nil {
-		r.hour.at(now).cold++
-		r.day.at(now).cold++
+		r.dirty = true
+		r.hour.at(now).Cold++
+		r.day.at(now).Cold++
 	}
 }
 
@@ -225,6 +229,7 @@ func (s *Series) Record(endpointID string, smp Sample) {
 	if r == nil {
 		return
 	}
+	r.dirty = true
 	r.hour.at(now).sample(smp)
 	r.day.at(now).sample(smp)
 }
@@ -328,20 +333,20 @@ func (s *Series) sampleAll() {
 
 // slot is one closed or open bucket: 64 bytes.
 type slot struct {
-	idx     int64     // bucket number (Unix time / width); 0: unused
-	n       [4]uint32 // completed, failed, timed out, cancelled
-	cold    uint32
-	queue   int32 // largest sampled depth; -1: no sample
-	workers [6]uint16
-	timed   uint32     // jobs with times: the percentiles below are set
-	delay   [2]float32 // p50, p95 in ms, once closed
-	exec    [2]float32
+	Idx     int64     // bucket number (Unix time / width); 0: unused
+	N       [4]uint32 // completed, failed, timed out, cancelled
+	Cold    uint32
+	Queue   int32 // largest sampled depth; -1: no sample
+	Workers [6]uint16
+	Timed   uint32     // jobs with times: the percentiles below are set
+	Delay   [2]float32 // p50, p95 in ms, once closed
+	Exec    [2]float32
 }
 
 func (sl *slot) sample(s Sample) {
-	sl.queue = max(sl.queue, clamp32(s.QueueDepth))
+	sl.Queue = max(sl.Queue, clamp32(s.QueueDepth))
 	w := s.Workers
-	sl.workers = [6]uint16{clamp16(w.Idle), clamp16(w.Running), clamp16(w.Initializing), clamp16(w.Throttled), clamp16(w.Unhealthy), clamp16(w.Frozen)}
+	sl.Workers = [6]uint16{clamp16(w.Idle), clamp16(w.Running), clamp16(w.Initializing), clamp16(w.Throttled), clamp16(w.Unhealthy), clamp16(w.Frozen)}
 }
 
 func clamp32(v int) int32  { return int32(min(max(v, 0), math.MaxInt32)) }
@@ -371,21 +376,21 @@ func (g *ring) at(t time.Time) *slot {
 	}
 	idx = g.cur
 	sl := &g.slots[idx%int64(len(g.slots))]
-	if sl.idx != idx {
-		*sl = slot{idx: idx, queue: -1}
+	if sl.Idx != idx {
+		*sl = slot{Idx: idx, Queue: -1}
 	}
 	return sl
 }
 
 // close stores the open bucket's percentiles and empties the histograms.
 func (g *ring) close() {
-	if g.delay.n == 0 {
+	if g.delay.N == 0 {
 		return
 	}
-	if sl := &g.slots[g.cur%int64(len(g.slots))]; sl.idx == g.cur {
-		sl.timed = g.delay.n
-		sl.delay = [2]float32{float32(g.delay.quantile(.5)), float32(g.delay.quantile(.95))}
-		sl.exec = [2]float32{float32(g.exec.quantile(.5)), float32(g.exec.quantile(.95))}
+	if sl := &g.slots[g.cur%int64(len(g.slots))]; sl.Idx == g.cur {
+		sl.Timed = g.delay.N
+		sl.Delay = [2]float32{float32(g.delay.quantile(.5)), float32(g.delay.quantile(.95))}
+		sl.Exec = [2]float32{float32(g.exec.quantile(.5)), float32(g.exec.quantile(.95))}
 	}
 	g.delay, g.exec = hist{}, hist{}
 }
@@ -393,24 +398,24 @@ func (g *ring) close() {
 // fill copies bucket idx into b, if the ring holds it.
 func (g *ring) fill(idx int64, b *Bucket) {
 	sl := &g.slots[idx%int64(len(g.slots))]
-	if sl.idx != idx {
+	if sl.Idx != idx {
 		return
 	}
-	b.Completed, b.Failed, b.TimedOut, b.Cancelled = int(sl.n[0]), int(sl.n[1]), int(sl.n[2]), int(sl.n[3])
-	b.ColdStarts = int(sl.cold)
-	if sl.queue >= 0 {
-		q := int(sl.queue)
+	b.Completed, b.Failed, b.TimedOut, b.Cancelled = int(sl.N[0]), int(sl.N[1]), int(sl.N[2]), int(sl.N[3])
+	b.ColdStarts = int(sl.Cold)
+	if sl.Queue >= 0 {
+		q := int(sl.Queue)
 		b.QueueDepth = &q
-		w := sl.workers
+		w := sl.Workers
 		b.Workers = &Workers{Idle: int(w[0]), Running: int(w[1]), Initializing: int(w[2]), Throttled: int(w[3]), Unhealthy: int(w[4]), Frozen: int(w[5])}
 	}
 	switch {
-	case idx == g.cur && g.delay.n > 0:
+	case idx == g.cur && g.delay.N > 0:
 		b.DelayMs = &Percentiles{P50: round(g.delay.quantile(.5)), P95: round(g.delay.quantile(.95))}
 		b.ExecutionMs = &Percentiles{P50: round(g.exec.quantile(.5)), P95: round(g.exec.quantile(.95))}
-	case idx != g.cur && sl.timed > 0:
-		b.DelayMs = &Percentiles{P50: round(float64(sl.delay[0])), P95: round(float64(sl.delay[1]))}
-		b.ExecutionMs = &Percentiles{P50: round(float64(sl.exec[0])), P95: round(float64(sl.exec[1]))}
+	case idx != g.cur && sl.Timed > 0:
+		b.DelayMs = &Percentiles{P50: round(float64(sl.Delay[0])), P95: round(float64(sl.Delay[1]))}
+		b.ExecutionMs = &Percentiles{P50: round(float64(sl.Exec[0])), P95: round(float64(sl.Exec[1]))}
 	}
 }
 
@@ -436,8 +441,8 @@ var Precision = math.Exp2(1.0/perOctave) - 1
 const EndpointBytes = int(unsafe.Sizeof(rings{})) + (HourBuckets+DayBuckets)*int(unsafe.Sizeof(slot{}))
 
 type hist struct {
-	n uint32
-	c [nbins]uint32
+	N uint32
+	C [nbins]uint32
 }
 
 func bin(d time.Duration) int {
@@ -457,22 +462,22 @@ func edge(k int) float64 {
 }
 
 func (h *hist) add(d time.Duration) {
-	if h.n == math.MaxUint32 {
+	if h.N == math.MaxUint32 {
 		return
 	}
-	h.n++
-	h.c[bin(d)]++
+	h.N++
+	h.C[bin(d)]++
 }
 
 // quantile estimates the q-quantile in ms: the bin holding rank q·n,
 // interpolated linearly between its edges.
 func (h *hist) quantile(q float64) float64 {
-	if h.n == 0 {
+	if h.N == 0 {
 		return 0
 	}
-	rank := q * float64(h.n)
+	rank := q * float64(h.N)
 	cum := 0.0
-	for k, c := range h.c {
+	for k, c := range h.C {
 		if c == 0 {
 			continue
 		}
