@@ -2,12 +2,15 @@ package e2e_test
 
 import (
 	"crypto/rand"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
 	"berth/app"
 	"berth/internal/dockertest"
 	"berth/internal/hubtest"
+	"berth/mgmt"
 	"berth/store"
 )
 
@@ -92,5 +95,60 @@ func TestWorkerStartsWithItsModel(t *testing.T) {
 	s.call("GET", "/v1/endpoints/"+ep.ID, nil, 200, &view)
 	if strings.Contains(view.Status.Reason, "downloading") {
 		t.Errorf("status still says %q", view.Status.Reason)
+	}
+}
+
+// TestModelsBesideANetworkVolume: an endpoint with a network volume and a
+// model sees the volume at /runpod-volume and the cache over
+// /runpod-volume/huggingface-cache/hub (a folder of that name on the
+// volume is hidden from it, and untouched); the cache is read-only.
+func TestModelsBesideANetworkVolume(t *testing.T) {
+	hub := hubtest.New(t)
+	repo := hub.Add(hubtest.Repo{ID: "acme/beside", Files: []hubtest.File{{Path: "config.json", Data: []byte(`{"beside":true}`)}}})
+	var data string
+	s := newStackWith(t, func(c *app.Config) {
+		c.Models = app.Models{Endpoint: hub.URL}
+		data = c.DataDir
+	})
+	var vol store.NetworkVolume
+	s.call("POST", "/v1/networkvolumes", map[string]any{"name": dockertest.Unique("vol-"), "size": 10, "dataCenterId": "EU-RO-1"}, 200, &vol)
+	dir := mgmt.VolumePath(data, vol.ID)
+	decoy := filepath.Join(dir, "huggingface-cache", "hub", "decoy.txt")
+	if err := os.MkdirAll(filepath.Dir(decoy), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "hello.txt"), []byte("from the volume"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(decoy, []byte("on the volume"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	image := dockertest.BuildGoImage(t, "berth/testdata/echoworker")
+	ep := s.endpoint(image, nil, map[string]any{"workersMin": 0, "workersMax": 1, "networkVolumeId": vol.ID,
+		"modelReferences": []string{"https://huggingface.co/acme/beside:main"}})
+	run := func(input map[string]any) (status, output, errMsg string) {
+		var out struct{ Status, Output, Error string }
+		s.call("POST", "/v2/"+ep.ID+"/runsync?wait=90000", map[string]any{"input": input}, 200, &out)
+		return out.Status, out.Output, out.Error
+	}
+	if st, out, e := run(map[string]any{"read_file": "/runpod-volume/hello.txt"}); st != "COMPLETED" || out != "from the volume" {
+		t.Fatalf("the volume: %s %q %s", st, out, e)
+	}
+	model := "/runpod-volume/huggingface-cache/hub/models--acme--beside/snapshots/" + repo.Commit + "/config.json"
+	if st, out, e := run(map[string]any{"read_file": model}); st != "COMPLETED" || out != `{"beside":true}` {
+		t.Fatalf("the model: %s %q %s", st, out, e)
+	}
+	if st, _, e := run(map[string]any{"read_file": "/runpod-volume/huggingface-cache/hub/decoy.txt"}); st != "FAILED" || !strings.Contains(e, "no such file") {
+		t.Errorf("the volume's own huggingface-cache/hub is visible over the cache: %s %s", st, e)
+	}
+	if b, err := os.ReadFile(decoy); err != nil || string(b) != "on the volume" {
+		t.Errorf("the volume's folder was touched: %q %v", b, err)
+	}
+	// The volume is writable, the cache is not.
+	if st, out, e := run(map[string]any{"write_file": "/runpod-volume/written.txt"}); st != "COMPLETED" || out != "written" {
+		t.Errorf("writing to the volume: %s %q %s", st, out, e)
+	}
+	if st, _, e := run(map[string]any{"write_file": "/runpod-volume/huggingface-cache/hub/models--acme--beside/evil"}); st != "FAILED" || !strings.Contains(e, "read-only file system") {
+		t.Errorf("writing into the cache: %s %s; want a read-only file system", st, e)
 	}
 }

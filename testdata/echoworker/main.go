@@ -19,6 +19,7 @@
 //	{"big_output_bytes": N}     output a string of N bytes ("xxx...")
 //	{"env": "NAME"}             output the value of env var NAME (null if unset)
 //	{"read_file": "/path"}      output the file's contents as a string
+//	{"write_file": "/path"}     write "x" to the file (creating it) and output "written"
 //	{"shm_write_bytes": N}      output {"shmBytes": size of /dev/shm,
 //	                            "wroteBytes": N} after writing N bytes to a
 //	                            file mapped from /dev/shm as PyTorch's shared
@@ -71,6 +72,7 @@ type input struct {
 	BigOutputBytes *int              `json:"big_output_bytes"`
 	Env            *string           `json:"env"`
 	ReadFile       *string           `json:"read_file"`
+	WriteFile      *string           `json:"write_file"`
 	ShmWriteBytes  *int64            `json:"shm_write_bytes"`
 	StopPod        bool              `json:"stop_pod"`
 }
@@ -180,6 +182,11 @@ func handle(ctx context.Context, job *worker.Job) (any, error) {
 			return nil, err
 		}
 		out = string(b)
+	case in.WriteFile != nil:
+		if err := os.WriteFile(*in.WriteFile, []byte("x"), 0o644); err != nil {
+			return nil, err
+		}
+		out = "written"
 	case in.ShmWriteBytes != nil:
 		size, err := shm.Write(*in.ShmWriteBytes)
 		if err != nil {
