@@ -1,6 +1,8 @@
 package kube_test
 
 import (
+	"bytes"
+	"io"
 	"net/http"
 	"strings"
 	"testing"
@@ -11,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"berth/cli"
 	"berth/internal/kubetest"
 	"berth/mgmt"
 )
@@ -77,6 +80,15 @@ func TestNetworkVolumeClaimThatCannotBind(t *testing.T) {
 	var v2 struct{ Claim *mgmt.VolumeClaim }
 	if e.call("GET", "/v2/network-volumes/"+vol.ID, nil, 200, &v2); v2.Claim == nil || v2.Claim.Reason != v.Claim.Reason {
 		t.Errorf("v2 volume claim %+v, want v1's %+v", v2.Claim, v.Claim)
+	}
+	// berth volume list: the claim's status and reason in the table.
+	var out, errb bytes.Buffer
+	env := map[string]string{"BERTH_URL": e.base, "BERTH_API_KEY": apiKey}
+	if code := cli.Main([]string{"volume", "list", "-o", "table"}, cli.Options{Version: "test", Stdout: &out, Stderr: &errb,
+		Stdin: strings.NewReader(""), Getenv: func(k string) string { return env[k] }, IsTerminal: func(io.Writer) bool { return false }}); code != 0 {
+		t.Errorf("berth volume list: exit %d: %s", code, errb.String())
+	} else if table := out.String(); !strings.Contains(table, "CLAIM_REASON") || !strings.Contains(table, "Pending") || !says(table, wantWhy) {
+		t.Errorf("berth volume list:\n%s\nwant the claim Pending and %q", table, wantWhy)
 	}
 	if j := e.job(ep, job); j.Status != "IN_QUEUE" {
 		t.Errorf("job %s while its worker waits: %+v", job, j)
