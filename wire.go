@@ -96,6 +96,10 @@ func serveConfig(o cli.ServeOptions) app.Config {
 		RateLimits: o.RateLimits, WebhookAllow: o.WebhookAllow,
 	}
 	c.Queue.WorkerTimeout, c.Queue.ReconcileGrace, c.Queue.MaxAttempts = o.WorkerTimeout, o.ReconcileGrace, o.MaxAttempts
+	c.HTTP.KeyRequestsPer10s = o.KeyRateLimit // ServeOptions' 0 is none, httpapi's the default
+	if o.KeyRateLimit <= 0 {
+		c.HTTP.KeyRequestsPer10s = -1
+	}
 	// runtime.Config's zero means the default and negative never;
 	// ServeOptions' zero means never.
 	c.Runtime.FlashMaxFrozen, c.Runtime.FlashMinMemAvailable = o.FlashMaxFrozen, int64(o.FlashMinMemMiB)<<20

@@ -40,9 +40,12 @@ func (a *App) newBalancer(log *slog.Logger, sup *atomic.Pointer[runtime.Supervis
 			s.Notify(ep)
 		}
 	}
-	c.Authorize = func(r *http.Request) bool {
+	c.Authorize = func(r *http.Request, endpointID string) (int, string) {
 		s := api.Load()
-		return s != nil && s.Authorized(r)
+		if s == nil {
+			return http.StatusServiceUnavailable, "Berth is starting"
+		}
+		return s.AuthorizeEndpoint(r, endpointID)
 	}
 	return lbproxy.New(c)
 }

@@ -67,7 +67,7 @@ func New(cfg Config) (_ *App, err error) {
 	if a.db, err = store.Open(filepath.Join(cfg.DataDir, "berth.db"), store.Options{OnCommit: a.metrics.Commit, Logger: log.With("component", "store")}); err != nil {
 		return nil, err
 	}
-	keyHash, keep, err := apiKeyHash(a.db, cfg.APIKey, cfg.KeyNotice, log) // key.go
+	keyHash, operatorHash, keep, err := a.apiKeys(a.db, cfg.APIKey, cfg.KeyNotice, log) // key.go
 	a.keepKey = keep
 	if err != nil {
 		return nil, err
@@ -123,7 +123,10 @@ func New(cfg Config) (_ *App, err error) {
 		VolumeClaim:         a.volumeClaim,         // kube.go
 		RegistryAuthDeleted: a.registryAuthDeleted, // kube.go
 	})
-	a.builds = a.newBuilder() // builds.go
+	a.builds = a.newBuilder()                                // builds.go
+	if err := a.mg.SetupKeys("", operatorHash); err != nil { // key.go
+		return nil, err
+	}
 	hc := cfg.HTTP
 	hc.Builds = a.builds
 	hc.Store, hc.Queue, hc.Mgmt, hc.Clock, hc.Logger = a.db, a.q, a.mg, cfg.Clock, log.With("component", "http")

@@ -73,7 +73,7 @@ func ExitCode(err error) int {
 		switch ae.Status {
 		case 404:
 			return ExitNotFound
-		case 401:
+		case 401, 403:
 			return ExitUnauthorized
 		case 409:
 			return ExitConflict
@@ -195,7 +195,7 @@ unreachable.`,
 
 	root.AddGroup(&cobra.Group{ID: "jobs", Title: "Jobs:"}, &cobra.Group{ID: "manage", Title: "Management:"},
 		&cobra.Group{ID: "host", Title: "This host:"})
-	for _, c := range append(resourceCommands(a), applyCommand(a), initCommand(a), deployCommand(a)) {
+	for _, c := range append(append(resourceCommands(a), applyCommand(a), initCommand(a), deployCommand(a)), keyCommands(a)...) {
 		c.GroupID = "manage"
 		root.AddCommand(c)
 	}
@@ -212,9 +212,11 @@ unreachable.`,
 
 // ServeOptions are `berth serve`'s settings.
 type ServeOptions struct {
-	Addr           string
-	Data           string
-	RateLimits     bool
+	Addr       string
+	Data       string
+	RateLimits bool
+	// KeyRateLimit caps each API key's requests per 10 seconds (0: none).
+	KeyRateLimit   int
 	WorkerTimeout  time.Duration
 	ReconcileGrace time.Duration
 	MaxAttempts    int

@@ -98,6 +98,8 @@ type Cost struct {
 	Fields, Aliases, Depth, Mutations, FanOut int
 	// Mutating: the document has a mutation operation.
 	Mutating bool
+	// touched is every "Type.field" the document selects (access.go).
+	touched map[string]bool
 }
 
 // errTooCostly is a refusal of a document before it runs: a GraphQL error
@@ -178,8 +180,8 @@ func (l Limits) measure(s *schemaShape, query string) (Cost, *gqlerrors.QueryErr
 		// by graphql-go.
 		return Cost{}, &gqlerrors.QueryError{Message: "syntax error: " + msg, Extensions: map[string]any{"code": "GRAPHQL_PARSE_FAILED"}}
 	}
-	w := &costWalk{s: s, l: l, doc: doc, frags: map[string]*fragCost{}}
-	var total Cost
+	w := &costWalk{s: s, l: l, doc: doc, frags: map[string]*fragCost{}, touched: map[string]bool{}}
+	total := Cost{touched: w.touched}
 	for _, op := range doc.Operations {
 		root := s.query
 		if op.Operation == ast.Mutation {
@@ -226,6 +228,9 @@ type costWalk struct {
 	l     Limits
 	doc   *ast.QueryDocument
 	frags map[string]*fragCost // by name; a fragment's cost does not depend on where it is spread
+	// touched collects "Type.field" of every selection (bounded by the
+	// document's tokens).
+	touched map[string]bool
 }
 
 // satAdd and satMul saturate: the counts only need to say "over".
@@ -257,6 +262,7 @@ func (w *costWalk) selections(set ast.SelectionSet, typ string, level int) selCo
 	for _, sel := range set {
 		switch sel := sel.(type) {
 		case *ast.Field:
+			w.touched[typ+"."+sel.Name] = true
 			f := selCost{fields: 1, fanOut: 1, roots: 1, depth: level}
 			if sel.Alias != "" && sel.Alias != sel.Name {
 				f.aliases = 1

@@ -50,7 +50,7 @@ func TestToolDocumentsAreFarUnderTheLimits(t *testing.T) {
 		if c.Fields*4 > l.Fields || c.Aliases*4 > l.Aliases || c.Mutations*4 > l.Mutations || c.FanOut*4 > l.FanOut || c.Depth > l.Depth {
 			t.Errorf("%s: %+v is too close to the limits %+v", f, c, l)
 		}
-		most = Cost{max(most.Fields, c.Fields), max(most.Aliases, c.Aliases), max(most.Depth, c.Depth), max(most.Mutations, c.Mutations), max(most.FanOut, c.FanOut), most.Mutating || c.Mutating}
+		most = Cost{max(most.Fields, c.Fields), max(most.Aliases, c.Aliases), max(most.Depth, c.Depth), max(most.Mutations, c.Mutations), max(most.FanOut, c.FanOut), most.Mutating || c.Mutating, nil}
 	}
 	t.Logf("the most any of %d tool documents asks: %+v; limits %+v", len(files), most, l)
 }

@@ -67,6 +67,7 @@ type Handler struct {
 	limits  Limits
 	shape   *schemaShape
 	timeout time.Duration
+	mg      *mgmt.Service // the audit trail (access.go)
 }
 
 // New parses the schema against the resolvers: an error means they
@@ -103,7 +104,7 @@ func New(cfg Config) (*Handler, error) {
 		return nil, fmt.Errorf("graphql schema: %w", err)
 	}
 	return &Handler{schema: s, log: cfg.Logger, limits: cfg.Limits, shape: shape, timeout: cfg.Timeout,
-		gate: httplimit.NewGate(int64(cfg.Limits.InFlight))}, nil
+		gate: httplimit.NewGate(int64(cfg.Limits.InFlight)), mg: cfg.Mgmt}, nil
 }
 
 // Validate checks a document against the schema without running it (the
@@ -160,6 +161,12 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		req.Variables = map[string]any{}
 	}
 	cost, qerr := h.limits.measure(h.shape, req.Query)
+	if qerr == nil {
+		qerr = checkFields(r.Context(), h.shape, cost.touched) // access.go
+		if qerr != nil && cost.Mutating {
+			h.auditMutations(r.Context(), cost.touched, nil, []*gqlerrors.QueryError{qerr})
+		}
+	}
 	if qerr != nil {
 		writeJSON(w, http.StatusOK, response{Data: json.RawMessage("null"), Errors: []*gqlerrors.QueryError{qerr}})
 		return
@@ -193,6 +200,9 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	defer func() { h.gate.Release(budget.held.Load()) }()
 	res := h.schema.Exec(context.WithValue(ctx, budgetKey{}, budget), req.Query, req.OperationName, req.Variables)
 	out := response{Data: res.Data, Errors: res.Errors}
+	if cost.Mutating {
+		h.auditMutations(r.Context(), cost.touched, res.Data, res.Errors)
+	}
 	if ws := warnings.all(); len(ws) > 0 {
 		out.Extensions = map[string]any{"warnings": ws}
 		for _, w := range ws {
@@ -411,6 +421,8 @@ func codeOf(k mgmt.Kind) string {
 		return "UNAVAILABLE"
 	case mgmt.Unsupported:
 		return "UNSUPPORTED"
+	case mgmt.Forbidden:
+		return "FORBIDDEN"
 	}
 	return "INTERNAL_SERVER_ERROR"
 }

@@ -318,6 +318,13 @@ func (r *resolver) saveEndpoint(ctx context.Context, a *endpointInput) (*endpoin
 		return nil, invalid("input", "input is required")
 	}
 	id := given(a.ID)
+	idv := ""
+	if id != nil {
+		idv = *id
+	}
+	if err := allowEndpoint(ctx, idv, "saveEndpoint"); err != nil { // access.go
+		return nil, err
+	}
 	in, err := a.mgmt(id == nil)
 	if err != nil {
 		return nil, err
@@ -363,6 +370,9 @@ func (r *resolver) UpdateEndpointTemplate(ctx context.Context, args struct {
 	if args.Input == nil {
 		return nil, invalid("input", "input {endpointId, templateId} is required")
 	}
+	if err := allowEndpoint(ctx, args.Input.EndpointId, "updateEndpointTemplate"); err != nil {
+		return nil, err
+	}
 	e, err := r.mg().UpdateEndpoint(ctx, args.Input.EndpointId, mgmt.EndpointInput{TemplateID: &args.Input.TemplateId})
 	if err != nil {
 		return nil, wrap(err)
@@ -371,6 +381,9 @@ func (r *resolver) UpdateEndpointTemplate(ctx context.Context, args struct {
 }
 
 func (r *resolver) DeleteEndpoint(ctx context.Context, args struct{ ID string }) (*bool, error) {
+	if err := allowEndpoint(ctx, args.ID, "deleteEndpoint"); err != nil {
+		return nil, err
+	}
 	if err := r.mg().DeleteEndpoint(ctx, args.ID); err != nil {
 		return nil, wrap(err)
 	}

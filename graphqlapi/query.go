@@ -72,7 +72,11 @@ func (u *userView) Endpoints(ctx context.Context) ([]endpointView, error) {
 		return nil, wrap(err)
 	}
 	out := make([]endpointView, 0, len(sn.Endpoints))
+	p := mgmt.PrincipalFrom(ctx)
 	for _, e := range sn.Endpoints {
+		if p != nil && !mgmt.Visible(p, e.ID) {
+			continue // a Restricted key lists the endpoints it is granted
+		}
 		out = append(out, endpointView{e, &sn, u.r.cfg.Workers})
 	}
 	return out, nil

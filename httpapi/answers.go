@@ -24,15 +24,14 @@ var listShares = map[string]int64{
 }
 
 // gateList bounds route's answers when it is one of listShares'. Requests
-// without the operator's key pass to the handler's own refusal, holding
-// nothing.
+// without a key pass to the handler's own refusal, holding nothing.
 func (s *Server) gateList(route string, h http.Handler) http.Handler {
 	n := listShares[route]
 	if n == 0 {
 		return h
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if !s.isAdmin(apiKey(r)) {
+		if principal(r) == nil {
 			h.ServeHTTP(w, r)
 			return
 		}

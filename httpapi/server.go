@@ -8,9 +8,6 @@ package httpapi
 
 import (
 	"context"
-	"crypto/sha256"
-	"crypto/subtle"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"io"
@@ -47,10 +44,16 @@ type Config struct {
 	// makes one over Store with the hooks below, DataDir and Pods; one
 	// made by the caller must send its endpoint hooks to EndpointChanged
 	// and EndpointDeleted.
-	Mgmt       *mgmt.Service
-	Logger     *slog.Logger
-	Clock      clockwork.Clock
-	APIKeyHash string // sha256 hex of the operator's API key
+	Mgmt   *mgmt.Service
+	Logger *slog.Logger
+	Clock  clockwork.Clock
+	// APIKeyHash is the sha256 hex of an All key that is not stored
+	// (BERTH_API_KEY); the stored keys are Mgmt's (mgmt.SetupKeys).
+	APIKeyHash string
+	// KeyRequestsPer10s caps each API key's requests in any 10 seconds
+	// (authz.go); 0: DefaultKeyRequestsPer10s when RateLimits is on, none
+	// otherwise; negative: none.
+	KeyRequestsPer10s int
 
 	RateLimits        bool          // the spec's per-endpoint limits
 	RequestsPerWorker int           // dynamic limit per running worker per 10 s [100]
@@ -146,8 +149,8 @@ type Server struct {
 	epCache map[string]*store.Endpoint
 	epGen   uint64 // bumped by forgetEndpoint so a stale read is not cached
 
-	adminHash []byte          // decoded APIKeyHash
 	lists     *httplimit.Gate // answers.go
+	keyLimits *keyLimiter     // authz.go
 
 	mg *mgmt.Service // the management rules every API surface calls
 	v1 *v1api.API    // REST v1 management
@@ -155,10 +158,11 @@ type Server struct {
 }
 
 // HashKey returns the stored form of an API key.
-func HashKey(key string) string {
-	sum := sha256.Sum256([]byte(key))
-	return hex.EncodeToString(sum[:])
-}
+func HashKey(key string) string { return mgmt.HashKey(key) }
+
+// DefaultKeyRequestsPer10s is each key's request limit when --rate-limits
+// is on and no other is given.
+const DefaultKeyRequestsPer10s = 5000
 
 // New builds the Server and its routes.
 func New(cfg Config) *Server {
@@ -190,7 +194,6 @@ func New(cfg Config) *Server {
 		cfg.ListWait = defaultListWait
 	}
 	s := &Server{cfg: cfg, epCache: map[string]*store.Endpoint{}, lists: newListGate(cfg.ListShares)}
-	s.adminHash, _ = hex.DecodeString(cfg.APIKeyHash)
 	s.mg = cfg.Mgmt
 	if s.mg == nil {
 		var jobs mgmt.EndpointJobs
@@ -200,6 +203,16 @@ func New(cfg Config) *Server {
 		s.mg = mgmt.New(mgmt.Config{Store: cfg.Store, Clock: cfg.Clock, Logger: cfg.Logger, DataDir: cfg.DataDir,
 			Pods: cfg.Pods, Jobs: jobs, EndpointChanged: s.EndpointChanged, EndpointDeleted: s.EndpointDeleted})
 	}
+	if cfg.APIKeyHash != "" {
+		if err := s.mg.SetupKeys(cfg.APIKeyHash, ""); err != nil {
+			cfg.Logger.Error("API keys not loaded", "err", err)
+		}
+	}
+	if cfg.KeyRequestsPer10s == 0 && cfg.RateLimits {
+		cfg.KeyRequestsPer10s = DefaultKeyRequestsPer10s
+	}
+	s.cfg = cfg
+	s.keyLimits = newKeyLimiter(cfg.KeyRequestsPer10s)
 	s.v1 = s.newV1()
 	s.v2 = s.newV2()
 	s.limits = newLimiter(cfg.RateLimits, cfg.RequestsPerWorker, s.workerCount)
@@ -233,7 +246,7 @@ func (s *Server) newRouter() *mux.Router {
 	r.MethodNotAllowedHandler = http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
 		notAllowed(w, req, allowedMethods(r, req))
 	})
-	r.Use(s.recoverer)
+	r.Use(s.recoverer, s.authz) // authz.go: every route's key check
 	return r
 }
 
@@ -260,11 +273,11 @@ func allowedMethods(r *mux.Router, req *http.Request) []string {
 
 func (s *Server) routes() {
 	r := s.newRouter()
-	admin := func(name string, h http.HandlerFunc) http.Handler { return s.instrument(name, s.adminOnly(h)) }
+	admin := func(name string, h http.HandlerFunc) http.Handler { return s.instrument(name, h) } // keys: authz.go
 
 	// Routes are matched in order: the hot paths (worker protocol, run)
 	// come first; gorilla/mux tries one regexp per route.
-	r.Handle("/metrics", s.adminOnly(promhttp.HandlerFor(s.metrics.reg, promhttp.HandlerOpts{}).ServeHTTP)).Methods(http.MethodGet)
+	r.Handle("/metrics", promhttp.HandlerFor(s.metrics.reg, promhttp.HandlerOpts{})).Methods(http.MethodGet)
 	// REST v2 management (/v2/pods, /v2/serverless…), before the job API
 	// so its names are not taken for endpoint ids.
 	s.v2.Mount(r)
@@ -272,7 +285,7 @@ func (s *Server) routes() {
 	// Worker protocol and job API (/v2/{endpointId}). The worker routes
 	// are one table (workerproto.go), which WorkerHandler serves too.
 	job := func(op string, h http.HandlerFunc) http.Handler {
-		return s.instrument(op, s.adminOnly(s.withEndpoint(s.limits.wrap(op, s.polls.wrap(op, false, h)))))
+		return s.instrument(op, s.withEndpoint(s.limits.wrap(op, s.polls.wrap(op, false, h))))
 	}
 	v2 := r.PathPrefix("/v2/{endpointId}").Subrouter()
 	s.workerProtocol(v2)
@@ -317,30 +330,17 @@ func apiKey(r *http.Request) string {
 	return h
 }
 
-func (s *Server) isAdmin(key string) bool {
-	if key == "" || len(s.adminHash) == 0 {
-		return false
-	}
-	sum := sha256.Sum256([]byte(key))
-	return subtle.ConstantTimeCompare(sum[:], s.adminHash) == 1
-}
-
-func (s *Server) adminOnly(h http.HandlerFunc) http.HandlerFunc {
-	return func(w http.ResponseWriter, r *http.Request) {
-		if !s.isAdmin(apiKey(r)) {
-			writeErr(w, r, http.StatusUnauthorized, "missing or invalid API key")
-			return
-		}
-		h(w, r)
-	}
-}
-
-// workerAuth lets the operator's key or the worker's own key through; a
-// worker key opens only its own endpoint's worker routes, under its own id.
+// workerAuth lets an All key or the worker's own key through; a worker
+// key opens only its own endpoint's worker routes, under its own id. An
+// API key of another level is refused naming its level (403).
 func (s *Server) workerAuth(h http.HandlerFunc) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		key := apiKey(r)
-		if s.isAdmin(key) {
+		if p, err := s.mg.Authenticate(key); err == nil {
+			if err := mgmt.Access(p, mgmt.ScopeWorker, "", mgmt.Write, r.Method+" "+r.URL.Path); err != nil {
+				writeErr(w, r, http.StatusForbidden, err.Error())
+				return
+			}
 			h(w, r)
 			return
 		}

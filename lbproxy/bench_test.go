@@ -48,7 +48,7 @@ func BenchmarkProxyOverhead(b *testing.B) {
 		WorkerNet: func(context.Context, string) (WorkerNet, error) {
 			return WorkerNet{IP: host, Env: map[string]string{"PORT": port, "HEALTH_CHECK_PATH": "/"}}, nil
 		},
-		Authorize: func(*http.Request) bool { return true },
+		Authorize: func(*http.Request, string) (int, string) { return 0, "" },
 	})
 	defer lb.Stop()
 	if _, err := lb.Queue(nopQueue{}).RegisterWorker(ep.ID, false); err != nil {

@@ -60,8 +60,9 @@ type Config struct {
 	WorkerNet func(ctx context.Context, workerID string) (WorkerNet, error)
 	// Wake asks the runtime to rescale an endpoint now.
 	Wake func(endpointID string)
-	// Authorize checks the API key of a request.
-	Authorize func(r *http.Request) bool
+	// Authorize checks the API key of a request to an endpoint: 0, or
+	// the status (401, 403, 429) and message of its refusal.
+	Authorize func(r *http.Request, endpointID string) (int, string)
 	// Domain: ENDPOINT_ID.<Domain> in Host addresses an endpoint ("" turns
 	// Host addressing off).
 	Domain string
@@ -508,8 +509,16 @@ func parseAffinity(h string) affinity {
 }
 
 func (b *Balancer) serve(w http.ResponseWriter, r *http.Request, epID, path string) {
-	if b.cfg.Authorize == nil || !b.cfg.Authorize(r) {
+	if b.cfg.Authorize == nil {
 		lbError(w, http.StatusUnauthorized, "unauthorized", "missing or invalid API key")
+		return
+	}
+	if code, msg := b.cfg.Authorize(r, epID); code != 0 {
+		reason := map[int]string{http.StatusUnauthorized: "unauthorized", http.StatusForbidden: "forbidden", http.StatusTooManyRequests: "rate_limited"}[code]
+		if reason == "" {
+			reason = "unavailable"
+		}
+		lbError(w, code, reason, msg)
 		return
 	}
 	ep, err := b.cfg.Endpoint(epID)

@@ -28,7 +28,12 @@ func inProcess(t *testing.T, h http.Handler, mod func(*Config)) (front string, l
 		WorkerNet: func(context.Context, string) (WorkerNet, error) {
 			return WorkerNet{IP: host, Env: map[string]string{"PORT": port}}, nil
 		},
-		Authorize: func(r *http.Request) bool { return r.Header.Get("Authorization") == "Bearer k" },
+		Authorize: func(r *http.Request, _ string) (int, string) {
+			if r.Header.Get("Authorization") == "Bearer k" {
+				return 0, ""
+			}
+			return http.StatusUnauthorized, "missing or invalid API key"
+		},
 	}
 	if mod != nil {
 		mod(&cfg)

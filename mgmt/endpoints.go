@@ -649,11 +649,15 @@ func (s *Service) DeleteEndpoint(ctx context.Context, id string) error {
 		if err := tx.Apply(append(ops, store.Delete(store.Endpoints, id))...); err != nil {
 			return err
 		}
+		if err := forgetEndpointGrants(tx, id); err != nil { // keys.go
+			return err
+		}
 		return dropBound(tx, e.TemplateID, id)
 	})
 	if err != nil {
 		return err
 	}
+	s.reloadKeys()
 	s.changed(id) // the job API stops taking jobs for it before they are cancelled
 	if s.cfg.Jobs != nil {
 		if n, err := s.cfg.Jobs.CancelEndpoint(id); err != nil {
@@ -696,6 +700,10 @@ func (s *Service) Endpoints(ctx context.Context, id string, withTemplates bool) 
 		}
 		return nil
 	})
+	if p := PrincipalFrom(ctx); p != nil && id == "" {
+		// A list shows what the request's key may see (keys.go).
+		eps = slices.DeleteFunc(eps, func(e store.Endpoint) bool { return !Visible(p, e.ID) })
+	}
 	for i := range eps {
 		eps[i].Type = endpointType(&eps[i])
 	}

@@ -23,6 +23,9 @@ const (
 	// Unsupported: one host can never do it (e.g. encrypted volumes). v1
 	// answers 400, as it always did.
 	Unsupported
+	// Forbidden: the API key's permissions do not allow it (403). Msg
+	// names the key and what it lacks.
+	Forbidden
 )
 
 func (k Kind) String() string {
@@ -37,6 +40,8 @@ func (k Kind) String() string {
 		return "unavailable"
 	case Unsupported:
 		return "unsupported"
+	case Forbidden:
+		return "forbidden"
 	}
 	return "unknown"
 }

@@ -71,6 +71,7 @@ type Service struct {
 	cfg      Config
 	podLocks keyedMutex
 	usage    usageCache
+	keys     keyring // keys.go
 }
 
 // New returns a Service.

@@ -38,9 +38,14 @@ const (
 	// capped), same key.
 	Builds    = "builds"
 	BuildLogs = "build_logs"
+	// APIKeys holds the API keys (APIKey, by key id): their hashes, never
+	// the secrets. Audit holds the audit trail (AuditEntry, by a time-
+	// ordered key), trimmed to its newest entries (Tx.Trim).
+	APIKeys = "api_keys"
+	Audit   = "audit"
 )
 
-var allBuckets = []string{Meta, Templates, Endpoints, Jobs, JobInputs, JobIndex, Outbox, Workers, Pods, Volumes, RegistryAuths, Usage, Releases, Builds, BuildLogs}
+var allBuckets = []string{Meta, Templates, Endpoints, Jobs, JobInputs, JobIndex, Outbox, Workers, Pods, Volumes, RegistryAuths, Usage, Releases, Builds, BuildLogs, APIKeys, Audit}
 
 // fillPercent of the buckets whose keys grow with time (UUIDv7 job ids,
 // sequence numbers): bbolt splits pages at half their size by default, which
@@ -395,6 +400,22 @@ func (t *Tx) ForEach(bucket string, fn func(key string, raw []byte) error) error
 		}
 		return fn(string(k), p)
 	})
+}
+
+// Trim deletes the first (oldest, for time-ordered keys) records of
+// bucket until at most max remain; it returns how many it deleted.
+func (t *Tx) Trim(bucket string, max int) (int, error) {
+	b := t.tx.Bucket([]byte(bucket))
+	extra := b.Stats().KeyN - max
+	n := 0
+	c := b.Cursor()
+	for k, _ := c.First(); k != nil && n < extra; k, _ = c.First() {
+		if err := c.Delete(); err != nil {
+			return n, err
+		}
+		n++
+	}
+	return n, nil
 }
 
 // ForEachKey calls fn for each key of bucket, damaged records included.

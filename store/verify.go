@@ -46,6 +46,8 @@ var decoders = map[string]func(k, v []byte) error{
 	Releases:      jsonInto[Release],
 	Builds:        jsonInto[Build],
 	BuildLogs:     nil,
+	APIKeys:       jsonInto[APIKey],
+	Audit:         jsonInto[AuditEntry],
 }
 
 // jobBuckets are decoded in the background by a running Berth, not by Open:

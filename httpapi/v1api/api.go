@@ -168,7 +168,13 @@ func (a *API) Mount(r *mux.Router) {
 	route(get, "/endpoints/{endpointId}/jobs/{jobId}", "endpoints.job", a.getJob)
 	route(get, "/endpoints/{endpointId}/queue", "endpoints.queue", a.getQueue)
 	route(get, "/endpoints/{endpointId}/metrics", "endpoints.metrics", a.getSeries)
-	route(post, "/apply", "apply", a.applyFile) // apply.go
+	route(post, "/apply", "apply", a.applyFile)      // apply.go
+	route(post, "/keys", "keys.create", a.createKey) // keys.go
+	route(get, "/keys", "keys.list", a.listKeys)
+	route(get, "/keys/{keyId}", "keys.get", a.getKey)
+	route(patch, "/keys/{keyId}", "keys.update", a.updateKey)
+	route(del, "/keys/{keyId}", "keys.delete", a.deleteKey)
+	route(get, "/audit", "audit", a.listAudit)
 }
 
 func (a *API) auth(h http.HandlerFunc) http.HandlerFunc {
@@ -242,6 +248,8 @@ func status(k mgmt.Kind) int {
 		return http.StatusConflict
 	case mgmt.Unavailable:
 		return http.StatusServiceUnavailable
+	case mgmt.Forbidden:
+		return http.StatusForbidden
 	}
 	return http.StatusBadRequest // Invalid, Unsupported
 }

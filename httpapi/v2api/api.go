@@ -244,6 +244,10 @@ type Problem struct {
 	Errors []string `json:"errors,omitempty"`
 }
 
+// WriteProblem answers v2's error shape (httpapi's key checks use it on
+// v2's routes).
+func WriteProblem(w http.ResponseWriter, code int, detail string) { problem(w, code, detail) }
+
 func problem(w http.ResponseWriter, code int, detail string, errs ...string) {
 	for i := range errs {
 		errs[i] = mgmt.ClipMessage(errs[i])
@@ -322,6 +326,8 @@ func status(me *mgmt.Error, op string) int {
 		return http.StatusConflict
 	case me.Kind == mgmt.Unavailable:
 		return http.StatusServiceUnavailable
+	case me.Kind == mgmt.Forbidden:
+		return http.StatusForbidden
 	}
 	return http.StatusBadRequest // Invalid, Conflict, Unsupported
 }
