@@ -31,11 +31,8 @@ type accessRule struct {
 	audit bool   // a management write: recorded in the audit trail
 }
 
-const (
-	get, head, post, put, patch, del = http.MethodGet, http.MethodHead, http.MethodPost, http.MethodPut, http.MethodPatch, http.MethodDelete
-	// anyMethod keys routes registered without a method (the dashboard).
-	anyMethod = "ANY"
-)
+// anyMethod keys routes registered without a method (the dashboard).
+const anyMethod = "ANY"
 
 // accessRules maps "METHOD /path/{template}" to its rule.
 var accessRules = buildRules()

@@ -360,6 +360,15 @@ func TestEveryRoute(t *testing.T) {
 	e.must(404, "POST", v2+"/openai/v1/", J{}, nil)
 	e.must(404, "GET", v2+"/openai/v1/", nil, nil)
 
+	// Berth's key management and audit trail (docs/keys.md).
+	var key struct{ ID, Key string }
+	e.must(200, "POST", "/v1/keys", J{"name": "ci-bot", "permission": "RESTRICTED", "endpoints": J{ep.ID: "READ_WRITE"}}, &key)
+	e.must(200, "GET", "/v1/keys", nil, nil)
+	e.must(200, "GET", "/v1/keys/"+key.ID, nil, nil)
+	e.must(200, "PATCH", "/v1/keys/"+key.ID, J{"enabled": false}, nil)
+	e.must(200, "GET", "/v1/audit?limit=5", nil, nil)
+	e.must(204, "DELETE", "/v1/keys/"+key.ID, nil, nil)
+
 	// Deletes, in dependency order.
 	e.must(204, "DELETE", "/v1/pods/"+pod.ID, nil, nil)
 	e.must(204, "DELETE", "/v1/endpoints/"+ep.ID, nil, nil)
