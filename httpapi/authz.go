@@ -90,6 +90,7 @@ func buildRules() map[string]accessRule {
 	add(listEps, "GET /v1/endpoints")
 	add(createEp, "POST /v1/endpoints")
 	add(ep("endpointId", read, false), "GET /v1/endpoints/{endpointId}", "GET /v1/endpoints/{endpointId}/workers/{workerId}/logs",
+		"GET /v1/endpoints/{endpointId}/metrics",
 		"GET /v1/endpoints/{endpointId}/jobs", "GET /v1/endpoints/{endpointId}/jobs/{jobId}", "GET /v1/endpoints/{endpointId}/queue")
 	add(ep("endpointId", write, true), "PATCH /v1/endpoints/{endpointId}", "POST /v1/endpoints/{endpointId}/update", "DELETE /v1/endpoints/{endpointId}")
 	// worker-env registers a worker and hands out its key: a write.
@@ -115,6 +116,10 @@ func buildRules() map[string]accessRule {
 	add(ep("id", read, false), "GET /v2/serverless/{id}", "GET /v2/serverless/{id}/workers", "GET /v2/serverless/{id}/releases",
 		"GET /v2/serverless/{id}/workers/{workerId}/logs")
 	add(ep("id", write, true), "PATCH /v2/serverless/{id}", "DELETE /v2/serverless/{id}")
+	// Image builds of an endpoint (Berth's): reading them is Read, starting
+	// or cancelling one Read-Write.
+	add(ep("id", read, false), "GET /v2/serverless/{id}/builds", "GET /v2/serverless/{id}/builds/{buildId}", "GET /v2/serverless/{id}/builds/{buildId}/logs")
+	add(ep("id", write, true), "POST /v2/serverless/{id}/builds", "POST /v2/serverless/{id}/builds/{buildId}/cancel")
 	for _, res := range []string{"/v2/templates", "/v2/pods", "/v2/network-volumes", "/v2/clusters"} {
 		add(accountRead, "GET "+res, "GET "+res+"/{id}")
 		add(accountWrite, "POST "+res, "PATCH "+res+"/{id}", "DELETE "+res+"/{id}")
