@@ -115,7 +115,7 @@ func buildRules() map[string]accessRule {
 	add(createEp, "POST /v2/serverless")
 	add(ep("id", read, false), "GET /v2/serverless/{id}", "GET /v2/serverless/{id}/workers", "GET /v2/serverless/{id}/releases",
 		"GET /v2/serverless/{id}/workers/{workerId}/logs")
-	add(ep("id", write, true), "PATCH /v2/serverless/{id}", "DELETE /v2/serverless/{id}")
+	add(ep("id", write, true), "PATCH /v2/serverless/{id}", "DELETE /v2/serverless/{id}", "POST /v2/serverless/{id}/rollback")
 	// Image builds of an endpoint (Berth's): reading them is Read, starting
 	// or cancelling one Read-Write.
 	add(ep("id", read, false), "GET /v2/serverless/{id}/builds", "GET /v2/serverless/{id}/builds/{buildId}", "GET /v2/serverless/{id}/builds/{buildId}/logs")
