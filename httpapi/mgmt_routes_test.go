@@ -327,6 +327,9 @@ func TestEveryRoute(t *testing.T) {
 	e.mustErr(400, "GET", "/v1/endpoints/"+ep.ID+"/jobs?limit=0", nil, "limit")
 	e.mustErr(404, "GET", "/v1/endpoints/"+ep.ID+"/jobs/no-such-job", nil, "not found")
 	e.mustErr(404, "GET", "/v1/endpoints/nosuchendpoint/queue", nil, "not found")
+	// The plotted series are app's (app/series_test.go reads them through
+	// berth serve); this hand-wired server keeps none and says so.
+	e.mustErr(503, "GET", "/v1/endpoints/"+ep.ID+"/metrics?window=day", nil, "no series")
 
 	// Job API and worker errors.
 	e.mustErr(404, "GET", v2+"/status/no-such-job", nil, "not found")

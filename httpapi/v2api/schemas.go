@@ -128,6 +128,8 @@ const requestSchemas = `{
     "name": {"type": "string", "minLength": 1}, "size": {"type": "integer", "minimum": 10, "maximum": 4096}}},
   "CreateRegistryRequest": {"type": "object", "additionalProperties": false, "required": ["name", "username", "password"], "properties": {
     "name": {"type": "string", "minLength": 1}, "password": {"type": "string", "minLength": 1}, "username": {"type": "string", "minLength": 1}}},
+  "RollbackEndpointRequest": {"type": "object", "additionalProperties": false, "properties": {
+    "version": {"type": "integer", "minimum": 1, "description": "the release to go back to; absent: the newest earlier build's"}}},
   "UpdateSshKeysRequest": {"type": "object", "additionalProperties": false, "required": ["keys"], "properties": {
     "keys": {"type": "array", "items": {"type": "string", "pattern": "^(ssh|ecdsa|sk)-[^\\s]+ [^\\s]+([ \\t][^\\n\\r]*)?$"}}}}
 }}`
@@ -139,6 +141,7 @@ var bodySchemas = map[string]string{
 	"createPod": "CreatePodRequest", "updatePod": "UpdatePodRequest", "podAction": "PodActionRequest",
 	"createNetworkVolume": "CreateNetworkVolumeRequest", "updateNetworkVolume": "UpdateNetworkVolumeRequest",
 	"createRegistry": "CreateRegistryRequest", "updateSshKeys": "UpdateSshKeysRequest",
+	"rollbackEndpoint": "RollbackEndpointRequest",
 }
 
 // compiled holds the compiled schema of every body.
