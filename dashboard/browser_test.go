@@ -317,6 +317,11 @@ func TestDashboardInBrowser(t *testing.T) {
 	}
 	// The job list shows it completed too.
 	do("job list", visible(`#jobs tr[data-status="COMPLETED"]`), sh.save("desktop-endpoint"))
+	// The plots: the worker container launched for the endpoint is a cold
+	// start, the job a completed bar.
+	do("plots", until(`(() => {
+		const n = (s) => [...document.querySelectorAll('#plots ' + s)].reduce((a, r) => a + Number(r.dataset.n), 0);
+		return n('svg[data-plot="cold"] rect.bar.cold') >= 1 && n('svg[data-plot="jobs"] rect.bar.completed') >= 1; })()`, 2*time.Minute))
 
 	// A streaming job shows its chunks while it runs (peeked: the job
 	// still returns them all at the end).

@@ -442,11 +442,10 @@ function plotSVG(name, kids) {
 
 function plotsPanel(base) {
   let win = sessionStorage.getItem('berth.plotWindow') || 'hour';
-  let fetched = 0, last = null;
   const seg = h('div.seg#plot-window');
   const body = h('div.plots#plots');
   const drawSeg = () => clear(seg, [['hour', 'Last hour'], ['day', 'Last day']].map(([w, text]) =>
-    h('button', { type: 'button', class: w === win ? 'on' : null, 'data-window': w, onclick: () => { win = w; sessionStorage.setItem('berth.plotWindow', w); drawSeg(); fetched = 0; refresh(); } }, text)));
+    h('button', { type: 'button', class: w === win ? 'on' : null, 'data-window': w, onclick: () => { win = w; sessionStorage.setItem('berth.plotWindow', w); drawSeg(); refresh().catch(() => {}); } }, text)));
   drawSeg();
   const panel = h('section.panel.plots-panel', { style: 'margin-bottom:16px' },
     h('header', h('h2', 'Activity'), seg), body);
@@ -503,13 +502,11 @@ function plotsPanel(base) {
       chart('cold', 'Cold starts', cold.total + ' in the ' + (win === 'hour' ? 'hour' : 'day'), cold, null));
   }
 
+  // Every poll: a job run from the form shows in its minute's bar at once.
   async function refresh() {
-    // The buckets are a minute or five wide: every 10 s is often enough.
-    if (Date.now() - fetched < 10000 && last && last.window === win) return;
-    const v = await api(base + '/metrics?window=' + win);
-    fetched = Date.now();
-    last = v;
-    draw(v);
+    const w = win;
+    const v = await api(base + '/metrics?window=' + w);
+    if (w === win) draw(v); // not a window switched away from meanwhile
   }
   return { panel, refresh };
 }
