@@ -135,11 +135,13 @@ func (b *Backend) claimsChanged() {
 	}
 }
 
-// claimsOf are the names of the claims a Pod mounts.
+// claimsOf are the names of Berth's claims a Pod mounts (claimName's;
+// not those of the operator's Pod template, which the informer does not
+// follow).
 func claimsOf(p *corev1.Pod) []string {
 	var out []string
 	for _, v := range p.Spec.Volumes {
-		if v.PersistentVolumeClaim != nil {
+		if v.PersistentVolumeClaim != nil && strings.HasPrefix(v.PersistentVolumeClaim.ClaimName, "berth-") {
 			out = append(out, v.PersistentVolumeClaim.ClaimName)
 		}
 	}

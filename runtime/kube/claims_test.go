@@ -113,6 +113,11 @@ func TestPodWaitsOnItsClaim(t *testing.T) {
 			Status: corev1.PodStatus{Phase: corev1.PodPending, Conditions: conds},
 		}
 	}
+	withVolume := func(p *corev1.Pod, claim string) *corev1.Pod {
+		p.Spec.Volumes = append(p.Spec.Volumes, corev1.Volume{Name: "models",
+			VolumeSource: corev1.VolumeSource{PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: claim}}})
+		return p
+	}
 	unsched := corev1.PodCondition{Type: corev1.PodScheduled, Status: corev1.ConditionFalse, Reason: corev1.PodReasonUnschedulable,
 		Message: "0/2 nodes are available: pod has unbound immediate PersistentVolumeClaims."}
 	localPath := class("local-path", "rancher.io/local-path", true)
@@ -130,6 +135,8 @@ func TestPodWaitsOnItsClaim(t *testing.T) {
 		{name: "a provisioner at work", claim: claim(ptr("local-path"), corev1.ClaimPending, corev1.ReadWriteOnce), pod: pod(),
 			wantWaiting: "", wantError: []string{"waiting for storage class local-path's provisioner"}},
 		{name: "bound", claim: claim(ptr("local-path"), corev1.ClaimBound, corev1.ReadWriteOnce), pod: pod(), wantWaiting: ""},
+		{name: "bound, and a claim of the operator's template (not followed)", claim: claim(ptr("local-path"), corev1.ClaimBound, corev1.ReadWriteOnce),
+			pod: withVolume(pod(), "models"), wantWaiting: ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			b := &Backend{cfg: Config{Namespace: "ns"}, svcs: corelisters.NewServiceLister(idx())}
