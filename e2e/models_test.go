@@ -152,3 +152,56 @@ func TestModelsBesideANetworkVolume(t *testing.T) {
 		t.Errorf("writing into the cache: %s %s; want a read-only file system", st, e)
 	}
 }
+
+// TestModelDownloadResumesAfterARestart: Berth stops while a model is
+// mid-file; the next Berth on the same data folder resumes the partial
+// file with Range from where it stopped, and the model completes.
+func TestModelDownloadResumesAfterARestart(t *testing.T) {
+	hub := hubtest.New(t)
+	weights := make([]byte, 3_000_000)
+	if _, err := rand.Read(weights); err != nil {
+		t.Fatal(err)
+	}
+	repo := hub.Add(hubtest.Repo{ID: "acme/restart", Files: []hubtest.File{{Path: "model.safetensors", Data: weights, LFS: true}}})
+	reached, release := hub.Hold(weights, 1_000_000) // only a transfer from before byte 1000000 is held
+	defer release()
+	data := t.TempDir()
+	set := func(c *app.Config) { c.DataDir, c.Models = data, app.Models{Endpoint: hub.URL} }
+	s1 := newStackWith(t, set)
+	// workersMax 0: the model downloads, no worker is ever wanted.
+	ep := s1.endpoint("berth-test/never-started:1", nil, map[string]any{"workersMin": 0, "workersMax": 0,
+		"modelReferences": []string{"https://huggingface.co/acme/restart"}})
+	select {
+	case <-reached:
+	case <-t.Context().Done():
+		t.Fatal("the download never reached the held byte")
+	}
+	if err := s1.app.Stop(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	part := filepath.Join(data, "models", "hub", "models--acme--restart", "blobs", hubtest.Sha256(weights)+".incomplete")
+	if st, err := os.Stat(part); err != nil || st.Size() != 1_000_000 {
+		t.Fatalf("partial file after the stop: %v %v", st, err)
+	}
+
+	s2 := newStackWith(t, set)
+	snapshot := filepath.Join(data, "models", "hub", "models--acme--restart", "snapshots", repo.Commit, "model.safetensors")
+	s2.eventually("the model completes after the restart", func() bool {
+		b, err := os.ReadFile(snapshot)
+		return err == nil && hubtest.Sha256(b) == hubtest.Sha256(weights)
+	})
+	var ranged []string
+	for _, r := range hub.Requests() {
+		if r.Range != "" && strings.HasPrefix(r.Path, "/cdn/") {
+			ranged = append(ranged, r.Range)
+		}
+	}
+	if len(ranged) != 1 || ranged[0] != "bytes=1000000-" {
+		t.Fatalf("ranged requests %q; want one from byte 1000000", ranged)
+	}
+	var view struct{ Status struct{ Reason string } }
+	s2.call("GET", "/v1/endpoints/"+ep.ID, nil, 200, &view)
+	if strings.Contains(view.Status.Reason, "downloading") {
+		t.Errorf("status after completion: %q", view.Status.Reason)
+	}
+}
