@@ -176,10 +176,15 @@ func TestModelDownloadResumesAfterARestart(t *testing.T) {
 	case <-t.Context().Done():
 		t.Fatal("the download never reached the held byte")
 	}
+	// The server has sent the bytes; Berth writes them as they arrive.
+	part := filepath.Join(data, "models", "hub", "models--acme--restart", "blobs", hubtest.Sha256(weights)+".incomplete")
+	s1.eventually("the first 1000000 bytes are in the partial file", func() bool {
+		st, err := os.Stat(part)
+		return err == nil && st.Size() == 1_000_000
+	})
 	if err := s1.app.Stop(t.Context()); err != nil {
 		t.Fatal(err)
 	}
-	part := filepath.Join(data, "models", "hub", "models--acme--restart", "blobs", hubtest.Sha256(weights)+".incomplete")
 	if st, err := os.Stat(part); err != nil || st.Size() != 1_000_000 {
 		t.Fatalf("partial file after the stop: %v %v", st, err)
 	}
