@@ -92,6 +92,9 @@ spec:
   containers:
     - name: main
       imagePullPolicy: IfNotPresent
+      resources:
+        requests: {cpu: 3}
+        limits: {memory: 10Gi}
       volumeMounts:
         - {name: cache, mountPath: /cache}
 `, rc.Name, pc.Name)
@@ -154,6 +157,21 @@ spec:
 	}
 	if ctr.ImagePullPolicy != corev1.PullIfNotPresent {
 		t.Errorf("imagePullPolicy %q, want IfNotPresent", ctr.ImagePullPolicy)
+	}
+	// The template's cpu request replaces Berth's 2; its memory limit caps
+	// Berth's 12Gi request for one RTX 4090.
+	for _, c := range []struct {
+		what string
+		got  resource.Quantity
+		want string
+	}{
+		{"cpu request", ctr.Resources.Requests[corev1.ResourceCPU], "3"},
+		{"memory request", ctr.Resources.Requests[corev1.ResourceMemory], "10Gi"},
+		{"memory limit", ctr.Resources.Limits[corev1.ResourceMemory], "10Gi"},
+	} {
+		if c.got.Cmp(resource.MustParse(c.want)) != 0 {
+			t.Errorf("%s %s, want %s (resources %+v)", c.what, c.got.String(), c.want, ctr.Resources)
+		}
 	}
 	mounts := map[string]string{}
 	for _, m := range ctr.VolumeMounts {

@@ -57,14 +57,15 @@ var allowed = map[string]any{
 	"spec": map[string]any{
 		"runtimeClassName": true, "priorityClassName": true, "tolerations": true, "nodeSelector": true,
 		"affinity": true, "securityContext": true, "volumes": true, "imagePullSecrets": true,
-		"containers": map[string]any{"name": true, "securityContext": true, "imagePullPolicy": true, "volumeMounts": true},
+		"containers": map[string]any{"name": true, "securityContext": true, "imagePullPolicy": true, "volumeMounts": true,
+			"resources": map[string]any{"requests": true, "limits": true}},
 	},
 }
 
 // AllowedFields lists the fields a template may set, for messages and docs.
 const AllowedFields = "metadata.labels, metadata.annotations, spec.runtimeClassName, spec.priorityClassName, " +
 	"spec.tolerations, spec.nodeSelector, spec.affinity, spec.securityContext, spec.volumes, spec.imagePullSecrets, " +
-	"and of spec.containers[0] (named main): securityContext, imagePullPolicy, volumeMounts"
+	"and of spec.containers[0] (named main): securityContext, imagePullPolicy, volumeMounts, resources (cpu and memory)"
 
 // Berth's own labels and annotations: adoption and accounting read them.
 var ownLabels = []string{
@@ -238,6 +239,24 @@ func (t *Template) check() error {
 		default:
 			return refuse("spec.containers[0].imagePullPolicy", "must be Always, IfNotPresent or Never, not %q", c.ImagePullPolicy)
 		}
+		for _, rl := range []struct {
+			field string
+			list  corev1.ResourceList
+		}{{"requests", c.Resources.Requests}, {"limits", c.Resources.Limits}} {
+			for _, name := range slices.Sorted(maps.Keys(rl.list)) {
+				if name != corev1.ResourceCPU && name != corev1.ResourceMemory {
+					return refuse("spec.containers[0].resources."+rl.field+"."+string(name), "only cpu and memory: Berth sets the GPUs and ephemeral storage from the endpoint")
+				}
+				if q := rl.list[name]; q.Sign() <= 0 {
+					return refuse("spec.containers[0].resources."+rl.field+"."+string(name), "must be more than 0, not %s", q.String())
+				}
+			}
+		}
+		for name, req := range c.Resources.Requests {
+			if lim, ok := c.Resources.Limits[name]; ok && req.Cmp(lim) > 0 {
+				return refuse("spec.containers[0].resources.requests."+string(name), "%s is more than its limit %s", req.String(), lim.String())
+			}
+		}
 		var paths []string
 		for i, m := range c.VolumeMounts {
 			f := fmt.Sprintf("spec.containers[0].volumeMounts[%d]", i)
@@ -354,6 +373,7 @@ func (t *Template) Apply(pod *corev1.Pod) error {
 		if tc.ImagePullPolicy != "" {
 			c.ImagePullPolicy = tc.ImagePullPolicy
 		}
+		applyResources(c, tc.Resources)
 		for i, m := range tc.VolumeMounts {
 			var berth []string
 			for _, x := range c.VolumeMounts {
@@ -376,6 +396,32 @@ func (t *Template) Apply(pod *corev1.Pod) error {
 		}
 	}
 	return nil
+}
+
+// applyResources puts the template's cpu and memory on c: a request
+// replaces Berth's (its rule per GPU or CPU shape); a limit is set, and
+// lowers Berth's request to it when the template gives no request (a
+// request above its limit is refused by the API server).
+func applyResources(c *corev1.Container, tr corev1.ResourceRequirements) {
+	for _, name := range []corev1.ResourceName{corev1.ResourceCPU, corev1.ResourceMemory} {
+		if q, ok := tr.Requests[name]; ok {
+			if c.Resources.Requests == nil {
+				c.Resources.Requests = corev1.ResourceList{}
+			}
+			c.Resources.Requests[name] = q.DeepCopy()
+		}
+		lim, ok := tr.Limits[name]
+		if !ok {
+			continue
+		}
+		if c.Resources.Limits == nil {
+			c.Resources.Limits = corev1.ResourceList{}
+		}
+		c.Resources.Limits[name] = lim.DeepCopy()
+		if req, ok := c.Resources.Requests[name]; ok && req.Cmp(lim) > 0 {
+			c.Resources.Requests[name] = lim.DeepCopy()
+		}
+	}
 }
 
 // mayEscalate: the API server refuses allowPrivilegeEscalation false with

@@ -73,7 +73,12 @@ func TestParse(t *testing.T) {
 		{name: "image", in: "spec: {containers: [{image: x}]}", field: "spec.containers[0].image", msg: "not allowed"},
 		{name: "command", in: "spec: {containers: [{command: [sh]}]}", field: "spec.containers[0].command"},
 		{name: "env", in: "spec: {containers: [{env: [{name: A, value: b}]}]}", field: "spec.containers[0].env"},
-		{name: "resources", in: "spec: {containers: [{resources: {limits: {cpu: 1}}}]}", field: "spec.containers[0].resources"},
+		{name: "cpu and memory requests and limits", in: "spec: {containers: [{resources: {requests: {cpu: 4, memory: 16Gi}, limits: {cpu: 8, memory: 16Gi}}}]}"},
+		{name: "GPUs are Berth's", in: "spec: {containers: [{resources: {limits: {nvidia.com/gpu: 1}}}]}", field: "spec.containers[0].resources.limits.nvidia.com/gpu", msg: "only cpu and memory"},
+		{name: "ephemeral storage is Berth's", in: "spec: {containers: [{resources: {requests: {ephemeral-storage: 1Gi}}}]}", field: "spec.containers[0].resources.requests.ephemeral-storage"},
+		{name: "a request above its limit", in: "spec: {containers: [{resources: {requests: {memory: 32Gi}, limits: {memory: 16Gi}}}]}", field: "spec.containers[0].resources.requests.memory", msg: "more than its limit"},
+		{name: "a zero request", in: "spec: {containers: [{resources: {requests: {cpu: 0}}}]}", field: "spec.containers[0].resources.requests.cpu", msg: "more than 0"},
+		{name: "resource claims", in: "spec: {containers: [{resources: {claims: [{name: x}]}}]}", field: "spec.containers[0].resources.claims"},
 		{name: "restartPolicy", in: "spec: {restartPolicy: Always}", field: "spec.restartPolicy"},
 		{name: "nodeName", in: "spec: {nodeName: n1}", field: "spec.nodeName"},
 		{name: "hostNetwork even false", in: "spec: {hostNetwork: false}", field: "spec.hostNetwork"},
@@ -231,6 +236,21 @@ func TestApply(t *testing.T) {
 			want: func(p *corev1.Pod) {
 				p.Spec.SecurityContext = &corev1.PodSecurityContext{SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault}}
 				p.Spec.Containers[0].SecurityContext = &corev1.SecurityContext{Capabilities: &corev1.Capabilities{Add: []corev1.Capability{"CAP_SYS_ADMIN"}}}
+			}},
+		{name: "requests replace Berth's, limits are added",
+			tpl: mustParse(t, "spec: {containers: [{resources: {requests: {cpu: 4}, limits: {cpu: 8, memory: 8Gi}}}]}"),
+			pod: func(p *corev1.Pod) {
+				p.Spec.Containers[0].Resources = corev1.ResourceRequirements{
+					Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("2"), corev1.ResourceMemory: resource.MustParse("12Gi")},
+					Limits:   corev1.ResourceList{"nvidia.com/gpu": resource.MustParse("1")}}
+			},
+			want: func(p *corev1.Pod) {
+				p.Spec.SecurityContext = &corev1.PodSecurityContext{SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault}}
+				p.Spec.Containers[0].SecurityContext = &corev1.SecurityContext{AllowPrivilegeEscalation: &no}
+				// memory: Berth's 12Gi request lowered to the 8Gi limit.
+				p.Spec.Containers[0].Resources = corev1.ResourceRequirements{
+					Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("4"), corev1.ResourceMemory: resource.MustParse("8Gi")},
+					Limits:   corev1.ResourceList{"nvidia.com/gpu": resource.MustParse("1"), corev1.ResourceCPU: resource.MustParse("8"), corev1.ResourceMemory: resource.MustParse("8Gi")}}
 			}},
 		{name: "a toleration Berth has is not repeated",
 			tpl: mustParse(t, "spec: {tolerations: [{key: nvidia.com/gpu, operator: Exists, effect: NoSchedule}]}"),
