@@ -335,3 +335,39 @@ func TestCPURequest(t *testing.T) {
 		}
 	}
 }
+
+// TestPlanPassModels: an endpoint naming models starts no worker while
+// they are not complete (the plan carries their progress for the status),
+// starts as usual once they are, and cannot start where Berth has no
+// model cache (a configuration error).
+func TestPlanPassModels(t *testing.T) {
+	models := func(e *store.Endpoint) { e.ModelReferences = []string{"https://huggingface.co/acme/tiny"} }
+	for _, tc := range []struct {
+		name              string
+		wait              string
+		ok                bool
+		start             int
+		models, configErr string
+	}{
+		{name: "downloading: nothing starts", wait: "downloading acme/tiny: 1 MB of 3 MB", ok: true, models: "downloading acme/tiny: 1 MB of 3 MB"},
+		{name: "complete: a worker starts", ok: true, start: 1},
+		{name: "no model cache: a configuration error", configErr: "cannot give workers cached models"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			in := pass(models)
+			in.stats = queue.QueueStats{InQueue: 1}
+			in.models, in.modelsOK = tc.wait, tc.ok
+			p := planPass(in)
+			if p.start != tc.start || p.models != tc.models || (tc.configErr == "") != (p.configErr == "") || !strings.Contains(p.configErr, tc.configErr) {
+				t.Fatalf("start %d, models %q, configErr %q; want %d, %q, %q", p.start, p.models, p.configErr, tc.start, tc.models, tc.configErr)
+			}
+		})
+	}
+	// An endpoint naming no model is not held by a stale progress.
+	in := pass(nil)
+	in.stats = queue.QueueStats{InQueue: 1}
+	in.models, in.modelsOK = "downloading acme/tiny: 1 MB of 3 MB", true
+	if p := planPass(in); p.start != 1 || p.models != "" {
+		t.Fatalf("no models: start %d, models %q", p.start, p.models)
+	}
+}
