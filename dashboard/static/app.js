@@ -137,7 +137,7 @@ async function api(path, opts = {}) {
 
 // ---------- shell ----------
 
-const NAV = [['#/', 'Endpoints'], ['#/gpus', 'GPUs'], ['#/pods', 'Pods'], ['#/templates', 'Templates'], ['#/volumes', 'Volumes']];
+const NAV = [['#/', 'Endpoints'], ['#/gpus', 'GPUs'], ['#/pods', 'Pods'], ['#/templates', 'Templates'], ['#/volumes', 'Volumes'], ['#/keys', 'Keys']];
 
 function brand() {
   const a = h('a.brand', { href: '#/' });
@@ -181,7 +181,8 @@ function signIn(message) {
       btn.disabled = true;
       apiKey = k;
       try {
-        const res = await fetch('/v1/gpus', { headers: { Authorization: 'Bearer ' + k }, cache: 'no-store' });
+        // The endpoint list: every key may read it (filtered to its endpoints).
+        const res = await fetch('/v1/endpoints', { headers: { Authorization: 'Bearer ' + k }, cache: 'no-store' });
         if (res.status === 401) throw new Error('Berth refused this key.');
         if (!res.ok) throw new Error('Berth answered ' + res.status + '.');
         sessionStorage.setItem(KEY, k);
@@ -194,7 +195,7 @@ function signIn(message) {
     },
   }, h('label.field', { for: 'key-input' }, 'API key'), input, err, btn);
   clear($app(), h('div.panel.login', brand(),
-    h('p', 'Enter the operator\'s API key (BERTH_API_KEY, or the one Berth printed at its first start). It is kept in this tab only, until you close it.'),
+    h('p', 'Enter an API key (BERTH_API_KEY, the one Berth printed at its first start, or one made with berth key create). It is kept in this tab only, until you close it.'),
     form));
   input.focus();
 }
@@ -226,6 +227,7 @@ function route() {
     case 'pods': view = podsView(main); break;
     case 'templates': view = templatesView(main); break;
     case 'volumes': view = volumesView(main); break;
+    case 'keys': view = keysView(main); break;
     case 'logs': view = logsView(main, parts[1], parts.slice(2)); break;
     default: clear(main, h('div.panel.empty', 'No such page. ', h('a', { href: '#/' }, 'Back to the endpoints')));
   }
@@ -260,8 +262,14 @@ window.addEventListener('hashchange', route);
 
 // workerGPUs maps GPU uuid → holder id, and names each GPU.
 async function loadGPUs() {
-  const gpus = await api('/v1/gpus');
+  const gpus = await orNone(api('/v1/gpus'));
   return gpus || [];
+}
+
+// orNone is a list the key may not read (a Restricted key: GPUs, pods)
+// as an empty one: the page shows what the key may see (docs/keys.md).
+async function orNone(p) {
+  try { return await p; } catch (e) { if (e.status === 403) return []; throw e; }
 }
 
 function endpointHealth(e, q) {
@@ -298,7 +306,7 @@ function endpointsView(main) {
   clear(main, h('div.page-head', h('div', h('h1', 'Endpoints'), h('div.sub', 'Queues, workers and the GPUs they hold. Updated live.'))), tiles, grid);
   return {
     async refresh() {
-      const [eps, gpus, pods] = await Promise.all([api('/v1/endpoints?includeWorkers=true'), loadGPUs(), api('/v1/pods')]);
+      const [eps, gpus, pods] = await Promise.all([api('/v1/endpoints?includeWorkers=true'), loadGPUs(), orNone(api('/v1/pods'))]);
       const queues = await Promise.all(eps.map((e) => api('/v1/endpoints/' + e.id + '/queue').catch(() => null)));
       let queued = 0, running = 0, workers = 0, busyWorkers = 0;
       eps.forEach((e, i) => {
@@ -786,7 +794,7 @@ function gpusView(main) {
   clear(main, h('div.page-head', h('div', h('h1', 'GPUs'), h('div.sub', 'This host\'s GPUs, found by NVML, and who holds each.'))), body);
   return {
     async refresh() {
-      const [gpus, eps, pods] = await Promise.all([loadGPUs(), api('/v1/endpoints?includeWorkers=true'), api('/v1/pods')]);
+      const [gpus, eps, pods] = await Promise.all([loadGPUs(), api('/v1/endpoints?includeWorkers=true'), orNone(api('/v1/pods'))]);
       const owner = new Map();
       for (const e of eps) for (const w of e.workers || []) owner.set(w.id, ['worker of ', h('a', { href: '#/endpoint/' + encodeURIComponent(e.id) }, e.name || e.id)]);
       for (const p of pods || []) owner.set(p.id, ['pod ', h('a', { href: '#/pods' }, p.name || p.id)]);
@@ -883,6 +891,65 @@ function volumesView(main) {
         }))));
     },
   };
+}
+
+// ---------- API keys ----------
+
+// keysView lists the API keys (never their secrets) and makes, disables,
+// enables and deletes them; it needs an All key (docs/keys.md).
+function keysView(main) {
+  const body = h('section.panel');
+  const msg = h('div.form-error#keys-error');
+  const name = h('input#key-name', { placeholder: 'name', 'aria-label': 'Key name' });
+  const perm = h('select#key-permission', { 'aria-label': 'Permission' },
+    ['ALL', 'READ_ONLY', 'RESTRICTED'].map((p) => h('option', { value: p }, p)));
+  const grants = h('input#key-endpoints', { placeholder: 'RESTRICTED: ENDPOINT_ID=READ_WRITE, ID2=READ', 'aria-label': 'Endpoint grants' });
+  const shown = h('div#key-secret');
+  let v;
+  const form = h('form.row', {
+    onsubmit: async (ev) => {
+      ev.preventDefault();
+      clear(msg); clear(shown);
+      const endpoints = {};
+      for (const part of grants.value.split(',').map((x) => x.trim()).filter(Boolean)) {
+        const [id, lvl] = part.split('=');
+        endpoints[id.trim()] = (lvl || 'READ').trim().toUpperCase();
+      }
+      try {
+        const k = await api('/v1/keys', { method: 'POST', body: { name: name.value.trim(), permission: perm.value, endpoints } });
+        clear(shown, h('div.panel', h('div', 'Key ', h('b', k.name), ' created. Its secret, shown only this once:'), h('code.mono#key-secret-value', k.key)));
+        name.value = ''; grants.value = '';
+        await v.refresh();
+      } catch (e) { if (!(e instanceof AuthError)) clear(msg, e.message); }
+    },
+  }, name, perm, grants, h('button.btn.primary#key-create', { type: 'submit' }, 'Create key'));
+  clear(main, h('div.page-head', h('div', h('h1', 'API keys'), h('div.sub', 'All, Read Only, or Restricted to endpoints. Secrets are shown once and stored hashed.'))),
+    form, msg, shown, body);
+  const act = async (method, id, b) => {
+    clear(msg);
+    try { await api('/v1/keys/' + encodeURIComponent(id), { method, body: b }); await v.refresh(); } catch (e) { if (!(e instanceof AuthError)) clear(msg, e.message); }
+  };
+  v = {
+    async refresh() {
+      let ks;
+      try { ks = await api('/v1/keys') || []; } catch (e) {
+        if (e.status === 403) { clear(body, h('div.empty#keys-forbidden', e.message)); return; }
+        throw e;
+      }
+      clear(body, h('table.list', h('thead', h('tr', ['Name', 'Prefix', 'Permission', 'Endpoints', 'Enabled', 'Created', 'Last used', ''].map((t) => h('th', t)))),
+        h('tbody', ks.map((k) => h('tr', { 'data-key': k.id },
+          h('td', { 'data-label': 'Name' }, h('div', k.name), h('div.faint.mono.small', k.id)),
+          h('td.mono', { 'data-label': 'Prefix' }, k.prefix + '…'),
+          h('td', { 'data-label': 'Permission' }, k.permission),
+          h('td.mono.small', { 'data-label': 'Endpoints' }, Object.entries(k.endpoints || {}).map(([id, g]) => id + '=' + g).join(', ') || '—'),
+          h('td', { 'data-label': 'Enabled' }, k.enabled ? 'yes' : 'no'),
+          h('td.num', { 'data-label': 'Created' }, ago(k.createdAt)),
+          h('td.num', { 'data-label': 'Last used' }, k.lastUsed ? ago(k.lastUsed) : 'never'),
+          h('td', h('button.btn.small.key-toggle', { onclick: () => act('PATCH', k.id, { enabled: !k.enabled }) }, k.enabled ? 'Disable' : 'Enable'), ' ',
+            h('button.btn.small.danger.key-delete', { onclick: () => { if (confirm('Delete key ' + k.name + '?')) act('DELETE', k.id); } }, 'Delete')))))));
+    },
+  };
+  return v;
 }
 
 // ---------- start ----------
