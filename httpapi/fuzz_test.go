@@ -16,6 +16,7 @@ import (
 
 	"berth/httpapi"
 	"berth/queue"
+	"berth/series"
 	"berth/store"
 )
 
@@ -54,7 +55,8 @@ func newFuzzAPI(f testing.TB) *fuzzAPI {
 		f.Fatal(err)
 	}
 	f.Cleanup(func() { q.Stop(); db.Close() })
-	hc := httpapi.Config{Store: db, Queue: q, Logger: quiet, APIKeyHash: httpapi.HashKey(adminKey), DataDir: f.TempDir()}
+	hc := httpapi.Config{Store: db, Queue: q, Logger: quiet, APIKeyHash: httpapi.HashKey(adminKey), DataDir: f.TempDir(),
+		Series: series.New(series.Config{}).View}
 	withFakePods(newFakePods())(&hc)
 	withFakeRuntime(newFakeRuntime())(&hc)
 	a := &fuzzAPI{h: httpapi.New(hc).Handler(), q: q, auth: "Bearer " + adminKey}
@@ -238,7 +240,7 @@ func FuzzQuery(f *testing.F) {
 		"computeType=GPU&gpuTypeId=NVIDIA+GeForce+RTX+4090&desiredStatus=RUNNING", "includeTemplate=true&includeWorkers=true",
 		"status=COMPLETED&limit=5", "limit=-1", "%zz", "a=%00&b=\xff",
 		"include=AVAILABILITY&product=POD,SERVERLESS&count=2", "lastN=3&startTime=2026-01-01T00:00:00Z", "include=GPU_AVAILABILITY,CPU_AVAILABILITY",
-		"cudaVersions=12.4,x&minCudaVersion=12", "product=,,", "lastN=99999999999999999999"} {
+		"cudaVersions=12.4,x&minCudaVersion=12", "product=,,", "lastN=99999999999999999999", "window=day", "window=%1b[2J"} {
 		f.Add(uint8(i), q)
 	}
 	a := newFuzzAPI(f)
@@ -254,6 +256,7 @@ func FuzzQuery(f *testing.F) {
 		{"GET", "/v2/templates"}, {"GET", "/v2/billing"}, {"GET", "/v2/billing/pods"}, {"GET", "/v2/catalog/gpus"},
 		{"GET", "/v2/catalog/templates"}, {"GET", "/v2/network-volumes"},
 		{"GET", "/v2/catalog/cpus"}, {"GET", "/v2/catalog/datacenters"}, {"GET", "/v2/billing/serverless"},
+		{"GET", "/v1/endpoints/{ep}/metrics"},
 	}
 	f.Fuzz(func(t *testing.T, which uint8, query string) {
 		r := routes[int(which)%len(routes)]
