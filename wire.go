@@ -97,7 +97,7 @@ func serveConfig(o cli.ServeOptions) app.Config {
 	}
 	c.Queue.WorkerTimeout, c.Queue.ReconcileGrace, c.Queue.MaxAttempts = o.WorkerTimeout, o.ReconcileGrace, o.MaxAttempts
 	c.HTTP.KeyRequestsPer10s = o.KeyRateLimit // ServeOptions' 0 is none, httpapi's the default
-	if o.KeyRateLimit <= 0 {
+	if o.KeyRateLimit <= 0 || !o.RateLimits { // --rate-limits off: benchmarks and test rigs, no per-key limit either
 		c.HTTP.KeyRequestsPer10s = -1
 	}
 	// runtime.Config's zero means the default and negative never;

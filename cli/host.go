@@ -333,7 +333,7 @@ default socket). Every flag has an environment variable (in brackets).`,
 	f.StringVar(&o.Addr, "addr", env("BERTH_ADDR", "127.0.0.1:8080"), "listen address [BERTH_ADDR]")
 	f.StringVar(&o.Data, "data", env("BERTH_DATA", "./berth-data"), "data directory [BERTH_DATA]")
 	f.StringVar(&limits, "rate-limits", env("BERTH_RATE_LIMITS", "on"), "the spec's rate limits: on or off [BERTH_RATE_LIMITS]")
-	f.IntVar(&o.KeyRateLimit, "key-rate-limit", envInt("BERTH_KEY_RATE_LIMIT", 5000), "requests each API key may make in any 10 seconds, across all endpoints and routes (worker routes not counted); 0 none [BERTH_KEY_RATE_LIMIT]")
+	f.IntVar(&o.KeyRateLimit, "key-rate-limit", envInt("BERTH_KEY_RATE_LIMIT", 5000), "requests each API key may make in any 10 seconds, across all endpoints and routes (worker routes not counted); 0 none; off with --rate-limits off [BERTH_KEY_RATE_LIMIT]")
 	f.DurationVar(&o.WorkerTimeout, "worker-timeout", envDur("BERTH_WORKER_TIMEOUT", 60*time.Second), "a worker silent this long is lost and its jobs requeued [BERTH_WORKER_TIMEOUT]")
 	f.DurationVar(&o.ReconcileGrace, "reconcile-grace", envDur("BERTH_RECONCILE_GRACE", 30*time.Second), "a job a worker's pings stop reporting this long after it took it is requeued [BERTH_RECONCILE_GRACE]")
 	f.IntVar(&o.MaxAttempts, "max-attempts", envInt("BERTH_MAX_ATTEMPTS", 3), "times a job is handed to workers that are lost before it fails [BERTH_MAX_ATTEMPTS]")
