@@ -286,7 +286,7 @@ func TestDashboardInBrowser(t *testing.T) {
 		sh.save("desktop-signin"),
 		chromedp.SendKeys(chromedp.CSS("#key-input"), "wrong-key"),
 		chromedp.Click(chromedp.CSS("#key-submit")),
-		until(`document.getElementById('key-error').textContent.includes('refused')`, 2*time.Minute),
+		until(`document.getElementById('key-error')?.textContent.includes('refused')`, 2*time.Minute),
 		chromedp.Evaluate[chromedp.Void](`document.getElementById('key-input').value = ''`),
 		chromedp.SendKeys(chromedp.CSS("#key-input"), b.key),
 		chromedp.Click(chromedp.CSS("#key-submit")),
@@ -300,7 +300,7 @@ func TestDashboardInBrowser(t *testing.T) {
 	// The endpoint's worker container comes up and shows idle.
 	card := `#endpoints .endpoint-card[data-endpoint="` + ep.ID + `"]`
 	do("worker idle on the overview",
-		until(fmt.Sprintf(`document.querySelector(%q).textContent.includes('1 idle')`, card), 5*time.Minute))
+		until(fmt.Sprintf(`document.querySelector(%q)?.textContent.includes('1 idle')`, card), 5*time.Minute))
 
 	// Submit a job from the page and watch it finish with its output.
 	do("submit a job",
@@ -343,7 +343,7 @@ func TestDashboardInBrowser(t *testing.T) {
 	var ref struct{ ID string }
 	b.call("POST", "/v2/"+ep.ID+"/run", map[string]any{"input": map[string]any{"echo": "late line"}}, &ref)
 	do("a log line appears live",
-		until(fmt.Sprintf(`document.getElementById('log-output').textContent.includes(%q)`, ref.ID), 3*time.Minute),
+		until(fmt.Sprintf(`document.getElementById('log-output')?.textContent.includes(%q)`, ref.ID), 3*time.Minute),
 		sh.save("desktop-logs"),
 	)
 
@@ -363,7 +363,7 @@ func TestDashboardInBrowser(t *testing.T) {
 	link := fmt.Sprintf(`[data-pod=%q] a.port-link[href="http://127.0.0.1:%d/"]`, pod.ID, pod.PortMappings["8888"])
 	do("pods", chromedp.Navigate(b.base+"/#/pods"), visible(link), sh.save("desktop-pods"))
 	do("pod logs", chromedp.Click(chromedp.CSS(fmt.Sprintf(`[data-pod=%q] a.logs-link`, pod.ID))),
-		until(`document.getElementById('log-output').textContent.includes('ready')`, 3*time.Minute))
+		until(`document.getElementById('log-output')?.textContent.includes('ready')`, 3*time.Minute))
 	do("templates", chromedp.Navigate(b.base+"/#/templates"), visible(`tr[data-template="`+tpl.ID+`"]`), sh.save("desktop-templates"))
 	do("volumes", chromedp.Navigate(b.base+"/#/volumes"), visible(`tr[data-volume]`), sh.save("desktop-volumes"))
 	do("gpus", chromedp.Navigate(b.base+"/#/gpus"), visible(`main .panel`), sh.save("desktop-gpus"))
@@ -471,7 +471,7 @@ func TestDashboardGPUs(t *testing.T) {
 		visible(`[data-gpu="GPU-0a1b2c3d"] .pill.run`),
 		visible(fmt.Sprintf(`[data-gpu="GPU-0a1b2c3d"] a[href="#/endpoint/%s"]`, ep.ID)),
 		visible(`[data-gpu="GPU-4e5f6a7b"] .pill.ok`),
-		until(`document.querySelector('[data-gpu="GPU-0a1b2c3d"]').textContent.includes('`+worker+`')`, time.Minute),
+		until(`document.querySelector('[data-gpu="GPU-0a1b2c3d"]')?.textContent.includes('`+worker+`')`, time.Minute),
 		sh.save("desktop-gpus"),
 	)
 	if err != nil {
