@@ -196,7 +196,7 @@ func TestServeFailedFirstStartKeepsTheKeyToShow(t *testing.T) {
 	if err := <-done; err != nil {
 		t.Fatalf("serve: %v", err)
 	}
-	if strings.Contains(third.String(), "berth_") || !strings.Contains(third.String(), "using the API key generated on first start") {
+	if strings.Contains(third.String(), "berth_") || !strings.Contains(third.String(), "using the stored API keys") {
 		t.Errorf("a later start:\n%s", third.String())
 	}
 }

@@ -37,6 +37,7 @@ func (a *App) apiKeys(db *store.DB, key string, notice io.Writer, log *slog.Logg
 		return "", string(stored), nil, nil
 	}
 	if keys > 0 {
+		log.Info("using the stored API keys (berth key list): the key generated on first start, unless deleted, and those made since (set BERTH_API_KEY to add one)", "keys", keys)
 		return "", "", nil, nil
 	}
 	b := make([]byte, 20)
