@@ -376,6 +376,9 @@ func (a *App) Stop(ctx context.Context) error {
 	if a.lbRun {
 		a.lb.Stop()
 	}
+	// Requests are over: the keys' last uses are written before the file
+	// closes (a write a request started would race the close).
+	a.mg.StopKeyUses()
 	for i := len(a.closers) - 1; i >= 0; i-- {
 		a.closers[i]()
 	}

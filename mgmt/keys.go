@@ -203,6 +203,10 @@ type keyring struct {
 	used      map[string]time.Time // key id → last use not yet written
 	lastWrite time.Time
 	writing   atomic.Bool
+	// flushes is the background write in flight; stopped: StopKeyUses
+	// ran, so no write starts after the store may be closed.
+	flushes sync.WaitGroup
+	stopped bool // under usedMu
 }
 
 type ringEntry struct {
@@ -346,14 +350,28 @@ func (s *Service) noteUse(id string) {
 		k.used = map[string]time.Time{}
 	}
 	k.used[id] = now
-	due := now.Sub(k.lastWrite) >= lastUsedEvery
-	k.usedMu.Unlock()
+	due := now.Sub(k.lastWrite) >= lastUsedEvery && !k.stopped
 	if due && k.writing.CompareAndSwap(false, true) {
+		k.flushes.Add(1) // under usedMu: StopKeyUses waits for it
 		go func() {
+			defer k.flushes.Done()
 			defer k.writing.Store(false)
 			s.FlushKeyUses()
 		}()
 	}
+	k.usedMu.Unlock()
+}
+
+// StopKeyUses writes the key uses not yet written, after the background
+// write in flight, and starts no other: called when Berth stops, before
+// the store closes (app.Stop).
+func (s *Service) StopKeyUses() {
+	k := &s.keys
+	k.usedMu.Lock()
+	k.stopped = true
+	k.usedMu.Unlock()
+	k.flushes.Wait()
+	s.FlushKeyUses()
 }
 
 // FlushKeyUses writes the key uses gathered since the last write.
