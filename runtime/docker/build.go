@@ -2,8 +2,6 @@ package docker
 
 import (
 	"context"
-	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"strings"
@@ -58,29 +56,13 @@ func (d *Docker) BuildImage(ctx context.Context, contextTar io.Reader, spec Buil
 // readBuildStream reads the classic builder's JSON messages to the end,
 // handing each output line to line; the first error message is returned.
 func readBuildStream(r io.Reader, line func(string)) error {
-	dec := json.NewDecoder(r)
 	var partial string // output without its line break yet
-	flush := func() {
+	defer func() {
 		if partial != "" {
 			line(strings.TrimRight(partial, "\r"))
-			partial = ""
 		}
-	}
-	defer flush()
-	for {
-		var m streamMessage
-		if err := dec.Decode(&m); err != nil {
-			if errors.Is(err, io.EOF) {
-				return nil
-			}
-			return fmt.Errorf("read build output: %w", err)
-		}
-		if m.Detail != nil && m.Detail.Message != "" {
-			return &StreamError{Message: m.Detail.Message}
-		}
-		if m.Error != "" {
-			return &StreamError{Message: m.Error}
-		}
+	}()
+	return eachMessage(r, "build output", func(m streamMessage) {
 		text := m.Stream
 		if text == "" && m.Status != "" { // a base image pull
 			text = strings.TrimSpace(m.ID+" "+m.Status) + "\n"
@@ -91,11 +73,10 @@ func readBuildStream(r io.Reader, line func(string)) error {
 				partial += text
 				break
 			}
-			partial += text[:i]
-			l := partial
+			l := partial + text[:i]
 			partial = ""
 			line(strings.TrimRight(l, "\r"))
 			text = text[i+1:]
 		}
-	}
+	})
 }

@@ -124,18 +124,18 @@ type StreamError struct{ Message string }
 
 func (e *StreamError) Error() string { return e.Message }
 
-// readJSONStream consumes a Docker JSON progress stream to its end and
-// returns the first error in it. progress gets de-duplicated status lines.
-func readJSONStream(r io.Reader, progress func(string)) error {
+// eachMessage decodes a Docker JSON progress stream to its end, handing
+// fn each message; the first error the daemon reports in it ends it
+// (what names the stream in a read error).
+func eachMessage(r io.Reader, what string, fn func(streamMessage)) error {
 	dec := json.NewDecoder(r)
-	last := map[string]string{} // layer id -> last reported status
 	for {
 		var m streamMessage
 		if err := dec.Decode(&m); err != nil {
 			if errors.Is(err, io.EOF) {
 				return nil
 			}
-			return fmt.Errorf("read progress stream: %w", err)
+			return fmt.Errorf("read %s: %w", what, err)
 		}
 		if m.Detail != nil && m.Detail.Message != "" {
 			return &StreamError{Message: m.Detail.Message}
@@ -143,18 +143,27 @@ func readJSONStream(r io.Reader, progress func(string)) error {
 		if m.Error != "" {
 			return &StreamError{Message: m.Error}
 		}
+		fn(m)
+	}
+}
+
+// readJSONStream consumes a Docker JSON progress stream to its end and
+// returns the first error in it. progress gets de-duplicated status lines.
+func readJSONStream(r io.Reader, progress func(string)) error {
+	last := map[string]string{} // layer id -> last reported status
+	return eachMessage(r, "progress stream", func(m streamMessage) {
 		if progress == nil {
-			continue
+			return
 		}
 		// Byte counters change on every tick; report status changes only.
 		status := strings.TrimSpace(m.Status + m.Stream)
 		if status == "" || last[m.ID] == status {
-			continue
+			return
 		}
 		last[m.ID] = status
 		if m.ID != "" {
 			status = m.ID + ": " + status
 		}
 		progress(status)
-	}
+	})
 }
