@@ -52,43 +52,26 @@ func TestDashboardPlots(t *testing.T) {
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), DiscoverGPUs: func() ([]gpu.Device, error) { return nil, nil }}
 	cfg.Series.SampleEvery = 20 * time.Millisecond
 	cfg.Queue.WorkerTimeout = 24 * time.Hour // the clock's jumps are no silence of the worker
-	a, err := app.New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := a.Start(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { a.Stop(context.Background()) })
-	b := &berth{t: t, base: a.URL(), key: key}
+	b := startApp(t, cfg)
 	var tpl, ep struct{ ID string }
 	b.call("POST", "/v1/templates", map[string]any{"name": "sdxl", "imageName": "sdxl:1", "isServerless": true}, &tpl)
 	b.call("POST", "/v1/endpoints", map[string]any{"name": "sdxl-turbo", "templateId": tpl.ID, "computeType": "CPU"}, &ep)
 
-	var wenv map[string]string
-	b.call("GET", "/v1/endpoints/"+ep.ID+"/worker-env", nil, &wenv)
-	wctx, stop := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	t.Cleanup(func() { stop(); <-done })
-	go func() {
-		defer close(done)
-		worker.Start(wctx, worker.Config{Env: func(k string) string { return wenv[k] }, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
-			Handler: func(ctx context.Context, j *worker.Job) (any, error) {
-				var in struct {
-					MS   int
-					Fail bool
-				}
-				json.Unmarshal(j.Input, &in)
-				select { // the job's work
-				case <-time.After(time.Duration(in.MS) * time.Millisecond):
-				case <-ctx.Done():
-				}
-				if in.Fail {
-					return nil, errors.New("out of memory")
-				}
-				return "ok", nil
-			}})
-	}()
+	b.hostWorker(ep.ID, func(ctx context.Context, j *worker.Job) (any, error) {
+		var in struct {
+			MS   int
+			Fail bool
+		}
+		json.Unmarshal(j.Input, &in)
+		select { // the job's work
+		case <-time.After(time.Duration(in.MS) * time.Millisecond):
+		case <-ctx.Done():
+		}
+		if in.Fail {
+			return nil, errors.New("out of memory")
+		}
+		return "ok", nil
+	})
 
 	// 40 minutes: a wave of traffic, a job in eight failing, the work
 	// taking 10–60 ms.
@@ -145,13 +128,13 @@ func TestDashboardPlots(t *testing.T) {
 				q('svg[data-plot="workers"] rect.bar') > 0 && q('svg[data-plot="cold"]') === 1; })()`,
 			sumBars("jobs", "completed"), want.Completed, sumBars("jobs", "failed"), want.Failed, bars)
 	}
-	err = chromedp.Do(ctx,
+	err := chromedp.Do(ctx,
 		chromedp.EmulateViewport(1280, 1000),
-		chromedp.Navigate(a.URL()+"/"),
+		chromedp.Navigate(b.base+"/"),
 		visible("#key-input"),
 		chromedp.SendKeys(chromedp.CSS("#key-input"), key),
 		chromedp.Click(chromedp.CSS("#key-submit")),
-		chromedp.Navigate(a.URL()+"/#/endpoint/"+ep.ID),
+		chromedp.Navigate(b.base+"/#/endpoint/"+ep.ID),
 		// The hour: a bar a minute (the first minutes' jobs each in their
 		// own bar), lines for the latencies, the worker sampled.
 		until(drawn(35), time.Minute),
@@ -163,8 +146,8 @@ func TestDashboardPlots(t *testing.T) {
 		// A phone: one chart a row, the window kept, nothing wider than
 		// the screen.
 		chromedp.EmulateViewport(390, 844, chromedp.EmulateScale(2), chromedp.EmulateMobile),
-		chromedp.Navigate(a.URL()+"/#/"),
-		chromedp.Navigate(a.URL()+"/#/endpoint/"+ep.ID),
+		chromedp.Navigate(b.base+"/#/"),
+		chromedp.Navigate(b.base+"/#/endpoint/"+ep.ID),
 		until(drawn(8), time.Minute),
 		until(`document.documentElement.scrollWidth <= window.innerWidth + 1`, time.Minute),
 		sh.save("phone-endpoint-plots"),
