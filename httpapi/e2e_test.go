@@ -471,10 +471,19 @@ func TestE2ERunsyncWaitElapses(t *testing.T) {
 		json.Unmarshal(r.body, &m)
 		got <- m
 	}()
-	// runsync holds on the fake clock until it moves past the wait.
-	e.clock.BlockUntilContext(context.Background(), 3) // the cleaner's ticker, the job's ttl + the wait
-	e.clock.Advance(time.Second)
-	m := <-got
+	// runsync holds on the fake clock until it moves past the wait. Three
+	// waiters (the cleaner's ticker, the job's ttl, the wait) may be there
+	// before the wait's own timer is: the clock moves a second at a time
+	// until the answer comes, as it would for a client that waits.
+	var m map[string]any
+	for m == nil {
+		e.clock.BlockUntilContext(context.Background(), 3)
+		e.clock.Advance(time.Second)
+		select {
+		case m = <-got:
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
 	if m["status"] != "IN_QUEUE" || m["id"] == nil || len(m) != 2 {
 		t.Fatalf("%v", m)
 	}
