@@ -16,6 +16,8 @@ import (
 func (a *App) newBuilder() *builder.Service {
 	bc := a.cfg.Builds
 	bc.Records, bc.Logger = a.mg, a.log.With("component", "builder")
+	// Git sources obey the webhooks' outbound policy (--webhook-allow).
+	bc.Outbound = a.hooks
 	bc.Dir = filepath.Join(a.cfg.DataDir, "builds")
 	switch {
 	case a.dock != nil:

@@ -15,6 +15,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"os"
 	"path"
 	"path/filepath"
@@ -52,6 +53,17 @@ type Records interface {
 	FinishBuild(id, status, errMsg string, log []byte) (store.Build, bool, error)
 	CompleteBuild(ctx context.Context, id string, reused bool, log []byte) (store.Build, error)
 	FailInterruptedBuilds() (int, error)
+	ResolveGitBuild(id string, c mgmt.GitCommit, contextDigest string, contextBytes int64) (store.Build, error)
+	GitCredential(id string) (store.GitCredential, error)
+}
+
+// Outbound is the outbound address policy git sources obey (the one
+// webhooks obey: *queue.WebhookGuard): CheckURL refuses at submission a
+// URL whose host is a forbidden address literal; DialContext connects
+// only to allowed addresses, after resolution.
+type Outbound interface {
+	CheckURL(raw string) error
+	DialContext(ctx context.Context, network, addr string) (net.Conn, error)
 }
 
 // Config is a builder's settings; zero values are the defaults.
@@ -75,7 +87,14 @@ type Config struct {
 	MaxLogBytes int
 	// MaxPending bounds the builds waiting [64].
 	MaxPending int
-	Logger     *slog.Logger
+	// Outbound is the address policy of git sources; nil: git builds are
+	// refused.
+	Outbound Outbound
+	// MaxGitFetchBytes bounds what a clone reads from the network [4 ×
+	// MaxContextBytes]; the context made from the checkout is bounded by
+	// MaxContextBytes as an upload is.
+	MaxGitFetchBytes int64
+	Logger           *slog.Logger
 }
 
 // Defaults.
@@ -147,6 +166,9 @@ func New(cfg Config) *Service {
 	if cfg.MaxPending <= 0 {
 		cfg.MaxPending = DefaultMaxPending
 	}
+	if cfg.MaxGitFetchBytes <= 0 {
+		cfg.MaxGitFetchBytes = 4 * cfg.MaxContextBytes
+	}
 	return &Service{cfg: cfg, log: cfg.Logger, running: map[string]*run{}, busy: map[string]bool{}}
 }
 
@@ -195,23 +217,16 @@ type Options struct {
 // checked (none may leave the tree) and the Dockerfile found in it; then
 // the build is recorded PENDING and queued.
 func (s *Service) Submit(ctx context.Context, endpointID string, o Options, contextTar io.Reader) (store.Build, error) {
-	if s.cfg.Images == nil {
-		why := s.cfg.NoImages
-		if why == nil {
-			why = errors.New("no image builder")
-		}
-		return store.Build{}, &mgmt.Error{Kind: mgmt.Unavailable, Msg: "builds need the Docker runtime: " + why.Error(), Err: why}
+	if err := s.canBuild(); err != nil {
+		return store.Build{}, err
 	}
 	in := mgmt.BuildInput{EndpointID: endpointID, Dockerfile: o.Dockerfile, Target: o.Target, BuildArgs: o.BuildArgs}
 	df, err := mgmt.CheckBuildInput(in)
 	if err != nil {
 		return store.Build{}, err
 	}
-	s.mu.Lock()
-	full := len(s.pending) >= s.cfg.MaxPending
-	s.mu.Unlock()
-	if full {
-		return store.Build{}, &mgmt.Error{Kind: mgmt.Unavailable, Msg: fmt.Sprintf("%d builds are waiting already: try again later", s.cfg.MaxPending)}
+	if err := s.canQueue(); err != nil {
+		return store.Build{}, err
 	}
 	if err := os.MkdirAll(s.cfg.Dir, 0o700); err != nil {
 		return store.Build{}, fmt.Errorf("build context directory: %w", err)
@@ -247,6 +262,63 @@ func (s *Service) Submit(ctx context.Context, endpointID string, o Options, cont
 	keep = true
 	s.mu.Lock()
 	s.pending = append(s.pending, pendingBuild{b: b, file: file})
+	s.mu.Unlock()
+	s.schedule()
+	return b, nil
+}
+
+// canBuild refuses builds when there is no image builder.
+func (s *Service) canBuild() error {
+	if s.cfg.Images == nil {
+		why := s.cfg.NoImages
+		if why == nil {
+			why = errors.New("no image builder")
+		}
+		return &mgmt.Error{Kind: mgmt.Unavailable, Msg: "builds need the Docker runtime: " + why.Error(), Err: why}
+	}
+	return nil
+}
+
+// canQueue refuses a build when MaxPending wait already.
+func (s *Service) canQueue() error {
+	s.mu.Lock()
+	full := len(s.pending) >= s.cfg.MaxPending
+	s.mu.Unlock()
+	if full {
+		return &mgmt.Error{Kind: mgmt.Unavailable, Msg: fmt.Sprintf("%d builds are waiting already: try again later", s.cfg.MaxPending)}
+	}
+	return nil
+}
+
+// SubmitGit takes a build of endpointID from a git source (in.Git, with
+// in's Dockerfile, Target and BuildArgs): checked (the URL against the
+// outbound policy too), recorded PENDING and queued. The clone runs with
+// the build: its commit, message, branch and date, and the image name,
+// are recorded once it has made the context. This is the entry point of
+// the API's git builds and of push webhooks.
+func (s *Service) SubmitGit(ctx context.Context, endpointID string, in mgmt.BuildInput) (store.Build, error) {
+	if err := s.canBuild(); err != nil {
+		return store.Build{}, err
+	}
+	if in.Git == nil {
+		return store.Build{}, mgmt.InvalidInput("git", "git: a git build needs its source (url, ref)")
+	}
+	in.EndpointID, in.ContextDigest, in.ContextBytes = endpointID, "", 0
+	if _, err := mgmt.CheckBuildInput(in); err != nil {
+		return store.Build{}, err
+	}
+	if err := s.checkOutbound(in.Git.URL); err != nil {
+		return store.Build{}, err
+	}
+	if err := s.canQueue(); err != nil {
+		return store.Build{}, err
+	}
+	b, err := s.cfg.Records.CreateBuild(ctx, in)
+	if err != nil {
+		return store.Build{}, err
+	}
+	s.mu.Lock()
+	s.pending = append(s.pending, pendingBuild{b: b})
 	s.mu.Unlock()
 	s.schedule()
 	return b, nil
@@ -350,7 +422,9 @@ func (s *Service) schedule() {
 // run builds r's image and hands the end to the records.
 func (s *Service) run(ctx context.Context, r *run, file string) {
 	defer s.wg.Done()
-	defer os.Remove(file)
+	if file != "" {
+		defer os.Remove(file)
+	}
 	defer func() {
 		r.log.close()
 		s.mu.Lock()
@@ -378,6 +452,20 @@ func (s *Service) run(ctx context.Context, r *run, file string) {
 		return
 	}
 	r.b = b
+	if b.Source == store.BuildSourceGit {
+		var msg string
+		file, b, msg = s.prepareGit(ctx, r)
+		if msg != "" {
+			if errors.Is(context.Cause(ctx), errCancelled) {
+				fail(store.BuildCancelled, "cancelled during the clone")
+			} else {
+				fail(store.BuildFailed, msg)
+			}
+			return
+		}
+		defer os.Remove(file)
+		r.b = b
+	}
 	r.log.line(fmt.Sprintf("berth: building %s (context %d bytes, dockerfile %s)", b.ImageName, b.ContextBytes, b.Dockerfile))
 	exists, err := s.cfg.Images.ImageExists(ctx, b.ImageName)
 	if err != nil {

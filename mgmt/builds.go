@@ -17,7 +17,7 @@ import (
 )
 
 // Builds: an endpoint's image built from a source (an uploaded context
-// tar). The rules here are the record's: its input, its name, its states,
+// tar, or a git repository: gitsource.go). The rules here are the record's: its input, its name, its states,
 // and what a completed build changes (the endpoint's template image, a
 // release with source GIT_BUILD and the build's id). Running the build is
 // package builder's.
@@ -40,9 +40,12 @@ type BuildInput struct {
 	Target     string
 	BuildArgs  map[string]string
 	// ContextDigest is the sha256 (hex) of the context tar as received;
-	// ContextBytes its size.
+	// ContextBytes its size (an upload's; a git build's come once cloned:
+	// ResolveGitBuild).
 	ContextDigest string
 	ContextBytes  int64
+	// Git is a git build's source (nil: an uploaded context).
+	Git *GitSource
 }
 
 var (
@@ -76,6 +79,11 @@ func CheckBuildInput(in BuildInput) (string, error) {
 			return "", invalid("buildArgs", "buildArgs: the value of %s is over 4096 bytes", k)
 		}
 		if err := CheckText("buildArgs", v, false); err != nil {
+			return "", err
+		}
+	}
+	if in.Git != nil {
+		if _, err := CheckGitSource(*in.Git); err != nil {
 			return "", err
 		}
 	}
@@ -143,18 +151,31 @@ func (s *Service) CreateBuild(ctx context.Context, in BuildInput) (store.Build, 
 	if err != nil {
 		return store.Build{}, err
 	}
-	if len(in.ContextDigest) != 64 {
-		return store.Build{}, fmt.Errorf("create build: context digest %q is not a sha256", in.ContextDigest)
+	b := store.Build{ID: "build_" + queue.NewID(12), EndpointID: in.EndpointID, Status: store.BuildPending,
+		Source: store.BuildSourceUpload, Dockerfile: df, Target: in.Target, BuildArgs: in.BuildArgs, ContextBytes: in.ContextBytes, CreatedAt: s.now()}
+	if in.Git != nil {
+		// The image is named once the clone has made the context
+		// (ResolveGitBuild).
+		g, _ := CheckGitSource(*in.Git)
+		b.Source, b.Git, b.ContextBytes = store.BuildSourceGit, &g, 0
+	} else {
+		if len(in.ContextDigest) != 64 {
+			return store.Build{}, fmt.Errorf("create build: context digest %q is not a sha256", in.ContextDigest)
+		}
+		b.SourceDigest = BuildDigest(in.ContextDigest, df, in.Target, in.BuildArgs)
 	}
-	digest := BuildDigest(in.ContextDigest, df, in.Target, in.BuildArgs)
-	b := store.Build{ID: "build_" + queue.NewID(12), EndpointID: in.EndpointID, Status: store.BuildPending, SourceDigest: digest,
-		Source: "UPLOAD", Dockerfile: df, Target: in.Target, BuildArgs: in.BuildArgs, ContextBytes: in.ContextBytes, CreatedAt: s.now()}
 	err = s.cfg.Store.Update(func(tx *store.Tx) error {
 		var e store.Endpoint
 		if err := getOr404(tx, store.Endpoints, in.EndpointID, "endpoint", &e); err != nil {
 			return err
 		}
-		b.ImageName = BuildImageName(e.Name, digest)
+		if b.Git != nil {
+			if err := checkGitCredentialRef(tx, b.Git.CredentialID); err != nil {
+				return err
+			}
+		} else {
+			b.ImageName = BuildImageName(e.Name, b.SourceDigest)
+		}
 		old, err := endpointBuilds(tx, e.ID)
 		if err != nil {
 			return err

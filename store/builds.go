@@ -32,20 +32,57 @@ type Build struct {
 	// ImageName is the image it produces: a Berth-owned name whose tag is
 	// the digest of the context and options (SourceDigest), so the same
 	// source builds once.
-	ImageName    string            `json:"imageName"`
-	SourceDigest string            `json:"sourceDigest"`
-	Source       string            `json:"source"` // UPLOAD
-	Dockerfile   string            `json:"dockerfile"`
-	Target       string            `json:"target,omitempty"`
-	BuildArgs    map[string]string `json:"buildArgs,omitempty"`
-	ContextBytes int64             `json:"contextBytes"`
-	CreatedAt    time.Time         `json:"createdAt"`
-	StartedAt    *time.Time        `json:"startedAt,omitempty"`
-	CompletedAt  *time.Time        `json:"completedAt,omitempty"`
-	Error        string            `json:"error,omitempty"`
+	ImageName    string `json:"imageName"`
+	SourceDigest string `json:"sourceDigest"`
+	Source       string `json:"source"` // UPLOAD or GIT
+	// Git is a GIT build's repository source (what was asked); the
+	// Commit* fields and Branch are what was built, once cloned.
+	Git           *GitSource        `json:"git,omitempty"`
+	CommitHash    string            `json:"commitHash,omitempty"`
+	CommitMessage string            `json:"commitMessage,omitempty"`
+	Branch        string            `json:"branch,omitempty"`
+	CommitDate    *time.Time        `json:"commitDate,omitempty"`
+	Dockerfile    string            `json:"dockerfile"`
+	Target        string            `json:"target,omitempty"`
+	BuildArgs     map[string]string `json:"buildArgs,omitempty"`
+	ContextBytes  int64             `json:"contextBytes"`
+	CreatedAt     time.Time         `json:"createdAt"`
+	StartedAt     *time.Time        `json:"startedAt,omitempty"`
+	CompletedAt   *time.Time        `json:"completedAt,omitempty"`
+	Error         string            `json:"error,omitempty"`
 	// Reused: the image was already present, nothing was built.
 	Reused bool `json:"reused,omitempty"`
 	// ReleaseVersion is the endpoint version the build released (0: none,
 	// e.g. the endpoint already ran this image).
 	ReleaseVersion int `json:"releaseVersion,omitempty"`
+}
+
+// Build sources.
+const (
+	BuildSourceUpload = "UPLOAD"
+	BuildSourceGit    = "GIT"
+)
+
+// GitSource is a git build's source as asked (mgmt.GitSource, checked).
+type GitSource struct {
+	URL          string `json:"url"`
+	Ref          string `json:"ref,omitempty"`
+	ContextPath  string `json:"contextPath,omitempty"`
+	Commit       string `json:"commit,omitempty"`
+	Branch       string `json:"branch,omitempty"`
+	CredentialID string `json:"credentialId,omitempty"`
+}
+
+// GitCredential is a stored git credential: a token (https, with its user
+// name) or an SSH private key (with the known host keys it trusts). Like a
+// registry auth's password, the secret is kept in the database file only
+// and never returned.
+type GitCredential struct {
+	ID         string    `json:"id"`
+	Name       string    `json:"name"`
+	Kind       string    `json:"kind"` // TOKEN or SSH_KEY
+	Username   string    `json:"username,omitempty"`
+	Secret     string    `json:"secret"`
+	KnownHosts string    `json:"knownHosts,omitempty"`
+	CreatedAt  time.Time `json:"createdAt"`
 }

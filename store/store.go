@@ -43,9 +43,12 @@ const (
 	// ordered key), trimmed to its newest entries (Tx.Trim).
 	APIKeys = "api_keys"
 	Audit   = "audit"
+	// GitCredentials holds the git credentials builds clone with
+	// (GitCredential, by id).
+	GitCredentials = "git_credentials"
 )
 
-var allBuckets = []string{Meta, Templates, Endpoints, Jobs, JobInputs, JobIndex, Outbox, Workers, Pods, Volumes, RegistryAuths, Usage, Releases, Builds, BuildLogs, APIKeys, Audit}
+var allBuckets = []string{Meta, Templates, Endpoints, Jobs, JobInputs, JobIndex, Outbox, Workers, Pods, Volumes, RegistryAuths, Usage, Releases, Builds, BuildLogs, APIKeys, Audit, GitCredentials}
 
 // fillPercent of the buckets whose keys grow with time (UUIDv7 job ids,
 // sequence numbers): bbolt splits pages at half their size by default, which
