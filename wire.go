@@ -106,6 +106,7 @@ func serveConfig(o cli.ServeOptions) app.Config {
 	c.Runtime.VCPUsPerGPU, c.Runtime.MemoryGiBPerGPU = o.WorkerVCPUsPerGPU, o.WorkerMemoryGiBPerGPU
 	c.Builds.MaxContextBytes = int64(o.BuildMaxContextMiB) << 20
 	c.Builds.StepTimeout, c.Builds.TotalTimeout, c.Builds.MaxConcurrent = o.BuildStepTimeout, o.BuildTimeout, o.BuildConcurrency
+	c.Builds.Registry, c.Builds.RegistryAuth = o.Registry, o.RegistryAuth
 	if c.Runtime.FlashMaxFrozen <= 0 {
 		c.Runtime.FlashMaxFrozen = -1
 	}

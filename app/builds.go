@@ -3,16 +3,21 @@ package app
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"path/filepath"
+	"time"
 
 	"berth/builder"
+	"berth/runtime"
 	"berth/runtime/docker"
 )
 
 // newBuilder makes the image builder: the Docker daemon Berth runs
-// workers on builds; without one (no daemon, the Kubernetes runtime) a
-// build is refused saying why.
+// workers on builds. On the Kubernetes runtime the cluster's nodes cannot
+// see that daemon's images: builds need a registry (Builds.Registry) they
+// are pushed to, and a Docker daemon reachable from Berth to build with.
+// Without a builder a build is refused saying why.
 func (a *App) newBuilder() *builder.Service {
 	bc := a.cfg.Builds
 	bc.Records, bc.Logger = a.mg, a.log.With("component", "builder")
@@ -20,19 +25,31 @@ func (a *App) newBuilder() *builder.Service {
 	bc.Outbound = a.hooks
 	bc.Dir = filepath.Join(a.cfg.DataDir, "builds")
 	switch {
+	case a.cfg.Kubernetes != nil && bc.Registry == "":
+		bc.NoImages = errors.New("builds on the Kubernetes runtime need a registry (berth serve --registry HOST[/PREFIX]): the cluster's nodes cannot see the images of the daemon that builds them (docs/builds.md)")
+	case a.cfg.Kubernetes != nil && a.cfg.Docker == DockerOff:
+		bc.NoImages = errors.New("builds need a Docker daemon: Docker is off")
+	case a.cfg.Kubernetes != nil:
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		dock, err := docker.Connect(ctx, a.log.With("component", "builder"))
+		cancel()
+		if err != nil {
+			bc.NoImages = fmt.Errorf("builds need a Docker daemon to build with: %w", err)
+			break
+		}
+		a.closers = append(a.closers, func() { dock.Close() })
+		bc.Images = dockerImages{dock}
 	case a.dock != nil:
 		bc.Images = dockerImages{a.dock}
-	case a.cfg.Kubernetes != nil:
-		bc.NoImages = errors.New("the Kubernetes runtime has no image builder yet (docs/builds.md)")
 	case a.noRuntime != nil:
-		bc.NoImages = a.noRuntime
+		bc.NoImages = fmt.Errorf("builds need the Docker runtime: %w", a.noRuntime)
 	default:
-		bc.NoImages = errors.New("Docker is off")
+		bc.NoImages = errors.New("builds need the Docker runtime: Docker is off")
 	}
 	return builder.New(bc)
 }
 
-// dockerImages builds on the Docker daemon.
+// dockerImages builds on the Docker daemon and pushes from it.
 type dockerImages struct{ d *docker.Docker }
 
 func (i dockerImages) ImageExists(ctx context.Context, ref string) (bool, error) {
@@ -42,4 +59,12 @@ func (i dockerImages) ImageExists(ctx context.Context, ref string) (bool, error)
 func (i dockerImages) Build(ctx context.Context, contextTar io.Reader, s builder.Spec, line func(string)) error {
 	return i.d.BuildImage(ctx, contextTar, docker.BuildSpec{Tag: s.Tag, Dockerfile: s.Dockerfile, Target: s.Target,
 		BuildArgs: s.BuildArgs, Labels: s.Labels}, line)
+}
+
+func (i dockerImages) Push(ctx context.Context, local, remote string, login *builder.Login, line func(string)) (string, error) {
+	var auth *runtime.RegistryAuth
+	if login != nil {
+		auth = &runtime.RegistryAuth{Username: login.Username, Password: login.Password}
+	}
+	return i.d.PushImage(ctx, local, remote, auth, line)
 }

@@ -23,6 +23,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/distribution/reference"
+
 	"berth/mgmt"
 	"berth/store"
 )
@@ -41,7 +43,14 @@ type Spec struct {
 type Images interface {
 	ImageExists(ctx context.Context, ref string) (bool, error)
 	Build(ctx context.Context, contextTar io.Reader, s Spec, line func(string)) error
+	// Push tags the local image local as remote (name:tag in a registry),
+	// pushes it with login (nil: anonymous) and returns the digest the
+	// registry stored ("sha256:…").
+	Push(ctx context.Context, local, remote string, login *Login, line func(string)) (string, error)
 }
+
+// Login is a registry's username and password.
+type Login struct{ Username, Password string }
 
 // Records is what the builder needs of the management rules
 // (*mgmt.Service).
@@ -55,6 +64,9 @@ type Records interface {
 	FailInterruptedBuilds() (int, error)
 	ResolveGitBuild(id string, c mgmt.GitCommit, contextDigest string, contextBytes int64) (store.Build, error)
 	GitCredential(id string) (store.GitCredential, error)
+	UploadingBuild(id string) (store.Build, error)
+	PushedBuild(id, ref, digest, authID string) (store.Build, error)
+	BuildRegistryLogin(ctx context.Context, nameOrID string) (id, username, password string, err error)
 }
 
 // Outbound is the outbound address policy git sources obey (the one
@@ -71,7 +83,7 @@ type Config struct {
 	Records Records
 	// Images builds; nil: builds are refused (no image builder).
 	Images Images
-	// NoImages says why Images is nil (the error answered).
+	// NoImages says why Images is nil (the error answered, as it is).
 	NoImages error
 	// Dir holds the uploaded contexts waiting for their build.
 	Dir string
@@ -94,7 +106,15 @@ type Config struct {
 	// MaxContextBytes]; the context made from the checkout is bounded by
 	// MaxContextBytes as an upload is.
 	MaxGitFetchBytes int64
-	Logger           *slog.Logger
+	// Registry (HOST[/PREFIX]), when set, receives every completed build:
+	// the image is pushed as HOST/PREFIX/<name>:<tag> (status UPLOADING,
+	// bounded by StepTimeout) and the release runs the pushed reference
+	// by digest. "": the release runs the local image.
+	Registry string
+	// RegistryAuth is the name (or id) of the stored registry auth pushes
+	// use, and workers pull with; "": anonymous.
+	RegistryAuth string
+	Logger       *slog.Logger
 }
 
 // Defaults.
@@ -274,7 +294,7 @@ func (s *Service) canBuild() error {
 		if why == nil {
 			why = errors.New("no image builder")
 		}
-		return &mgmt.Error{Kind: mgmt.Unavailable, Msg: "builds need the Docker runtime: " + why.Error(), Err: why}
+		return &mgmt.Error{Kind: mgmt.Unavailable, Msg: why.Error(), Err: why}
 	}
 	return nil
 }
@@ -512,12 +532,80 @@ func (s *Service) run(ctx context.Context, r *run, file string) {
 		return
 	}
 	r.log.line("berth: built " + b.ImageName)
+	if s.cfg.Registry != "" {
+		var status, msg string
+		if b, status, msg = s.push(ctx, r, b); status != "" {
+			fail(status, msg)
+			return
+		}
+	}
 	done, err := s.cfg.Records.CompleteBuild(context.WithoutCancel(ctx), b.ID, exists, r.log.bytes())
 	if err != nil {
 		fail(store.BuildFailed, "release the image: "+err.Error())
 		return
 	}
 	s.log.Info("build completed", "build", done.ID, "endpoint", done.EndpointID, "image", done.ImageName, "reused", exists, "release", done.ReleaseVersion)
+}
+
+// push sends b's image to the registry (UPLOADING, bounded by
+// StepTimeout) and records the reference by digest. A failure returns the
+// status and error to end the build with.
+func (s *Service) push(ctx context.Context, r *run, b store.Build) (store.Build, string, string) {
+	b, err := s.cfg.Records.UploadingBuild(b.ID)
+	if err != nil {
+		return b, store.BuildFailed, "record the upload: " + err.Error()
+	}
+	remote := RegistryName(s.cfg.Registry, b.ImageName)
+	var login *Login
+	authID := ""
+	if s.cfg.RegistryAuth != "" {
+		id, user, pass, err := s.cfg.Records.BuildRegistryLogin(ctx, s.cfg.RegistryAuth)
+		if err != nil {
+			return b, store.BuildFailed, fmt.Sprintf("push to %s: the registry auth: %v", s.cfg.Registry, err)
+		}
+		authID, login = id, &Login{Username: user, Password: pass}
+	}
+	r.log.line("berth: pushing " + remote)
+	pushCtx, cancel := context.WithTimeoutCause(ctx, s.cfg.StepTimeout,
+		fmt.Errorf("the push to %s exceeded its time limit of %s", s.cfg.Registry, s.cfg.StepTimeout))
+	defer cancel()
+	digest, err := s.cfg.Images.Push(pushCtx, b.ImageName, remote, login, r.log.line)
+	if err != nil {
+		cause := context.Cause(pushCtx)
+		switch {
+		case errors.Is(cause, errCancelled):
+			return b, store.BuildCancelled, "cancelled during the push to " + s.cfg.Registry
+		case cause != nil:
+			return b, store.BuildFailed, cause.Error()
+		}
+		return b, store.BuildFailed, fmt.Sprintf("push to %s failed: %v", s.cfg.Registry, err)
+	}
+	ref := remote[:strings.LastIndexByte(remote, ':')] + "@" + digest
+	if b, err = s.cfg.Records.PushedBuild(b.ID, ref, digest, authID); err != nil {
+		return b, store.BuildFailed, "record the push: " + err.Error()
+	}
+	r.log.line("berth: pushed " + ref)
+	return b, "", ""
+}
+
+// RegistryName is the name:tag a build's local image (berth/NAME:TAG)
+// is pushed as in registry (HOST[/PREFIX]): HOST/PREFIX/NAME:TAG.
+func RegistryName(registry, local string) string {
+	return strings.TrimRight(registry, "/") + "/" + strings.TrimPrefix(local, "berth/")
+}
+
+// CheckRegistry checks a build registry (HOST[/PREFIX]): the host must be
+// explicit (registry.example.com, localhost:5000, 127.0.0.1:5000), the
+// prefix path components an image name allows.
+func CheckRegistry(registry string) error {
+	r := strings.TrimRight(registry, "/")
+	if r == "" || strings.ContainsAny(r, "@") {
+		return fmt.Errorf("registry %q: want HOST[/PREFIX], e.g. registry.example.com/berth or 127.0.0.1:5000", registry)
+	}
+	if _, err := reference.ParseNamed(r + "/probe:tag"); err != nil {
+		return fmt.Errorf("registry %q: want HOST[/PREFIX] with the registry host first, e.g. registry.example.com/berth or 127.0.0.1:5000: %w", registry, err)
+	}
+	return nil
 }
 
 // Cancel cancels a pending or running build and returns it once ended.

@@ -25,6 +25,10 @@ type fakeImages struct {
 	running map[string]chan error // by tag
 	started chan string
 	builds  int
+	// The registry behind Push: pushErr refuses; pushed records what
+	// came, by remote name, with the login used.
+	pushErr error
+	pushed  map[string]*Login
 }
 
 func newFakeImages() *fakeImages {
@@ -58,6 +62,23 @@ func (f *fakeImages) Build(ctx context.Context, r io.Reader, s Spec, line func(s
 	case <-ctx.Done():
 		return ctx.Err()
 	}
+}
+
+func (f *fakeImages) Push(_ context.Context, local, remote string, login *Login, line func(string)) (string, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if !f.present[local] {
+		return "", errors.New("no such image " + local)
+	}
+	if f.pushErr != nil {
+		return "", f.pushErr
+	}
+	if f.pushed == nil {
+		f.pushed = map[string]*Login{}
+	}
+	f.pushed[remote] = login
+	line("pushed")
+	return "sha256:" + strings.Repeat("ab", 32), nil
 }
 
 func (f *fakeImages) finish(tag string, err error) {
@@ -237,5 +258,73 @@ func TestLogCap(t *testing.T) {
 	all, err := io.ReadAll(r)
 	if err != nil || !strings.HasPrefix(string(all), "line \n") || !strings.HasSuffix(string(all), "line xxxx\n") {
 		t.Errorf("follower read %q %v", all, err)
+	}
+}
+
+// With a registry, a built image is pushed (UPLOADING) with the stored
+// registry auth named, and the release runs the pushed reference by
+// digest with that auth; a refused push is FAILED with the registry's
+// error and the template is left as it was.
+func TestRegistryPush(t *testing.T) {
+	s, mg, f, eps := setup(t, Config{Registry: "reg.example:5000/team", RegistryAuth: "ci"})
+	src := bytes.NewReader(tarOf(t, map[string]string{"Dockerfile": "FROM x"}))
+	b, _ := s.Submit(context.Background(), eps[0].ID, Options{}, src)
+	f.finish(<-f.started, nil)
+	failed := waitStatus(t, mg, b, store.BuildFailed)
+	if !strings.Contains(failed.Error, `no container registry auth named "ci"`) {
+		t.Errorf("push without the named auth: %q", failed.Error)
+	}
+	name, user, pass := "ci", "u", "p"
+	auth, err := mg.CreateRegistryAuth(context.Background(), mgmt.RegistryAuthInput{Name: &name, Username: &user, Password: &pass})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.mu.Lock()
+	f.pushErr = errors.New("unauthorized: authentication required")
+	f.mu.Unlock()
+	b, _ = s.Submit(context.Background(), eps[0].ID, Options{}, bytes.NewReader(tarOf(t, map[string]string{"Dockerfile": "FROM x"})))
+	failed = waitStatus(t, mg, b, store.BuildFailed)
+	if !strings.Contains(failed.Error, "push to reg.example:5000/team failed: unauthorized: authentication required") {
+		t.Errorf("refused push: %q", failed.Error)
+	}
+	tmplImage := func() store.Template {
+		es, ts, err := mg.Endpoints(context.Background(), eps[0].ID, true)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ts[es[0].TemplateID]
+	}
+	if tm := tmplImage(); tm.ImageName != "base:1" {
+		t.Errorf("a failed push changed the template's image to %s", tm.ImageName)
+	}
+	f.mu.Lock()
+	f.pushErr = nil
+	f.mu.Unlock()
+	b, _ = s.Submit(context.Background(), eps[0].ID, Options{}, bytes.NewReader(tarOf(t, map[string]string{"Dockerfile": "FROM x"})))
+	done := waitStatus(t, mg, b, store.BuildCompleted)
+	remote := "reg.example:5000/team/" + strings.TrimPrefix(done.ImageName, "berth/")
+	want := remote[:strings.LastIndex(remote, ":")] + "@sha256:" + strings.Repeat("ab", 32)
+	if done.PushedImage != want || done.ImageDigest != "sha256:"+strings.Repeat("ab", 32) || done.RegistryAuthID != auth.ID || done.ReleaseVersion == 0 {
+		t.Errorf("pushed build %+v, want %s", done, want)
+	}
+	if l := f.pushed[remote]; l == nil || l.Username != "u" || l.Password != "p" {
+		t.Errorf("pushed %v", f.pushed)
+	}
+	if tm := tmplImage(); tm.ImageName != want || tm.ContainerRegistryAuthID != auth.ID {
+		t.Errorf("template after the push: %s with auth %q", tm.ImageName, tm.ContainerRegistryAuthID)
+	}
+}
+
+func TestCheckRegistry(t *testing.T) {
+	for _, c := range []struct {
+		in string
+		ok bool
+	}{
+		{"127.0.0.1:5000", true}, {"registry.example.com/berth/team", true}, {"localhost:5000/x", true},
+		{"", false}, {"berth", false}, {"user/repo", false}, {"reg.example.com/UPPER", false}, {"reg.example.com/x@sha256:00", false},
+	} {
+		if err := CheckRegistry(c.in); (err == nil) != c.ok {
+			t.Errorf("CheckRegistry(%q) = %v, want ok %v", c.in, err, c.ok)
+		}
 	}
 }

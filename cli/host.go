@@ -18,6 +18,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"berth/builder"
 	"berth/queue"
 	"berth/store"
 )
@@ -304,6 +305,13 @@ default socket). Every flag has an environment variable (in brackets).`,
 			if o.BuildMaxContextMiB < 1 || o.BuildConcurrency < 1 || o.BuildStepTimeout <= 0 || o.BuildTimeout <= 0 {
 				return usageErr("--build-max-context, --build-concurrency, --build-step-timeout and --build-timeout must be positive")
 			}
+			if o.Registry != "" {
+				if err := builder.CheckRegistry(o.Registry); err != nil {
+					return usageErr("--registry: %v", err)
+				}
+			} else if o.RegistryAuth != "" {
+				return usageErr("--registry-auth is the login of --registry: give --registry too")
+			}
 			if o.WorkerVCPUsPerGPU < 0 || o.WorkerMemoryGiBPerGPU < 0 {
 				return usageErr("--worker-vcpus-per-gpu and --worker-memory-per-gpu must be 0 (the default rule) or more, got %d and %d", o.WorkerVCPUsPerGPU, o.WorkerMemoryGiBPerGPU)
 			}
@@ -359,6 +367,8 @@ default socket). Every flag has an environment variable (in brackets).`,
 	f.DurationVar(&o.BuildStepTimeout, "build-step-timeout", envDur("BERTH_BUILD_STEP_TIMEOUT", 30*time.Minute), "builds: the image build step's time limit (RunPod's 30 min) [BERTH_BUILD_STEP_TIMEOUT]")
 	f.DurationVar(&o.BuildTimeout, "build-timeout", envDur("BERTH_BUILD_TIMEOUT", 160*time.Minute), "builds: a build's time limit from its start to its release (RunPod's 160 min) [BERTH_BUILD_TIMEOUT]")
 	f.IntVar(&o.BuildConcurrency, "build-concurrency", envInt("BERTH_BUILD_CONCURRENCY", 2), "builds: how many run at once (one per endpoint); the others wait PENDING [BERTH_BUILD_CONCURRENCY]")
+	f.StringVar(&o.Registry, "registry", env("BERTH_REGISTRY", ""), "builds: a registry HOST[/PREFIX] every completed build is pushed to (as HOST/PREFIX/<endpoint>:<tag>); releases then run the pushed image by digest. Required for builds on --runtime kubernetes [BERTH_REGISTRY]")
+	f.StringVar(&o.RegistryAuth, "registry-auth", env("BERTH_REGISTRY_AUTH", ""), "builds: the name (or id) of the stored container registry auth (`berth registry create`) --registry is pushed to and pulled from with; empty: anonymous [BERTH_REGISTRY_AUTH]")
 	f.StringVar(&logFormat, "log-format", env("BERTH_LOG_FORMAT", "text"), "log format: text or json [BERTH_LOG_FORMAT]")
 	f.StringVar(&logLevel, "log-level", env("BERTH_LOG_LEVEL", "info"), "log level: debug, info, warn or error [BERTH_LOG_LEVEL]")
 	f.StringVar(&o.Apply, "apply", env("BERTH_APPLY", ""), "a declarative file (see `berth apply`) made true at start-up, before Berth answers its first request [BERTH_APPLY]")

@@ -238,6 +238,10 @@ type ServeOptions struct {
 	BuildStepTimeout   time.Duration
 	BuildTimeout       time.Duration
 	BuildConcurrency   int
+	// Registry (HOST[/PREFIX]) receives every completed build; the
+	// release runs the pushed image by digest. RegistryAuth names the
+	// stored registry auth it is pushed and pulled with.
+	Registry, RegistryAuth string
 	// The model cache (docs/models.md): the Hub's base URL, the token
 	// (from the environment only: a flag would show in ps), the cap in GB
 	// (0: none), files downloading at once, and MB/s (0: unbounded).

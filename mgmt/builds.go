@@ -287,6 +287,68 @@ func (s *Service) StartBuild(id, status string) (store.Build, error) {
 	return b, err
 }
 
+// UploadingBuild moves a BUILDING build to UPLOADING: its image is being
+// pushed to the build registry. A build already ended is refused.
+func (s *Service) UploadingBuild(id string) (store.Build, error) {
+	var b store.Build
+	err := s.cfg.Store.Update(func(tx *store.Tx) error {
+		if err := getOr404(tx, store.Builds, id, "build", &b); err != nil {
+			return err
+		}
+		if b.Status != store.BuildBuilding {
+			return conflict("build %s is %s, not BUILDING", id, b.Status)
+		}
+		b.Status = store.BuildUploading
+		return tx.Apply(store.Put(store.Builds, id, b))
+	})
+	return b, err
+}
+
+// PushedBuild records where a running build's image was pushed: the
+// reference by digest (HOST/PREFIX/name@sha256:…), the digest and the
+// registry auth it was pushed with ("" anonymous). CompleteBuild then
+// releases that reference instead of the local name.
+func (s *Service) PushedBuild(id, ref, digest, authID string) (store.Build, error) {
+	if !strings.Contains(ref, "@sha256:") || !strings.HasPrefix(digest, "sha256:") {
+		return store.Build{}, fmt.Errorf("pushed build %s: %q is not a reference by digest", id, ref)
+	}
+	var b store.Build
+	err := s.cfg.Store.Update(func(tx *store.Tx) error {
+		if err := getOr404(tx, store.Builds, id, "build", &b); err != nil {
+			return err
+		}
+		if store.BuildDone(b.Status) {
+			return conflict("build %s is already %s", id, b.Status)
+		}
+		b.PushedImage, b.ImageDigest, b.RegistryAuthID = ref, digest, authID
+		return tx.Apply(store.Put(store.Builds, id, b))
+	})
+	return b, err
+}
+
+// BuildRegistryLogin finds the stored registry auth builds push with
+// (berth serve --registry-auth: its name or id) and returns its id and
+// login. Unknown, it is a clear error naming it.
+func (s *Service) BuildRegistryLogin(ctx context.Context, nameOrID string) (id, username, password string, err error) {
+	if err := live(ctx); err != nil {
+		return "", "", "", err
+	}
+	err = s.cfg.Store.View(func(tx *store.Tx) error {
+		as, err := all[store.RegistryAuth](tx, store.RegistryAuths)
+		if err != nil {
+			return err
+		}
+		for _, a := range as {
+			if a.ID == nameOrID || a.Name == nameOrID {
+				id, username, password = a.ID, a.Username, a.Password
+				return nil
+			}
+		}
+		return notFound("no container registry auth named %q (berth serve --registry-auth): create it with `berth registry create` or POST /v2/containerregistryauth", nameOrID)
+	})
+	return id, username, password, err
+}
+
 // FinishBuild ends a build that did not release: FAILED, CANCELLED or
 // TEST_FAILED with errMsg, its log stored. A build already finished is
 // left as it is (false).
@@ -311,7 +373,8 @@ func (s *Service) FinishBuild(id, status, errMsg string, log []byte) (store.Buil
 }
 
 // CompleteBuild ends a build that made its image: COMPLETED, its log
-// stored, and the endpoint's template runs the image. When the image
+// stored, and the endpoint's template runs the image (the pushed
+// reference by digest, with its registry auth, when it was pushed). When the image
 // changes, every endpoint using the template gets a new version whose
 // release has source GIT_BUILD and this build's id — the same rolling
 // update as any template change. An endpoint already running the image
@@ -336,9 +399,7 @@ func (s *Service) CompleteBuild(ctx context.Context, id string, reused bool, log
 		}
 		now := s.now()
 		b.Status, b.CompletedAt, b.Reused = store.BuildCompleted, &now, reused
-		if t.ImageName != b.ImageName {
-			after := t
-			after.ImageName = b.ImageName
+		if after := buildTemplate(t, b); after.ImageName != t.ImageName || after.ContainerRegistryAuthID != t.ContainerRegistryAuthID {
 			var err error
 			rolled, err = s.rollUsers(tx, t.ID, "", store.Release{CreatedAt: now, Diff: templateDiff(t, after), Source: ReleaseGitBuild, BuildID: b.ID})
 			if err != nil {
@@ -358,6 +419,16 @@ func (s *Service) CompleteBuild(ctx context.Context, id string, reused bool, log
 		s.changed(ep)
 	}
 	return b, nil
+}
+
+// buildTemplate is template t running build b's image: the pushed
+// reference pulls with the registry auth it was pushed with.
+func buildTemplate(t store.Template, b store.Build) store.Template {
+	t.ImageName = b.RunImage()
+	if b.PushedImage != "" {
+		t.ContainerRegistryAuthID = b.RegistryAuthID
+	}
+	return t
 }
 
 // FailInterruptedBuilds marks every build a previous run left unfinished
@@ -446,7 +517,7 @@ func (s *Service) RollbackEndpoint(ctx context.Context, id string, toVersion int
 			if err := tx.Get(store.Builds, r.BuildID, &b); err != nil {
 				return err
 			}
-			if toVersion == 0 && b.ImageName == t.ImageName {
+			if toVersion == 0 && b.RunImage() == t.ImageName {
 				continue // what runs now
 			}
 			target = &b
@@ -457,11 +528,10 @@ func (s *Service) RollbackEndpoint(ctx context.Context, id string, toVersion int
 			return notFound("endpoint %s has no release v%d", id, toVersion)
 		case target == nil:
 			return invalid("version", "endpoint %s has no earlier release made by a build to roll back to", id)
-		case target.ImageName == t.ImageName:
-			return invalid("version", "endpoint %s already runs the image of release v%d (%s)", id, toVersion, target.ImageName)
+		case target.RunImage() == t.ImageName:
+			return invalid("version", "endpoint %s already runs the image of release v%d (%s)", id, toVersion, target.RunImage())
 		}
-		after := t
-		after.ImageName = target.ImageName
+		after := buildTemplate(t, *target)
 		rolled, err = s.rollUsers(tx, t.ID, "", store.Release{CreatedAt: s.now(), Diff: templateDiff(t, after), Source: ReleaseGitBuild, BuildID: target.ID})
 		if err != nil {
 			return err

@@ -55,6 +55,22 @@ type Build struct {
 	// ReleaseVersion is the endpoint version the build released (0: none,
 	// e.g. the endpoint already ran this image).
 	ReleaseVersion int `json:"releaseVersion,omitempty"`
+	// PushedImage is the image pushed to the build registry (berth serve
+	// --registry), by digest: HOST/PREFIX/name@sha256:…; ImageDigest that
+	// digest; RegistryAuthID the registry auth it was pushed (and is
+	// pulled) with. Empty without a registry.
+	PushedImage    string `json:"pushedImage,omitempty"`
+	ImageDigest    string `json:"imageDigest,omitempty"`
+	RegistryAuthID string `json:"registryAuthId,omitempty"`
+}
+
+// RunImage is the image a release of b runs: the pushed reference by
+// digest when b was pushed, else the local name.
+func (b Build) RunImage() string {
+	if b.PushedImage != "" {
+		return b.PushedImage
+	}
+	return b.ImageName
 }
 
 // Build sources.

@@ -46,6 +46,11 @@ type BuildView struct {
 	CreatedAt      time.Time         `json:"createdAt"`
 	Reused         bool              `json:"reused"`
 	ReleaseVersion *int              `json:"releaseVersion"`
+	// PushedImage is the image pushed to the build registry, by digest
+	// (HOST/PREFIX/name@sha256:…), and ImageDigest its digest: null
+	// without a registry (berth serve --registry).
+	PushedImage *string `json:"pushedImage"`
+	ImageDigest *string `json:"imageDigest"`
 }
 
 // BuildList is a page of builds, newest first.
@@ -75,6 +80,9 @@ func viewBuild(b store.Build) BuildView {
 	}
 	if b.ReleaseVersion > 0 {
 		v.ReleaseVersion = ptr(b.ReleaseVersion)
+	}
+	if b.PushedImage != "" {
+		v.PushedImage, v.ImageDigest = ptr(b.PushedImage), ptr(b.ImageDigest)
 	}
 	return v
 }

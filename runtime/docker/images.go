@@ -109,10 +109,11 @@ func encodeRegistryAuth(ref string, auth runtime.RegistryAuth) (string, error) {
 // streamMessage is one line of a pull/import/load progress stream. Old
 // daemons send the failure in "error" as well as "errorDetail".
 type streamMessage struct {
-	Status string `json:"status"`
-	ID     string `json:"id"`
-	Stream string `json:"stream"`
-	Error  string `json:"error"`
+	Status string          `json:"status"`
+	ID     string          `json:"id"`
+	Stream string          `json:"stream"`
+	Aux    json.RawMessage `json:"aux"` // a push's {"Tag","Digest","Size"}
+	Error  string          `json:"error"`
 	Detail *struct {
 		Code    int    `json:"code"`
 		Message string `json:"message"`
