@@ -2,40 +2,27 @@ package app_test
 
 import (
 	"bytes"
-	"context"
 	"io"
 	"log/slog"
 	"net/http"
 	"regexp"
 	"testing"
-	"time"
 
 	"berth/app"
 	"berth/gpu"
+	"berth/internal/apptest"
 )
 
 var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
 
-func start(t *testing.T, cfg app.Config) *app.App {
+func start(t *testing.T, cfg app.Config) *apptest.Berth {
 	t.Helper()
-	a, err := app.New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := a.Start(context.Background()); err != nil {
-		a.Stop(context.Background())
-		t.Fatal(err)
-	}
-	return a
+	return apptest.Start(t, cfg)
 }
 
-func stop(t *testing.T, a *app.App) {
+func stop(t *testing.T, a *apptest.Berth) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	if err := a.Stop(ctx); err != nil {
-		t.Errorf("stop: %v", err)
-	}
+	a.Stop()
 }
 
 func get(t *testing.T, url, key string) int {

@@ -12,11 +12,12 @@ import (
 
 	"berth/app"
 	"berth/gpu"
+	"berth/internal/apptest"
 )
 
 type cleanEnv struct {
 	t     *testing.T
-	a     *app.App
+	a     *apptest.Berth
 	clock *clockwork.FakeClock
 }
 

@@ -16,6 +16,7 @@ import (
 	"berth/app"
 	"berth/gpu"
 	"berth/httpapi"
+	"berth/internal/apptest"
 	"berth/mgmt"
 	"berth/store"
 )
@@ -24,7 +25,7 @@ import (
 // bbolt file) with an All key in BERTH_API_KEY.
 type keyEnv struct {
 	t   *testing.T
-	a   *app.App
+	a   *apptest.Berth
 	all string
 }
 

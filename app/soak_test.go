@@ -2,7 +2,6 @@ package app_test
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -18,6 +17,7 @@ import (
 
 	"berth/app"
 	"berth/gpu"
+	"berth/internal/apptest"
 )
 
 // BenchmarkSoak runs Berth (the composition, without Docker) on a fake
@@ -37,18 +37,7 @@ func BenchmarkSoak(b *testing.B) {
 	clock := clockwork.NewFakeClock()
 	cfg := app.Config{DataDir: b.TempDir(), Addr: "127.0.0.1:0", Logger: quiet, Clock: clock, APIKey: "soak",
 		Docker: app.DockerOff, DiscoverGPUs: func() ([]gpu.Device, error) { return nil, nil }}
-	a, err := app.New(cfg)
-	if err != nil {
-		b.Fatal(err)
-	}
-	if err := a.Start(context.Background()); err != nil {
-		b.Fatal(err)
-	}
-	defer func() {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		defer cancel()
-		a.Stop(ctx)
-	}()
+	a := apptest.Start(b, cfg)
 	s := &soak{b: b, base: a.URL(), client: &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 16}}}
 	chunk, _ := json.Marshal(map[string]string{"output": strings.Repeat("c", 16<<10)})
 	output := `{"output":"` + strings.Repeat("o", 4<<10) + `"}`
@@ -89,7 +78,7 @@ func BenchmarkSoak(b *testing.B) {
 				s.call("GET", "/v2/"+live[0]+"/health", "", 200, nil) // lets the fired timers run
 			}
 		}
-		m := measure(a)
+		m := measure(a.App)
 		b.Logf("day %2d: heap %5.1f MiB, RSS %5.1f MiB, goroutines %d, workers %d, berth.db %.1f MiB",
 			day+1, m.heap, m.rss, m.goroutines, len(a.Queue().Workers("")), m.file)
 		if day == 0 {

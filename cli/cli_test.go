@@ -18,6 +18,7 @@ import (
 
 	berthapp "berth/app"
 	"berth/gpu"
+	"berth/internal/apptest"
 	"berth/mgmt"
 	"berth/store"
 	"berth/worker"
@@ -83,14 +84,7 @@ func startBerthWith(t *testing.T, change func(*berthapp.Config)) *berth {
 	if change != nil {
 		change(&cfg)
 	}
-	a, err := berthapp.New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := a.Start(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { a.Stop(context.Background()) })
+	a := apptest.Start(t, cfg)
 	if err := a.GPUs().Restore("w1", []string{dev.UUID}); err != nil {
 		t.Fatal(err)
 	}

@@ -8,7 +8,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"log/slog"
 	"net"
 	"net/http"
 	"os"
@@ -26,8 +25,8 @@ import (
 	"github.com/chromedp/chromedp"
 	"github.com/moby/moby/client"
 
-	"berth/app"
 	"berth/gpu"
+	"berth/internal/apptest"
 	"berth/internal/dockertest"
 )
 
@@ -54,6 +53,7 @@ func chromium(t *testing.T) string {
 // berth is a running Berth binary on a temporary data folder.
 type berth struct {
 	t        *testing.T
+	app      *apptest.Berth // in-process (startApp); nil for the built binary
 	base     string
 	key      string
 	cmd      *exec.Cmd
@@ -427,16 +427,9 @@ func TestDashboardGPUs(t *testing.T) {
 		{Index: 0, UUID: "GPU-0a1b2c3d", Name: "NVIDIA GeForce RTX 4090", TypeID: "NVIDIA GeForce RTX 4090", MemoryMiB: 24564, PCIBusID: "00000000:01:00.0"},
 		{Index: 1, UUID: "GPU-4e5f6a7b", Name: "NVIDIA GeForce RTX 4090", TypeID: "NVIDIA GeForce RTX 4090", MemoryMiB: 24564, PCIBusID: "00000000:02:00.0"},
 	}
-	a, err := app.New(app.Config{DataDir: t.TempDir(), Addr: "127.0.0.1:0", APIKey: key, Docker: app.DockerOff,
-		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), DiscoverGPUs: func() ([]gpu.Device, error) { return devs, nil }})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := a.Start(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { a.Stop(context.Background()) })
-	b := &berth{t: t, base: a.URL(), key: key}
+	cfg := apptest.Config(t, key)
+	cfg.DiscoverGPUs = func() ([]gpu.Device, error) { return devs, nil }
+	b := startApp(t, cfg)
 	var tpl, ep struct{ ID string }
 	b.call("POST", "/v1/templates", map[string]any{"name": "sdxl", "imageName": "sdxl:latest", "isServerless": true}, &tpl)
 	b.call("POST", "/v1/endpoints", map[string]any{"name": "sdxl", "templateId": tpl.ID, "gpuTypeIds": []string{"NVIDIA GeForce RTX 4090"}}, &ep)
@@ -445,10 +438,10 @@ func TestDashboardGPUs(t *testing.T) {
 	var wenv map[string]string
 	b.call("GET", "/v1/endpoints/"+ep.ID+"/worker-env", nil, &wenv)
 	worker := wenv["RUNPOD_POD_ID"]
-	if err := a.GPUs().Restore(worker, []string{"GPU-0a1b2c3d"}); err != nil {
+	if err := b.app.GPUs().Restore(worker, []string{"GPU-0a1b2c3d"}); err != nil {
 		t.Fatal(err)
 	}
-	srv := struct{ URL string }{a.URL()}
+	srv := struct{ URL string }{b.base}
 
 	bctx := browser(t, exe)
 	if err := chromedp.Do(bctx); err != nil {
@@ -457,7 +450,7 @@ func TestDashboardGPUs(t *testing.T) {
 	ctx, cancel := context.WithTimeout(bctx, 10*time.Minute)
 	defer cancel()
 	sh := shots{dir: t.TempDir()}
-	err = chromedp.Do(ctx,
+	err := chromedp.Do(ctx,
 		chromedp.EmulateViewport(1280, 860),
 		chromedp.Navigate(srv.URL+"/"),
 		visible("#key-input"),

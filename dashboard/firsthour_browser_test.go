@@ -13,7 +13,7 @@ import (
 	"github.com/chromedp/chromedp"
 
 	"berth/app"
-	"berth/gpu"
+	"berth/internal/apptest"
 	"berth/worker"
 )
 
@@ -30,8 +30,8 @@ func TestDashboardHostWorkerWithoutDocker(t *testing.T) {
 	exe := chromium(t)
 	t.Setenv("DOCKER_HOST", "unix://"+filepath.Join(t.TempDir(), "no-docker.sock"))
 	const key = "first-hour-key"
-	cfg := app.Config{DataDir: t.TempDir(), Addr: "127.0.0.1:0", APIKey: key, Docker: app.DockerAuto,
-		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), DiscoverGPUs: func() ([]gpu.Device, error) { return nil, nil }}
+	cfg := apptest.Config(t, key)
+	cfg.Docker = app.DockerAuto
 	cfg.Queue.SyncRetention = 100 * time.Millisecond // RunPod's minute, shortened
 	b := startApp(t, cfg)
 	var tpl, ep struct{ ID string }
@@ -93,15 +93,8 @@ func TestDashboardHostWorkerWithoutDocker(t *testing.T) {
 // when it ends.
 func startApp(t *testing.T, cfg app.Config) *berth {
 	t.Helper()
-	a, err := app.New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := a.Start(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { a.Stop(context.Background()) })
-	return &berth{t: t, base: a.URL(), key: cfg.APIKey}
+	a := apptest.Start(t, cfg)
+	return &berth{t: t, app: a, base: a.URL(), key: cfg.APIKey}
 }
 
 // hostWorker runs handler as a worker on this host for endpoint ep (the

@@ -1,18 +1,14 @@
 package dashboard_test
 
 import (
+	"berth/internal/apptest"
 	"context"
 	"fmt"
-	"io"
-	"log/slog"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/chromedp/chromedp"
-
-	"berth/app"
-	"berth/gpu"
 )
 
 // TestDashboardKeys (chromium): with an All key the Keys page makes a
@@ -25,16 +21,7 @@ func TestDashboardKeys(t *testing.T) {
 	}
 	exe := chromium(t)
 	const key = "keys-test-key"
-	a, err := app.New(app.Config{DataDir: t.TempDir(), Addr: "127.0.0.1:0", APIKey: key, Docker: app.DockerOff,
-		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), DiscoverGPUs: func() ([]gpu.Device, error) { return nil, nil }})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := a.Start(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { a.Stop(context.Background()) })
-	b := &berth{t: t, base: a.URL(), key: key}
+	b := startApp(t, apptest.Config(t, key))
 	var tpl, granted, other struct{ ID string }
 	b.call("POST", "/v1/templates", map[string]any{"name": "t", "imageName": "x:1", "isServerless": true}, &tpl)
 	b.call("POST", "/v1/endpoints", map[string]any{"name": "granted", "templateId": tpl.ID, "workersMax": 0}, &granted)
@@ -58,12 +45,12 @@ func TestDashboardKeys(t *testing.T) {
 	sh := shots{dir: t.TempDir()}
 	card := func(id string) string { return fmt.Sprintf(`.endpoint-card[data-endpoint=%q]`, id) }
 	step("sign in", chromedp.EmulateViewport(1280, 860),
-		chromedp.Navigate(a.URL()+"/"),
+		chromedp.Navigate(b.base+"/"),
 		visible("#key-input"),
 		chromedp.SendKeys(chromedp.CSS("#key-input"), key),
 		chromedp.Click(chromedp.CSS("#key-submit")),
 		visible(card(granted.ID)))
-	step("create a key", chromedp.Navigate(a.URL()+"/#/keys"),
+	step("create a key", chromedp.Navigate(b.base+"/#/keys"),
 		visible("#key-name"),
 		chromedp.SendKeys(chromedp.CSS("#key-name"), "ci-bot"),
 		chromedp.Evaluate[chromedp.Void](`document.getElementById('key-permission').value = 'RESTRICTED'`),
@@ -82,13 +69,13 @@ func TestDashboardKeys(t *testing.T) {
 	}
 
 	step("the Restricted key", chromedp.Click(chromedp.CSS("#signout")),
-		chromedp.Navigate(a.URL()+"/#/"), // signing in opens the page of the address
+		chromedp.Navigate(b.base+"/#/"), // signing in opens the page of the address
 		visible("#key-input"),
 		chromedp.SendKeys(chromedp.CSS("#key-input"), secret),
 		chromedp.Click(chromedp.CSS("#key-submit")),
 		visible(card(granted.ID)),
 		until(fmt.Sprintf(`document.querySelector(%q) === null`, card(other.ID)), time.Minute),
-		chromedp.Navigate(a.URL()+"/#/keys"),
+		chromedp.Navigate(b.base+"/#/keys"),
 		// The page is redrawn on every poll: a node found may be replaced.
 		until(`(() => { const e = document.getElementById('keys-forbidden'); return e !== null && e.textContent.includes('is Restricted'); })()`, time.Minute),
 	)

@@ -5,8 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
-	"log/slog"
 	"math"
 	"regexp"
 	"sync/atomic"
@@ -16,8 +14,7 @@ import (
 	"github.com/chromedp/chromedp"
 	"github.com/jonboulle/clockwork"
 
-	"berth/app"
-	"berth/gpu"
+	"berth/internal/apptest"
 	"berth/worker"
 )
 
@@ -48,8 +45,8 @@ func TestDashboardPlots(t *testing.T) {
 	exe := chromium(t)
 	const key = "plots-key"
 	clk := &travelClock{Clock: clockwork.NewRealClock()}
-	cfg := app.Config{DataDir: t.TempDir(), Addr: "127.0.0.1:0", APIKey: key, Docker: app.DockerOff, Clock: clk,
-		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), DiscoverGPUs: func() ([]gpu.Device, error) { return nil, nil }}
+	cfg := apptest.Config(t, key)
+	cfg.Clock = clk
 	cfg.Series.SampleEvery = 20 * time.Millisecond
 	cfg.Queue.WorkerTimeout = 24 * time.Hour // the clock's jumps are no silence of the worker
 	b := startApp(t, cfg)

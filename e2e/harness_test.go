@@ -2,17 +2,14 @@ package e2e_test
 
 import (
 	"context"
-	"io"
-	"log/slog"
-	"strings"
 	"testing"
 	"time"
 
 	"github.com/moby/moby/client"
 
 	"berth/app"
-	"berth/gpu"
 	"berth/internal/apitest"
+	"berth/internal/apptest"
 	"berth/internal/dockertest"
 	"berth/lbproxy"
 	"berth/queue"
@@ -26,13 +23,6 @@ const (
 	// the tests run on a loaded machine).
 	waitLong = 90 * time.Second
 )
-
-type tWriter struct{ t testing.TB }
-
-func (w tWriter) Write(p []byte) (int, error) {
-	w.t.Log(strings.TrimRight(string(p), "\n"))
-	return len(p), nil
-}
 
 // stack is one Berth as berth serve composes it (package app): store,
 // queue, runtime, management, HTTP API, load balancer, on its own data
@@ -58,12 +48,8 @@ func newStack(t testing.TB) *stack {
 func newStackWith(t testing.TB, set func(*app.Config)) *stack {
 	t.Helper()
 	dockertest.Require(t)
-	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	if testing.Verbose() {
-		log = slog.New(slog.NewTextHandler(tWriter{t}, &slog.HandlerOptions{Level: slog.LevelInfo}))
-	}
-	cfg := app.Config{DataDir: t.TempDir(), Addr: "127.0.0.1:0", Logger: log, APIKey: apiKey, RateLimits: true,
-		Docker: app.DockerRequired, RemoveContainersOnStop: true, DiscoverGPUs: noGPUs}
+	cfg := apptest.Config(t, apiKey)
+	cfg.RateLimits, cfg.Docker, cfg.RemoveContainersOnStop = true, app.DockerRequired, true
 	cfg.HTTP.PingInterval = 2 * time.Second
 	cfg.Series.SampleEvery = 200 * time.Millisecond
 	cfg.Runtime.TickInterval, cfg.Runtime.ResyncInterval = 100*time.Millisecond, 2*time.Second
@@ -72,28 +58,9 @@ func newStackWith(t testing.TB, set func(*app.Config)) *stack {
 	if set != nil {
 		set(&cfg)
 	}
-	a, err := app.New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	if err := a.Start(ctx); err != nil {
-		a.Stop(ctx)
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-		defer cancel()
-		if err := a.Stop(ctx); err != nil {
-			t.Errorf("stop: %v", err)
-		}
-	})
-	return &stack{t: t, app: a, db: a.Store(), q: a.Queue(), sup: a.Supervisor(), lb: a.Balancer(), base: a.URL()}
+	a := apptest.Start(t, cfg)
+	return &stack{t: t, app: a.App, db: a.Store(), q: a.Queue(), sup: a.Supervisor(), lb: a.Balancer(), base: a.URL()}
 }
-
-// noGPUs: the tests run without GPUs whatever the host has.
-func noGPUs() ([]gpu.Device, error) { return nil, nil }
 
 // call makes an API call with the operator key and decodes a JSON reply
 // into out (when not nil); it fails the test unless the status is want.
@@ -136,43 +103,27 @@ func (s *stack) eventually(what string, cond func() bool) {
 // startOn starts a Berth on data (an existing file when restarted), as
 // newStack does but for tests that stop and start it again themselves;
 // remove: its Stop removes its containers.
-func startOn(t testing.TB, data string, remove bool) *app.App {
+func startOn(t testing.TB, data string, remove bool) *apptest.Berth {
 	t.Helper()
 	return startOnAddr(t, data, "127.0.0.1:0", remove)
 }
 
 // startOnAddr is startOn on a given address: a restart on the same port is
 // where running workers find Berth again.
-func startOnAddr(t testing.TB, data, addr string, remove bool) *app.App {
+func startOnAddr(t testing.TB, data, addr string, remove bool) *apptest.Berth {
 	t.Helper()
-	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	if testing.Verbose() {
-		log = slog.New(slog.NewTextHandler(tWriter{t}, &slog.HandlerOptions{Level: slog.LevelInfo}))
-	}
-	cfg := app.Config{DataDir: data, Addr: addr, Logger: log, APIKey: apiKey,
-		Docker: app.DockerRequired, RemoveContainersOnStop: remove, DiscoverGPUs: noGPUs}
+	cfg := apptest.Config(t, apiKey)
+	cfg.DataDir, cfg.Addr, cfg.Docker, cfg.RemoveContainersOnStop = data, addr, app.DockerRequired, remove
 	cfg.HTTP.PingInterval = 2 * time.Second
 	cfg.Runtime.TickInterval, cfg.Runtime.ResyncInterval = 100*time.Millisecond, 2*time.Second
-	a, err := app.New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	if err := a.Start(ctx); err != nil {
-		a.Stop(ctx)
-		t.Fatal(err)
-	}
-	return a
+	return apptest.Start(t, cfg)
 }
 
-func stopOn(t testing.TB, a *app.App) {
+// stopOn stops b (its file checked) before the test starts another Berth
+// on the same data.
+func stopOn(t testing.TB, b *apptest.Berth) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	if err := a.Stop(ctx); err != nil {
-		t.Errorf("stop: %v", err)
-	}
+	b.Stop()
 }
 
 // removeContainersOf removes whatever is left of data's containers.

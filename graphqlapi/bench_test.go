@@ -1,10 +1,8 @@
 package graphqlapi_test
 
 import (
-	"berth/app"
-	"berth/gpu"
+	"berth/internal/apptest"
 	"bytes"
-	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -18,15 +16,9 @@ import (
 // every field it selects) against GET /v1/endpoints of the same records in
 // the same run, as the ratio graphql/v1 of their latencies.
 func BenchmarkGetEndpoints(b *testing.B) {
-	a, err := app.New(app.Config{DataDir: b.TempDir(), Addr: "127.0.0.1:0", Logger: quiet, APIKey: testKey, Docker: app.DockerOff,
-		DiscoverGPUs: func() ([]gpu.Device, error) { return nil, nil }})
-	if err != nil {
-		b.Fatal(err)
-	}
-	if err := a.Start(context.Background()); err != nil {
-		b.Fatal(err)
-	}
-	defer a.Stop(context.Background())
+	cfg := apptest.Config(b, testKey)
+	cfg.Logger = quiet
+	a := apptest.Start(b, cfg)
 	base := a.URL()
 	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 4}, Timeout: 30 * time.Second}
 	do := func(method, path string, body []byte) []byte {

@@ -2,7 +2,6 @@ package graphqlapi_test
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"io"
 	"log/slog"
@@ -15,6 +14,7 @@ import (
 
 	"berth/app"
 	"berth/gpu"
+	"berth/internal/apptest"
 	"berth/mgmt"
 	"berth/queue"
 	"berth/store"
@@ -28,65 +28,43 @@ var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
 // file, without Docker: pods are refused (503) unless a test gives a fake
 // pod runtime (withPods), since these tests are of GraphQL's translation.
 type env struct {
-	t    *testing.T
-	dir  string
-	opts []envOpt
-	app  *app.App
-	db   *store.DB
-	q    *queue.Service
-	base string // http://host:port of the server
+	t     *testing.T
+	dir   string
+	berth *apptest.Berth
+	app   *app.App
+	db    *store.DB
+	q     *queue.Service
+	base  string // http://host:port of the server
 }
 
 type envOpt func(*app.Config)
 
 func newEnv(t *testing.T, opts ...envOpt) *env {
 	t.Helper()
-	e := &env{t: t, dir: t.TempDir(), opts: opts}
-	e.open()
-	t.Cleanup(e.close)
+	cfg := apptest.Config(t, testKey)
+	cfg.Logger, cfg.Version = quiet, "test"
+	cfg.Queue.TakeHold = 100 * time.Millisecond
+	for _, o := range opts {
+		o(&cfg)
+	}
+	e := &env{t: t, dir: cfg.DataDir, berth: apptest.Start(t, cfg)}
+	e.opened()
 	return e
 }
 
-func (e *env) open() {
-	e.t.Helper()
-	cfg := app.Config{DataDir: e.dir, Addr: "127.0.0.1:0", Logger: quiet, APIKey: testKey, Version: "test",
-		Docker: app.DockerOff, DiscoverGPUs: func() ([]gpu.Device, error) { return nil, nil }}
-	cfg.Queue.TakeHold = 100 * time.Millisecond
-	for _, o := range e.opts {
-		o(&cfg)
-	}
-	a, err := app.New(cfg)
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	if err := a.Start(context.Background()); err != nil {
-		a.Stop(context.Background())
-		e.t.Fatal(err)
-	}
-	e.app, e.db, e.q, e.base = a, a.Store(), a.Queue(), a.URL()
+func (e *env) opened() {
+	b := e.berth
+	e.app, e.db, e.q, e.base = b.App, b.Store(), b.Queue(), b.URL()
 }
 
-func (e *env) close() {
-	if e.app == nil {
-		return
-	}
-	if err := e.db.Check(); err != nil {
-		e.t.Errorf("db check: %v", err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	if err := e.app.Stop(ctx); err != nil {
-		e.t.Errorf("stop: %v", err)
-	}
-	e.app = nil
-}
+// close stops Berth, its bbolt file checked.
+func (e *env) close() { e.berth.Stop() }
 
-// restart stops the server, queue and database and opens them again on
-// the same data directory.
+// restart stops Berth and starts it again on the same data directory.
 func (e *env) restart() {
 	e.t.Helper()
-	e.close()
-	e.open()
+	e.berth.Restart()
+	e.opened()
 }
 
 // withGPUs gives the host these GPUs (as NVML would find them).

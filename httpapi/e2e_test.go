@@ -21,9 +21,9 @@ import (
 	"github.com/jonboulle/clockwork"
 
 	"berth/app"
-	"berth/gpu"
 	"berth/httpapi"
 	"berth/httplimit"
+	"berth/internal/apptest"
 	"berth/queue"
 	"berth/store"
 )
@@ -57,6 +57,7 @@ const adminKey = testKey // the key loadDoc reads the document with
 type env struct {
 	t       *testing.T
 	clock   *clockwork.FakeClock
+	berth   *apptest.Berth
 	app     *app.App
 	db      *store.DB
 	q       *queue.Service
@@ -91,8 +92,8 @@ func rawConn(l httplimit.Limits) envOpt {
 func newEnv(t *testing.T, opts ...envOpt) *env {
 	e := &env{t: t, clock: clockwork.NewFakeClock(), stopPod: make(chan string, 10)}
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
-	e.cfg = app.Config{DataDir: t.TempDir(), Addr: "127.0.0.1:0", Logger: quiet, Clock: e.clock, APIKey: adminKey,
-		Docker: app.DockerOff, DiscoverGPUs: func() ([]gpu.Device, error) { return nil, nil }}
+	e.cfg = apptest.Config(t, adminKey)
+	e.cfg.Logger, e.cfg.Clock = quiet, e.clock
 	e.cfg.Queue.WorkerTimeout = time.Minute
 	e.cfg.Queue.OnStopPod = func(ep, w string) { e.stopPod <- w }
 	e.cfg.HTTP.PingInterval = time.Second
@@ -113,30 +114,14 @@ func (e *env) start() {
 			return validating(e.t, loadDoc(e.t, h, "/v1/openapi.json"), h)
 		}
 	}
-	a, err := app.New(cfg)
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	if err := a.Start(context.Background()); err != nil {
-		a.Stop(context.Background())
-		e.t.Fatal(err)
-	}
-	e.app, e.db, e.q, e.base = a, a.Store(), a.Queue(), a.URL()
+	b := apptest.Start(e.t, cfg)
+	e.berth, e.app, e.db, e.q, e.base = b, b.App, b.Store(), b.Queue(), b.URL()
 }
 
 func (e *env) stop() {
-	if e.app == nil {
-		return
+	if e.berth != nil {
+		e.berth.Stop()
 	}
-	if err := e.db.Check(); err != nil {
-		e.t.Errorf("db check: %v", err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	if err := e.app.Stop(ctx); err != nil {
-		e.t.Errorf("stop: %v", err)
-	}
-	e.app = nil
 }
 
 type resp struct {

@@ -27,6 +27,7 @@ import (
 
 	"berth/app"
 	"berth/internal/apitest"
+	"berth/internal/apptest"
 	"berth/internal/kubetest"
 	"berth/runtime"
 )
@@ -110,6 +111,7 @@ type kenv struct {
 	addr        string     // 127.0.0.1:PORT: the API
 	workAddr    string     // 127.0.0.1:PORT2: --worker-addr, the worker protocol only
 	advertise   string     // http://localhost:PORT2: --advertise-url
+	berth       *apptest.Berth
 	app         *app.App
 	base        string
 
@@ -252,32 +254,20 @@ func (e *kenv) tryStart() error {
 	cfg.Runtime.TickInterval, cfg.Runtime.ResyncInterval = 100*time.Millisecond, 2*time.Second
 	cfg.Runtime.BackoffBase, cfg.Runtime.BackoffMax = 200*time.Millisecond, 2*time.Second
 	cfg.LB.Domain, cfg.LB.ProbeInterval, cfg.LB.UnhealthyAfter = "lb.test", 200*time.Millisecond, 3*time.Second
-	a, err := app.New(cfg)
+	b, err := apptest.TryStart(e.t, cfg)
 	if err != nil {
 		return err
 	}
-	ctx, cancel := context.WithTimeout(e.ctx, waitLong)
-	defer cancel()
-	if err := a.Start(ctx); err != nil {
-		_ = a.Stop(ctx)
-		return err
-	}
-	e.app, e.base = a, a.URL()
-	e.t.Cleanup(func() { e.stop() })
+	e.berth, e.app, e.base = b, b.App, b.URL()
 	return nil
 }
 
-// stop stops the running Berth (its Pods keep running).
+// stop stops the running Berth, its file checked (its Pods keep running).
 func (e *kenv) stop() {
-	if e.app == nil {
-		return
+	if e.berth != nil {
+		e.berth.Stop()
+		e.berth, e.app = nil, nil
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), waitLong)
-	defer cancel()
-	if err := e.app.Stop(ctx); err != nil {
-		e.t.Errorf("stop: %v", err)
-	}
-	e.app = nil
 }
 
 // call makes an API call with the operator key and decodes a JSON reply

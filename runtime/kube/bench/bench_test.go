@@ -21,6 +21,7 @@ import (
 
 	"berth/app"
 	"berth/internal/apitest"
+	"berth/internal/apptest"
 	"berth/internal/kubetest"
 	"berth/runtime"
 )
@@ -79,26 +80,12 @@ func newRig(b *testing.B) *rig {
 	cache.WaitForCacheSync(stop, inf.HasSynced)
 
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	a, err := app.New(app.Config{DataDir: b.TempDir(), Addr: "127.0.0.1:0", Logger: log, APIKey: apiKey,
-		RemoveContainersOnStop: true,
-		Kubernetes:             &app.Kubernetes{REST: ns.Config, Namespace: ns.Name}})
-	if err != nil {
-		b.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	if err := a.Start(ctx); err != nil {
-		_ = a.Stop(ctx)
-		b.Fatal(err)
-	}
-	b.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-		defer cancel()
-		if err := a.Stop(ctx); err != nil {
-			b.Errorf("stop: %v", err)
-		}
-	})
-	r.app, r.base = a, a.URL()
+	cfg := apptest.Config(b, apiKey)
+	cfg.Logger, cfg.RemoveContainersOnStop = log, true
+	cfg.Docker, cfg.DiscoverGPUs = app.DockerAuto, nil // the cluster's, not the test's
+	cfg.Kubernetes = &app.Kubernetes{REST: ns.Config, Namespace: ns.Name}
+	a := apptest.Start(b, cfg)
+	r.app, r.base = a.App, a.URL()
 	return r
 }
 
