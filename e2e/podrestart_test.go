@@ -26,7 +26,7 @@ func TestPodsThatEndedWhileBerthWasDown(t *testing.T) {
 	t.Cleanup(func() { removeContainersOf(t, data) })
 
 	a := startOn(t, data, false)
-	s := &stack{t: t, app: a, db: a.Store(), q: a.Queue(), sup: a.Supervisor(), base: a.URL()}
+	s := &stack{t: t, app: a.App, db: a.Store(), q: a.Queue(), sup: a.Supervisor(), base: a.URL()}
 	var killed, removed struct{ ID, DesiredStatus string }
 	s.call("POST", "/v1/pods", map[string]any{"name": "killed", "imageName": image, "dockerStartCmd": []string{"trap"}, "computeType": "CPU"}, 201, &killed)
 	s.call("POST", "/v1/pods", map[string]any{"name": "removed", "imageName": image, "dockerStartCmd": []string{"trap"}, "computeType": "CPU"}, 201, &removed)
@@ -71,7 +71,7 @@ func TestPodsThatEndedWhileBerthWasDown(t *testing.T) {
 
 	a = startOn(t, data, true)
 	defer stopOn(t, a)
-	s = &stack{t: t, app: a, db: a.Store(), q: a.Queue(), sup: a.Supervisor(), base: a.URL()}
+	s = &stack{t: t, app: a.App, db: a.Store(), q: a.Queue(), sup: a.Supervisor(), base: a.URL()}
 	for _, tc := range []struct{ id, reason string }{{killed.ID, "exit code 137"}, {removed.ID, "container removed"}} {
 		var v1 struct {
 			DesiredStatus string

@@ -27,7 +27,7 @@ func TestResultFinishedWhileBerthIsDown(t *testing.T) {
 
 	a := startOn(t, data, false)
 	addr := a.Addr()
-	s := &stack{t: t, app: a, db: a.Store(), q: a.Queue(), sup: a.Supervisor(), base: a.URL()}
+	s := &stack{t: t, app: a.App, db: a.Store(), q: a.Queue(), sup: a.Supervisor(), base: a.URL()}
 	ep := s.endpoint(image, nil, map[string]any{"workersMin": 1, "workersMax": 1, "idleTimeout": 60})
 	var job struct{ ID, Status, WorkerID string }
 	const output = "finished while Berth was down"
@@ -48,7 +48,7 @@ func TestResultFinishedWhileBerthIsDown(t *testing.T) {
 
 	a = startOnAddr(t, data, addr, true)
 	defer stopOn(t, a)
-	s = &stack{t: t, app: a, db: a.Store(), q: a.Queue(), sup: a.Supervisor(), base: a.URL()}
+	s = &stack{t: t, app: a.App, db: a.Store(), q: a.Queue(), sup: a.Supervisor(), base: a.URL()}
 	var done struct {
 		Status, WorkerID string
 		Output           any

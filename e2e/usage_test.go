@@ -26,7 +26,7 @@ func TestUsageOfWorkersThatDiedWhileBerthWasDown(t *testing.T) {
 	t.Cleanup(func() { removeContainersOf(t, data) })
 
 	a := startOn(t, data, false)
-	s := &stack{t: t, app: a, db: a.Store(), q: a.Queue(), sup: a.Supervisor(), base: a.URL()}
+	s := &stack{t: t, app: a.App, db: a.Store(), q: a.Queue(), sup: a.Supervisor(), base: a.URL()}
 	s.endpoint(image, nil, map[string]any{"workersMin": 2, "workersMax": 2})
 	var open []store.UsageInterval
 	s.eventually("two worker usage intervals open", func() bool {
