@@ -330,6 +330,9 @@ func (s *Service) SubmitGit(ctx context.Context, endpointID string, in mgmt.Buil
 	if err := s.checkOutbound(in.Git.URL); err != nil {
 		return store.Build{}, err
 	}
+	if _, err := s.sourceCredential(*in.Git); err != nil {
+		return store.Build{}, err
+	}
 	if err := s.canQueue(); err != nil {
 		return store.Build{}, err
 	}

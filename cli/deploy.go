@@ -28,15 +28,20 @@ const placeholderImage = "berth/pending-first-build:none"
 
 func deployCommand(a *app) *cobra.Command {
 	var fields *inputFlags
-	var dockerfile, target string
+	var dockerfile, target, ref, contextPath, gitCred string
 	var buildArgs []string
 	var timeout time.Duration
 	var buildLog bool
-	cmd := &cobra.Command{Use: "deploy [DIR] [flags]", Short: "Build DIR's Dockerfile on Berth and roll the endpoint named --name onto it",
-		Long: `deploy builds the image of a source directory (its Dockerfile) on Berth and
-makes the endpoint named --name (default: the directory's name) run it:
+	cmd := &cobra.Command{Use: "deploy [DIR | GIT_URL] [flags]", Short: "Build DIR's or a git repository's Dockerfile on Berth and roll the endpoint named --name onto it",
+		Long: `deploy builds the image of a source directory or a git repository (its
+Dockerfile) on Berth and makes the endpoint named --name (default: the
+directory's or the repository's name) run it:
 
   - DIR (default .) is sent as the build context (.dockerignore applies);
+  - GIT_URL (https://, http://, ssh:// or git@host:path) is cloned by Berth
+    at --ref (a branch, tag or commit; default: the default branch), and
+    --context (a directory of the repository) is the build context;
+    --git-credential names a stored git credential (docs/builds.md);
   - the endpoint and a template of the same name are created when missing,
     with the endpoint flags given (the same as 'endpoint create'); an
     existing endpoint takes the flags given as an update;
@@ -48,11 +53,15 @@ makes the endpoint named --name (default: the directory's name) run it:
     it prints the endpoint's id (-o json: the endpoint).
 
 A failed build changes nothing that runs: its error names the failing step.`,
-		Args: rangeArgs(0, 1, "[DIR]"),
+		Args: rangeArgs(0, 1, "[DIR | GIT_URL]"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			dir := "."
 			if len(args) == 1 {
 				dir = args[0]
+			}
+			gitSrc := isGitURL(dir)
+			if !gitSrc && (ref != "" || contextPath != "" || gitCred != "") {
+				return usageErr("%s: --ref, --context and --git-credential are for a GIT_URL source; %s is a directory", cmd.CommandPath(), dir)
 			}
 			body, err := fields.body(cmd, "", nil)
 			if err != nil {
@@ -74,10 +83,23 @@ A failed build changes nothing that runs: its error names the failing step.`,
 				}
 				q.Add("buildArg", kv)
 			}
+			if gitSrc {
+				args := map[string]string{}
+				for _, kv := range q["buildArg"] {
+					k, v, _ := strings.Cut(kv, "=")
+					args[k] = v
+				}
+				gb := map[string]any{"git": map[string]any{"url": dir, "ref": ref, "contextPath": contextPath, "credentialId": gitCred},
+					"dockerfile": dockerfile, "target": target, "buildArgs": args}
+				return a.deployGit(cmd.Context(), dir, body, gb, timeout, buildLog)
+			}
 			return a.deploy(cmd.Context(), dir, body, q, timeout, buildLog)
 		}}
 	fields = newInputFlags(cmd.Flags(), reflect.TypeFor[v1input.EndpointInput]())
-	cmd.Flags().StringVar(&dockerfile, "dockerfile", "", "the Dockerfile's path inside DIR [Dockerfile]")
+	cmd.Flags().StringVar(&dockerfile, "dockerfile", "", "the Dockerfile's path inside DIR or the git context [Dockerfile]")
+	cmd.Flags().StringVar(&ref, "ref", "", "GIT_URL: the branch, tag or commit to build [the default branch]")
+	cmd.Flags().StringVar(&contextPath, "context", "", "GIT_URL: the build context's directory inside the repository [its root]")
+	cmd.Flags().StringVar(&gitCred, "git-credential", "", "GIT_URL: the id of the stored git credential to clone with")
 	cmd.Flags().StringVar(&target, "target", "", "the build stage to build")
 	cmd.Flags().StringArrayVar(&buildArgs, "build-arg", nil, "KEY=VALUE build argument (repeat the flag)")
 	cmd.Flags().DurationVar(&timeout, "timeout", 30*time.Minute, "give up waiting for the build and the rollout after this long")
@@ -143,8 +165,62 @@ func (a *app) deploy(ctx context.Context, dir string, body map[string]any, q url
 	if err != nil {
 		return fmt.Errorf("deploy: decode the build: %w", err)
 	}
+	return a.finishDeploy(ctx, id, b, created, wantMin, buildLog)
+}
+
+// isGitURL tells a repository URL from a directory: a URL scheme, or
+// scp-like user@host:path that is no existing path.
+func isGitURL(s string) bool {
+	if strings.Contains(s, "://") {
+		return true
+	}
+	if _, err := os.Stat(s); err == nil {
+		return false
+	}
+	at, colon := strings.Index(s, "@"), strings.Index(s, ":")
+	return at > 0 && colon > at && !strings.Contains(s[:colon], "/")
+}
+
+// deployGit is deploy from a git repository Berth clones.
+func (a *app) deployGit(ctx context.Context, src string, body, gb map[string]any, timeout time.Duration, buildLog bool) error {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	name, _ := body["name"].(string)
+	if name == "" {
+		base := src[strings.LastIndexAny(src, "/:")+1:]
+		name = strings.TrimSuffix(base, ".git")
+		if name == "" {
+			name = "worker"
+		}
+		body["name"] = name
+	}
+	log := a.o.Stderr
+	fmt.Fprintf(log, "deploy: %s as endpoint %q\n", src, name)
+	ep, created, wantMin, err := a.ensureEndpoint(ctx, name, body)
+	if err != nil {
+		return err
+	}
+	id, _ := ep["id"].(string)
+	if created {
+		fmt.Fprintf(log, "deploy: created endpoint %s; its first build gives it its image\n", id)
+	}
+	var b map[string]any
+	if err := a.client().Do(ctx, http.MethodPost, "/v2/serverless/"+url.PathEscape(id)+"/builds", gb, &b); err != nil {
+		return err
+	}
+	return a.finishDeploy(ctx, id, b, created, wantMin, buildLog)
+}
+
+// finishDeploy follows build b of endpoint id to its end and waits for
+// the rollout.
+func (a *app) finishDeploy(ctx context.Context, id string, b map[string]any, created bool, wantMin int, buildLog bool) error {
+	log := a.o.Stderr
 	bid, _ := b["id"].(string)
-	fmt.Fprintf(log, "deploy: build %s → %v\n", bid, b["imageName"])
+	if img, _ := b["imageName"].(string); img != "" {
+		fmt.Fprintf(log, "deploy: build %s → %v\n", bid, img)
+	} else {
+		fmt.Fprintf(log, "deploy: build %s\n", bid)
+	}
 	if err := a.followBuild(ctx, id, bid, buildLog); err != nil {
 		return err
 	}
@@ -155,9 +231,14 @@ func (a *app) deploy(ctx context.Context, dir string, body map[string]any, q url
 		msg, _ := b["error"].(string)
 		return &exitError{ExitError, fmt.Errorf("build %s %v: %s", bid, st, msg)}
 	}
+	if h, _ := b["commitHash"].(string); h != "" {
+		fmt.Fprintf(log, "deploy: built commit %s\n", h)
+	}
 	switch v := b["releaseVersion"]; {
 	case v == nil:
 		fmt.Fprintf(log, "deploy: endpoint %s already runs %v: no new release\n", id, b["imageName"])
+	case b["reused"] == true:
+		fmt.Fprintf(log, "deploy: release v%v of endpoint %s (build %s, image reused)\n", format(v), id, bid)
 	default:
 		fmt.Fprintf(log, "deploy: release v%v of endpoint %s (build %s)\n", format(v), id, bid)
 	}
@@ -169,6 +250,7 @@ func (a *app) deploy(ctx context.Context, dir string, body map[string]any, q url
 	if err := a.waitRollout(ctx, id); err != nil {
 		return err
 	}
+	var ep map[string]any
 	if err := a.client().Do(ctx, http.MethodGet, "/v1/endpoints/"+url.PathEscape(id), nil, &ep); err != nil {
 		return err
 	}
@@ -176,7 +258,7 @@ func (a *app) deploy(ctx context.Context, dir string, body map[string]any, q url
 	if p.json {
 		return p.Object(ep)
 	}
-	_, err = fmt.Fprintln(a.o.Stdout, id)
+	_, err := fmt.Fprintln(a.o.Stdout, id)
 	return err
 }
 

@@ -1,30 +1,16 @@
 package cli
 
 import (
-	"archive/tar"
-	"bufio"
-	"fmt"
 	"io"
 	"io/fs"
 	"os"
-	"path"
 	"path/filepath"
-	"sort"
-	"strings"
-	"time"
+
+	"berth/builder/srctar"
 )
 
-// ignoreRule is one .dockerignore line.
-type ignoreRule struct {
-	pattern string
-	negate  bool
-}
-
-// readDockerignore reads dir/.dockerignore (none: no rules). Patterns are
-// filepath.Match globs on slash paths relative to dir; a pattern matching
-// a directory ignores what is under it; "!" re-includes; the last match
-// wins (Docker's rules, without "**").
-func readDockerignore(dir string) ([]ignoreRule, error) {
+// readDockerignore reads dir/.dockerignore (none: no rules).
+func readDockerignore(dir string) ([]srctar.Rule, error) {
 	f, err := os.Open(filepath.Join(dir, ".dockerignore"))
 	if os.IsNotExist(err) {
 		return nil, nil
@@ -33,53 +19,19 @@ func readDockerignore(dir string) ([]ignoreRule, error) {
 		return nil, err
 	}
 	defer f.Close()
-	var rules []ignoreRule
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		l := strings.TrimSpace(sc.Text())
-		if l == "" || strings.HasPrefix(l, "#") {
-			continue
-		}
-		r := ignoreRule{}
-		if strings.HasPrefix(l, "!") {
-			r.negate, l = true, strings.TrimSpace(l[1:])
-		}
-		l = path.Clean(strings.TrimPrefix(filepath.ToSlash(l), "/"))
-		if strings.Contains(l, "**") {
-			return nil, fmt.Errorf(".dockerignore: %q: ** patterns are not supported by berth deploy", l)
-		}
-		if _, err := path.Match(l, ""); err != nil {
-			return nil, fmt.Errorf(".dockerignore: %q: %w", l, err)
-		}
-		r.pattern = l
-		rules = append(rules, r)
-	}
-	return rules, sc.Err()
+	return srctar.ParseIgnore(f)
 }
 
-func ignored(rules []ignoreRule, rel string) bool {
-	out := false
-	for _, r := range rules {
-		for p := rel; p != "." && p != "/"; p = path.Dir(p) {
-			if ok, _ := path.Match(r.pattern, p); ok {
-				out = !r.negate
-				break
-			}
-		}
-	}
-	return out
-}
-
-// writeContext writes dir as an uncompressed tar: sorted, with times,
-// owners and all but the permission bits left out, so the same files make
-// the same bytes (Berth tags the image by their digest: the same source
-// builds once). keep (the Dockerfile) is never ignored.
+// writeContext writes dir as an uncompressed tar the way the builder
+// writes a git commit's tree (srctar): the same files make the same
+// bytes, so Berth builds the same source once. keep (the Dockerfile) is
+// never ignored.
 func writeContext(w io.Writer, dir, keep string) (files int, err error) {
 	rules, err := readDockerignore(dir)
 	if err != nil {
 		return 0, err
 	}
-	var paths []string
+	var entries []srctar.Entry
 	err = filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return err
@@ -89,60 +41,35 @@ func writeContext(w io.Writer, dir, keep string) (files int, err error) {
 			return err
 		}
 		rel = filepath.ToSlash(rel)
-		if rel != keep && rel != ".dockerignore" && ignored(rules, rel) {
+		if rel != keep && rel != ".dockerignore" && srctar.Ignored(rules, rel) {
 			if d.IsDir() {
 				return filepath.SkipDir
 			}
 			return nil
 		}
-		paths = append(paths, rel)
+		fi, err := os.Lstat(p)
+		if err != nil {
+			return err
+		}
+		e := srctar.Entry{Name: rel, Mode: int64(fi.Mode().Perm())}
+		switch {
+		case fi.IsDir():
+			e.Dir = true
+		case fi.Mode()&fs.ModeSymlink != 0:
+			if e.Symlink, err = os.Readlink(p); err != nil {
+				return err
+			}
+		case fi.Mode().IsRegular():
+			e.Size = fi.Size()
+			e.Open = func() (io.ReadCloser, error) { return os.Open(p) }
+		default:
+			return nil // sockets, devices: not source
+		}
+		entries = append(entries, e)
 		return nil
 	})
 	if err != nil {
 		return 0, err
 	}
-	sort.Strings(paths)
-	tw := tar.NewWriter(w)
-	epoch := time.Unix(0, 0)
-	for _, rel := range paths {
-		p := filepath.Join(dir, filepath.FromSlash(rel))
-		fi, err := os.Lstat(p)
-		if err != nil {
-			return 0, err
-		}
-		hdr := &tar.Header{Name: rel, Mode: int64(fi.Mode().Perm()), ModTime: epoch, Format: tar.FormatPAX}
-		switch {
-		case fi.IsDir():
-			hdr.Typeflag, hdr.Name = tar.TypeDir, rel+"/"
-		case fi.Mode()&fs.ModeSymlink != 0:
-			target, err := os.Readlink(p)
-			if err != nil {
-				return 0, err
-			}
-			hdr.Typeflag, hdr.Linkname = tar.TypeSymlink, target
-		case fi.Mode().IsRegular():
-			hdr.Typeflag, hdr.Size = tar.TypeReg, fi.Size()
-		default:
-			continue // sockets, devices: not source
-		}
-		if err := tw.WriteHeader(hdr); err != nil {
-			return 0, err
-		}
-		if hdr.Typeflag == tar.TypeReg {
-			f, err := os.Open(p)
-			if err != nil {
-				return 0, err
-			}
-			n, err := io.Copy(tw, f)
-			f.Close()
-			if err != nil {
-				return 0, err
-			}
-			if n != hdr.Size {
-				return 0, fmt.Errorf("%s changed while it was read", rel)
-			}
-			files++
-		}
-	}
-	return files, tw.Close()
+	return srctar.Write(w, entries)
 }

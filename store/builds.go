@@ -102,3 +102,9 @@ type GitCredential struct {
 	KnownHosts string    `json:"knownHosts,omitempty"`
 	CreatedAt  time.Time `json:"createdAt"`
 }
+
+// Git credential kinds.
+const (
+	GitCredentialToken  = "TOKEN"
+	GitCredentialSSHKey = "SSH_KEY"
+)

@@ -113,6 +113,10 @@ func (a *API) routes() []route {
 		{get, "/v2/serverless/{id}/builds/{buildId}/logs", "getEndpointBuildLogs", a.buildLogs},
 		{post, "/v2/serverless/{id}/builds/{buildId}/cancel", "cancelEndpointBuild", a.cancelBuild},
 		{post, "/v2/serverless/{id}/rollback", "rollbackEndpoint", a.rollback},
+		// Git credentials builds clone with: Berth's own.
+		{get, "/v2/gitcredentials", "listGitCredentials", a.listGitCredentials},
+		{post, "/v2/gitcredentials", "createGitCredential", a.createGitCredential},
+		{del, "/v2/gitcredentials/{id}", "deleteGitCredential", a.deleteGitCredential},
 
 		{get, "/v2/pods", "listPods", a.listPods},
 		{post, "/v2/pods", "createPod", a.createPod},
@@ -200,7 +204,8 @@ func topSegment(path string) string {
 // BerthOwn are the operations RunPod's v2.json does not have: this
 // document's own and the builds RunPod's newer docs describe.
 var BerthOwn = map[string]bool{"getOpenAPI": true, "listEndpointBuilds": true, "createEndpointBuild": true,
-	"getEndpointBuild": true, "getEndpointBuildLogs": true, "cancelEndpointBuild": true, "rollbackEndpoint": true}
+	"getEndpointBuild": true, "getEndpointBuildLogs": true, "cancelEndpointBuild": true, "rollbackEndpoint": true,
+	"listGitCredentials": true, "createGitCredential": true, "deleteGitCredential": true}
 
 // Routes lists "METHOD /path" → operation id of every route (tests compare
 // it with RunPod's v2.json and the served document).

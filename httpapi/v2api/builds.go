@@ -19,6 +19,7 @@ import (
 // Builds runs image builds (*builder.Service).
 type Builds interface {
 	Submit(ctx context.Context, endpointID string, o builder.Options, contextTar io.Reader) (store.Build, error)
+	SubmitGit(ctx context.Context, endpointID string, in mgmt.BuildInput) (store.Build, error)
 	Cancel(ctx context.Context, endpointID, buildID string) (store.Build, error)
 	Logs(ctx context.Context, endpointID, buildID string, follow bool) (io.ReadCloser, error)
 }
@@ -39,6 +40,7 @@ type BuildView struct {
 
 	EndpointID     string            `json:"endpointId"`
 	Source         string            `json:"source"`
+	Git            *GitView          `json:"git"`
 	Dockerfile     string            `json:"dockerfile"`
 	Target         *string           `json:"target"`
 	BuildArgs      map[string]string `json:"buildArgs"`
@@ -51,6 +53,16 @@ type BuildView struct {
 	// without a registry (berth serve --registry).
 	PushedImage *string `json:"pushedImage"`
 	ImageDigest *string `json:"imageDigest"`
+}
+
+// GitView is a git build's source as asked (the commit built is in
+// commitHash, branch...).
+type GitView struct {
+	URL          string  `json:"url"`
+	Ref          *string `json:"ref"`
+	ContextPath  *string `json:"contextPath"`
+	Commit       *string `json:"commit"`
+	CredentialID *string `json:"credentialId"`
 }
 
 // BuildList is a page of builds, newest first.
@@ -84,6 +96,10 @@ func viewBuild(b store.Build) BuildView {
 	if b.PushedImage != "" {
 		v.PushedImage, v.ImageDigest = ptr(b.PushedImage), ptr(b.ImageDigest)
 	}
+	if g := b.Git; g != nil {
+		v.Git = &GitView{URL: g.URL, Ref: nonEmpty(g.Ref), ContextPath: nonEmpty(g.ContextPath), Commit: nonEmpty(g.Commit), CredentialID: nonEmpty(g.CredentialID)}
+	}
+	v.CommitHash, v.CommitMessage, v.Branch, v.CommitDate = nonEmpty(b.CommitHash), nonEmpty(b.CommitMessage), nonEmpty(b.Branch), b.CommitDate
 	return v
 }
 
@@ -133,17 +149,43 @@ func (a *API) getBuild(w http.ResponseWriter, r *http.Request) {
 	a.answer(w, r, http.StatusOK, viewBuild(b), err)
 }
 
-// createBuild takes the source as the body, an uncompressed tar
-// (Content-Type application/x-tar), and the options as query parameters:
-// dockerfile, target and buildArg=KEY=VALUE (repeated). It answers 202
-// with the PENDING build.
+func nonEmpty(s string) *string {
+	if s == "" {
+		return nil
+	}
+	return &s
+}
+
+// gitBuildBody is a build from a git repository (Content-Type
+// application/json).
+type gitBuildBody struct {
+	Git *struct {
+		URL          string `json:"url"`
+		Ref          string `json:"ref"`
+		ContextPath  string `json:"contextPath"`
+		CredentialID string `json:"credentialId"`
+	} `json:"git"`
+	Dockerfile string            `json:"dockerfile"`
+	Target     string            `json:"target"`
+	BuildArgs  map[string]string `json:"buildArgs"`
+}
+
+// createBuild takes the source as the body: an uncompressed tar
+// (Content-Type application/x-tar) with the options as query parameters
+// (dockerfile, target and buildArg=KEY=VALUE, repeated), or a git source
+// as JSON (gitBuildBody). It answers 202 with the PENDING build.
 func (a *API) createBuild(w http.ResponseWriter, r *http.Request) {
 	if a.cfg.Builds == nil {
 		problem(w, http.StatusServiceUnavailable, "builds need the Docker runtime: this Berth has none")
 		return
 	}
+	ct, _, _ := strings.Cut(r.Header.Get("Content-Type"), ";")
+	if strings.TrimSpace(ct) == "application/json" {
+		a.createGitBuild(w, r)
+		return
+	}
 	if ct := r.Header.Get("Content-Type"); ct != "application/x-tar" {
-		a.fail(w, r, bad("Content-Type", "the body must be the build context as an uncompressed tar, Content-Type application/x-tar, got %q", ct))
+		a.fail(w, r, bad("Content-Type", "the body must be the build context as an uncompressed tar (Content-Type application/x-tar) or a git source as JSON (application/json), got %q", ct))
 		return
 	}
 	q := r.URL.Query()
@@ -175,6 +217,30 @@ func (a *API) createBuild(w http.ResponseWriter, r *http.Request) {
 		problem(w, http.StatusRequestEntityTooLarge, tl.Error())
 		return
 	}
+	a.answer(w, r, http.StatusAccepted, viewBuild(b), err)
+}
+
+func (a *API) createGitBuild(w http.ResponseWriter, r *http.Request) {
+	if len(r.URL.Query()) > 0 {
+		a.fail(w, r, bad("query", "a git build takes its options in the JSON body (dockerfile, target, buildArgs), not as query parameters"))
+		return
+	}
+	var body gitBuildBody
+	if err := decode(r, &body); err != nil {
+		a.fail(w, r, err)
+		return
+	}
+	if body.Git == nil {
+		a.fail(w, r, bad("git", "git is required: {\"git\": {\"url\": ..., \"ref\": ...}}"))
+		return
+	}
+	id := pathID(r)
+	if _, _, err := a.endpoint(r, id); err != nil {
+		a.fail(w, r, err)
+		return
+	}
+	g := mgmt.GitSource{URL: body.Git.URL, Ref: body.Git.Ref, ContextPath: body.Git.ContextPath, CredentialID: body.Git.CredentialID}
+	b, err := a.cfg.Builds.SubmitGit(r.Context(), id, mgmt.BuildInput{Dockerfile: body.Dockerfile, Target: body.Target, BuildArgs: body.BuildArgs, Git: &g})
 	a.answer(w, r, http.StatusAccepted, viewBuild(b), err)
 }
 
