@@ -120,6 +120,10 @@ func buildRules() map[string]accessRule {
 	// or cancelling one Read-Write.
 	add(ep("id", read, false), "GET /v2/serverless/{id}/builds", "GET /v2/serverless/{id}/builds/{buildId}", "GET /v2/serverless/{id}/builds/{buildId}/logs")
 	add(ep("id", write, true), "POST /v2/serverless/{id}/builds", "POST /v2/serverless/{id}/builds/{buildId}/cancel")
+	// Git credentials builds clone with (Berth's): account-wide, as
+	// registry credentials are; their secrets are never answered.
+	add(accountRead, "GET /v2/gitcredentials")
+	add(accountWrite, "POST /v2/gitcredentials", "DELETE /v2/gitcredentials/{id}")
 	for _, res := range []string{"/v2/templates", "/v2/pods", "/v2/network-volumes", "/v2/clusters"} {
 		add(accountRead, "GET "+res, "GET "+res+"/{id}")
 		add(accountWrite, "POST "+res, "PATCH "+res+"/{id}", "DELETE "+res+"/{id}")
