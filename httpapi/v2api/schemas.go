@@ -128,6 +128,10 @@ const requestSchemas = `{
     "name": {"type": "string", "minLength": 1}, "size": {"type": "integer", "minimum": 10, "maximum": 4096}}},
   "CreateRegistryRequest": {"type": "object", "additionalProperties": false, "required": ["name", "username", "password"], "properties": {
     "name": {"type": "string", "minLength": 1}, "password": {"type": "string", "minLength": 1}, "username": {"type": "string", "minLength": 1}}},
+  "CreateGitCredentialRequest": {"type": "object", "additionalProperties": false, "required": ["name", "kind", "secret"], "properties": {
+    "name": {"type": "string", "minLength": 1}, "kind": {"type": "string", "enum": ["TOKEN", "SSH_KEY"]}, "username": {"type": "string"},
+    "secret": {"type": "string", "minLength": 1, "description": "the token or the SSH private key: write-only"},
+    "knownHosts": {"type": "string", "description": "SSH_KEY: the server's host keys, known_hosts form"}}},
   "RollbackEndpointRequest": {"type": "object", "additionalProperties": false, "properties": {
     "version": {"type": "integer", "minimum": 1, "description": "the release to go back to; absent: the newest earlier build's"}}},
   "UpdateSshKeysRequest": {"type": "object", "additionalProperties": false, "required": ["keys"], "properties": {
@@ -141,7 +145,7 @@ var bodySchemas = map[string]string{
 	"createPod": "CreatePodRequest", "updatePod": "UpdatePodRequest", "podAction": "PodActionRequest",
 	"createNetworkVolume": "CreateNetworkVolumeRequest", "updateNetworkVolume": "UpdateNetworkVolumeRequest",
 	"createRegistry": "CreateRegistryRequest", "updateSshKeys": "UpdateSshKeysRequest",
-	"rollbackEndpoint": "RollbackEndpointRequest",
+	"rollbackEndpoint": "RollbackEndpointRequest", "createGitCredential": "CreateGitCredentialRequest",
 }
 
 // compiled holds the compiled schema of every body.
