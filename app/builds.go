@@ -49,6 +49,18 @@ func (a *App) newBuilder() *builder.Service {
 	return builder.New(bc)
 }
 
+// newPushes takes push-to-deploy webhook deliveries: the rules decide,
+// the builder builds the pushed commit.
+func (a *App) newPushes() *builder.Pushes {
+	return &builder.Pushes{Records: a.mg, Build: a.gitBuild(), Clock: a.cfg.Clock, Logger: a.log.With("component", "push")}
+}
+
+// gitBuild starts a build of a pushed commit; nil until the builder
+// builds git sources.
+func (a *App) gitBuild() builder.GitBuilder {
+	return nil
+}
+
 // dockerImages builds on the Docker daemon and pushes from it.
 type dockerImages struct{ d *docker.Docker }
 

@@ -279,7 +279,8 @@ func documented(method, path string) (mgmt.Scope, mgmt.Need) {
 		}
 	}
 	switch {
-	case path == "/" || path == "/ui/" || path == "/v1/openapi.json" || path == "/v2/openapi.json" || path == "/v1/docs":
+	case path == "/" || path == "/ui/" || path == "/v1/openapi.json" || path == "/v2/openapi.json" || path == "/v1/docs",
+		path == "/v2/serverless/{id}/webhooks/git": // its signature authenticates it
 		return mgmt.ScopePublic, need
 	case regexp.MustCompile(`^/v2/\{endpointId\}/(job-take|job-done|job-stream|job-stop|ping|job-take-batch)/`).MatchString(path):
 		return mgmt.ScopeWorker, need

@@ -129,6 +129,7 @@ func New(cfg Config) (_ *App, err error) {
 	}
 	hc := cfg.HTTP
 	hc.Builds = a.builds
+	hc.Pushes = a.newPushes() // builds.go
 	hc.Store, hc.Queue, hc.Mgmt, hc.Clock, hc.Logger = a.db, a.q, a.mg, cfg.Clock, log.With("component", "http")
 	hc.APIKeyHash, hc.DataDir, hc.RateLimits, hc.Version = keyHash, cfg.DataDir, cfg.RateLimits, cfg.Version
 	hc.WebhookURL, hc.Metrics, hc.Pods = a.hooks.CheckURL, a.metrics, pods

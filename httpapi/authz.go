@@ -124,6 +124,9 @@ func buildRules() map[string]accessRule {
 	// registry credentials are; their secrets are never answered.
 	add(accountRead, "GET /v2/gitcredentials")
 	add(accountWrite, "POST /v2/gitcredentials", "DELETE /v2/gitcredentials/{id}")
+	// Push to deploy: a forge cannot send a key; the HMAC signature under
+	// the endpoint's webhook secret authenticates the delivery (mgmt).
+	add(public, "POST /v2/serverless/{id}/webhooks/git")
 	for _, res := range []string{"/v2/templates", "/v2/pods", "/v2/network-volumes", "/v2/clusters"} {
 		add(accountRead, "GET "+res, "GET "+res+"/{id}")
 		add(accountWrite, "POST "+res, "PATCH "+res+"/{id}", "DELETE "+res+"/{id}")

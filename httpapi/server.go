@@ -91,7 +91,10 @@ type Config struct {
 	WorkerLogs func(ctx context.Context, endpointID, workerID string, follow bool, tail int, jobID string) (io.ReadCloser, error)
 	// Builds runs image builds (package builder). Optional: without it
 	// a new build answers 503.
-	Builds  v2api.Builds
+	Builds v2api.Builds
+	// Pushes takes push-to-deploy webhook deliveries (*builder.Pushes).
+	// Optional: without it the webhook route answers 503.
+	Pushes  v2api.GitPushes
 	PodLogs func(ctx context.Context, podID string, follow bool, tail int) (io.ReadCloser, error)
 	// WebhookURL refuses a job's webhook URL at submission (400), e.g.
 	// queue.WebhookGuard.CheckURL. Optional.

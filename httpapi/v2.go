@@ -50,6 +50,7 @@ func (s *Server) newV2() *v2api.API {
 		WorkerLogs: s.cfg.WorkerLogs,
 		PodLogs:    s.cfg.PodLogs,
 		Builds:     s.cfg.Builds,
+		Pushes:     s.cfg.Pushes,
 		IsNoContainer: func(err error) bool {
 			return errors.Is(err, mgmt.ErrNoSuchWorker) || errors.Is(err, mgmt.ErrNoSuchPod) || errors.Is(err, store.ErrNotFound)
 		},

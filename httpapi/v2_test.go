@@ -166,8 +166,8 @@ func TestV2RoutesDoNotShadowTheJobAPI(t *testing.T) {
 func TestV2NeedsTheKey(t *testing.T) {
 	e := newValidatingServer(t)
 	for route := range e.api.V2Routes() {
-		if route == "GET /v2/openapi.json" {
-			continue // served without a key (TestOpenAPIDocument)
+		if route == "GET /v2/openapi.json" || route == "POST /v2/serverless/{id}/webhooks/git" {
+			continue // served without a key (TestOpenAPIDocument; the webhook's signature: app's TestGitWebhook)
 		}
 		method, path, _ := strings.Cut(route, " ")
 		path = pathParamRe.ReplaceAllString(path, "x")

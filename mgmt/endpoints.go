@@ -57,6 +57,9 @@ type EndpointOptions struct {
 	// endpoint that already has its own template and no TemplateID, that
 	// template is changed in place.
 	Template *TemplateInput
+	// Git sets the repository the endpoint tracks (push to deploy,
+	// gitpush.go): REST v2's git field; nil: not given.
+	Git *GitTrackInput
 }
 
 // NewEndpointDefaults is an endpoint before its input is applied (RunPod's
@@ -266,6 +269,11 @@ func applyEndpoint(e *store.Endpoint, in EndpointInput, opt EndpointOptions, cre
 			e.ModelReferences = nil
 		}
 	}
+	if opt.Git != nil {
+		if err := applyGit(e, *opt.Git); err != nil {
+			return err
+		}
+	}
 	if err := checkCompute(e, in); err != nil {
 		return err
 	}
@@ -408,7 +416,11 @@ func (s *Service) CreateEndpointWith(ctx context.Context, in EndpointInput, opt 
 		if err := checkEndpointRefs(tx, &e); err != nil {
 			return err
 		}
-		return tx.Apply(store.Put(store.Endpoints, e.ID, e), releaseOp(e, store.Release{CreatedAt: e.CreatedAt}))
+		hook, err := gitHookOps(tx, &e, opt.Git)
+		if err != nil {
+			return err
+		}
+		return tx.Apply(append(hook, store.Put(store.Endpoints, e.ID, e), releaseOp(e, store.Release{CreatedAt: e.CreatedAt}))...)
 	})
 	if err != nil {
 		return store.Endpoint{}, err
@@ -561,12 +573,16 @@ func (s *Service) UpdateEndpointWith(ctx context.Context, id string, in Endpoint
 				return err
 			}
 		}
+		hook, err := gitHookOps(tx, &e, opt.Git)
+		if err != nil {
+			return err
+		}
 		ops := []store.Op{store.Put(store.Endpoints, id, e)}
 		if EndpointRolls(before, e) || diff != nil {
 			e.Version++
 			ops = []store.Op{store.Put(store.Endpoints, id, e), releaseOp(e, store.Release{CreatedAt: s.now(), Diff: append(endpointDiff(before, e), diff...)})}
 		}
-		return tx.Apply(ops...)
+		return tx.Apply(append(hook, ops...)...)
 	})
 	if err != nil {
 		return store.Endpoint{}, err
@@ -646,6 +662,9 @@ func (s *Service) DeleteEndpoint(ctx context.Context, id string) error {
 			return err
 		}
 		ops = append(ops, bops...)
+		if tx.GetRaw(store.GitHooks, id) != nil {
+			ops = append(ops, store.Delete(store.GitHooks, id))
+		}
 		if err := tx.Apply(append(ops, store.Delete(store.Endpoints, id))...); err != nil {
 			return err
 		}

@@ -76,8 +76,11 @@ type Endpoint struct {
 	Env                 map[string]string `json:"env"`
 	// ModelReferences are the Hugging Face models the endpoint's workers
 	// start with (https://huggingface.co/ORG/NAME[:REF], as given).
-	ModelReferences []string  `json:"modelReferences,omitempty"`
-	CreatedAt       time.Time `json:"createdAt"`
+	ModelReferences []string `json:"modelReferences,omitempty"`
+	// Git is the repository the endpoint tracks (push to deploy); nil:
+	// none.
+	Git       *GitTrack `json:"git,omitempty"`
+	CreatedAt time.Time `json:"createdAt"`
 	// Warnings (Berth) name ids accepted but unknown to Berth (a GPU
 	// type or data centre), so they match nothing or only this host.
 	Warnings []string `json:"warnings,omitempty"`

@@ -46,9 +46,12 @@ const (
 	// GitCredentials holds the git credentials builds clone with
 	// (GitCredential, by id).
 	GitCredentials = "git_credentials"
+	// GitHooks holds each endpoint's push-to-deploy webhook secret and
+	// recent deliveries (GitHook, by endpoint id).
+	GitHooks = "git_hooks"
 )
 
-var allBuckets = []string{Meta, Templates, Endpoints, Jobs, JobInputs, JobIndex, Outbox, Workers, Pods, Volumes, RegistryAuths, Usage, Releases, Builds, BuildLogs, APIKeys, Audit, GitCredentials}
+var allBuckets = []string{Meta, Templates, Endpoints, Jobs, JobInputs, JobIndex, Outbox, Workers, Pods, Volumes, RegistryAuths, Usage, Releases, Builds, BuildLogs, APIKeys, Audit, GitCredentials, GitHooks}
 
 // fillPercent of the buckets whose keys grow with time (UUIDv7 job ids,
 // sequence numbers): bbolt splits pages at half their size by default, which

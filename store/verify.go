@@ -49,6 +49,7 @@ var decoders = map[string]func(k, v []byte) error{
 	APIKeys:        jsonInto[APIKey],
 	Audit:          jsonInto[AuditEntry],
 	GitCredentials: jsonInto[GitCredential],
+	GitHooks:       jsonInto[GitHook],
 }
 
 // jobBuckets are decoded in the background by a running Berth, not by Open:

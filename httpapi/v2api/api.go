@@ -56,6 +56,9 @@ type Config struct {
 	IsNoContainer func(error) bool
 	// Builds runs image builds. Optional: nil answers 503 to a new build.
 	Builds Builds
+	// Pushes takes push-to-deploy webhook deliveries. Optional: nil
+	// answers 503.
+	Pushes GitPushes
 }
 
 // API is the /v2 management API.
@@ -117,6 +120,8 @@ func (a *API) routes() []route {
 		{get, "/v2/gitcredentials", "listGitCredentials", a.listGitCredentials},
 		{post, "/v2/gitcredentials", "createGitCredential", a.createGitCredential},
 		{del, "/v2/gitcredentials/{id}", "deleteGitCredential", a.deleteGitCredential},
+		// Push to deploy (Berth's): no API key, the HMAC signature is the authentication.
+		{post, "/v2/serverless/{id}/webhooks/git", "gitWebhook", a.gitWebhook},
 
 		{get, "/v2/pods", "listPods", a.listPods},
 		{post, "/v2/pods", "createPod", a.createPod},
@@ -183,8 +188,7 @@ func (a *API) Mount(r *mux.Router) {
 	sub := r.MatcherFunc(func(req *http.Request, _ *mux.RouteMatch) bool { return tops[topSegment(req.URL.Path)] }).Subrouter()
 	for _, rt := range a.routes() {
 		h := a.auth(a.checkParams(rt.h))
-		if rt.id == "getOpenAPI" {
-			// Served without a key, as RunPod serves its documents.
+		if keyless[rt.id] {
 			h = a.checkParams(rt.h)
 		}
 		sub.Handle(rt.path, a.cfg.Instrument("v2."+rt.id, h)).Methods(rt.method).Name(rt.id)
@@ -201,11 +205,17 @@ func topSegment(path string) string {
 	return top
 }
 
+// keyless operations are served without an API key: the document (as
+// RunPod serves its documents) and the git webhook (a forge cannot send a
+// key; its signature authenticates it).
+var keyless = map[string]bool{"getOpenAPI": true, "gitWebhook": true}
+
 // BerthOwn are the operations RunPod's v2.json does not have: this
 // document's own and the builds RunPod's newer docs describe.
 var BerthOwn = map[string]bool{"getOpenAPI": true, "listEndpointBuilds": true, "createEndpointBuild": true,
 	"getEndpointBuild": true, "getEndpointBuildLogs": true, "cancelEndpointBuild": true, "rollbackEndpoint": true,
-	"listGitCredentials": true, "createGitCredential": true, "deleteGitCredential": true}
+	"listGitCredentials": true, "createGitCredential": true, "deleteGitCredential": true,
+	"gitWebhook": true}
 
 // Routes lists "METHOD /path" → operation id of every route (tests compare
 // it with RunPod's v2.json and the served document).

@@ -52,6 +52,7 @@ var ops = map[string]opSpec{
 	"listGitCredentials":   {"The stored git credentials (never their secrets)", nil, 200, GitCredentialList{}},
 	"createGitCredential":  {"Store a git credential: kind TOKEN (https) or SSH_KEY (ssh, with knownHosts); the secret is write-only", gitCredentialBody{}, 201, GitCredential{}},
 	"deleteGitCredential":  {"Delete a git credential", nil, 204, nil},
+	"gitWebhook":           {"Push to deploy: a GitHub, Gitea or Forgejo webhook delivery (push, release, ping), signed with the endpoint's secret (X-Hub-Signature-256: sha256=<hex HMAC-SHA256 of the body>); no API key. 202 a build started; 200 ping, ignored or duplicate; 401 a wrong or missing signature", nil, 202, GitWebhookAnswer{}},
 	"rollbackEndpoint":     {"Move the endpoint back onto an earlier build's image (version, or the newest earlier one): a new release", rollbackBody{}, 200, Endpoint{}},
 
 	"listPods":   {"List pods", nil, 200, PodList{}},

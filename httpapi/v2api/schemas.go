@@ -16,7 +16,7 @@ import (
 
 // The request bodies' schemas, as RunPod's v2.json states them (JSON
 // Schema 2020-12), plus Berth's few extensions (a template's readme, an
-// endpoint's modelReferences). A
+// endpoint's modelReferences and git). A
 // body that fails its schema is answered 422 with each violation — the
 // document's UnprocessableEntityError — before any rule runs; a body that
 // passes and breaks a rule is mgmt's 400. The same schemas are the
@@ -65,6 +65,10 @@ const requestSchemas = `{
   "EndpointType": {"type": "string", "enum": ["QUEUE", "LOAD_BALANCER"]},
   "FlashBoot": {"type": "string", "enum": ["OFF", "FLASHBOOT", "PRIORITY_FLASHBOOT"]},
   "StringList": {"type": "array", "items": {"type": "string"}},
+  "GitTrack": {"type": ["object", "null"], "additionalProperties": false, "description": "Berth: the git repository the endpoint tracks (push to deploy): a branch (every push to it builds) or tags (a release published, or a tag pushed, whose name matches the pattern). webhookSecret: the HMAC secret (16-256 bytes), generated and answered once when not given; rotateWebhookSecret makes a new one. null stops tracking.", "properties": {
+    "repository": {"type": "string"}, "branch": {"type": "string"}, "tags": {"type": "string"},
+    "dockerfile": {"type": "string"}, "context": {"type": "string"},
+    "webhookSecret": {"type": "string"}, "rotateWebhookSecret": {"type": "boolean"}}},
   "CreateEndpointRequest": {"allOf": [{"$ref": "#/$defs/ContainerConfig"},
     {"if": {"not": {"required": ["templateId"]}}, "then": {"required": ["image"]}},
     {"type": "object", "required": ["name", "type", "scaling"], "properties": {
@@ -73,7 +77,8 @@ const requestSchemas = `{
       "cpu": {"$ref": "#/$defs/EndpointCpus"}, "dataCenterIds": {"$ref": "#/$defs/StringList"},
       "flashboot": {"$ref": "#/$defs/FlashBoot"}, "networkVolumes": {"$ref": "#/$defs/StringList"},
       "templateId": {"type": "string", "minLength": 1}, "timeout": {"type": "integer"},
-      "workers": {"$ref": "#/$defs/EndpointWorkers"}, "modelReferences": {"$ref": "#/$defs/StringList"}}}],
+      "workers": {"$ref": "#/$defs/EndpointWorkers"}, "modelReferences": {"$ref": "#/$defs/StringList"},
+      "git": {"$ref": "#/$defs/GitTrack"}}}],
     "if": {"required": ["type"], "properties": {"type": {"const": "LOAD_BALANCER"}}},
     "then": {"properties": {"scaling": {"$ref": "#/$defs/RequestCountScaling"}}},
     "unevaluatedProperties": false},
@@ -83,7 +88,7 @@ const requestSchemas = `{
       "name": {"type": "string", "minLength": 1}, "networkVolumes": {"$ref": "#/$defs/StringList"},
       "scaling": {"$ref": "#/$defs/EndpointScaling"}, "templateId": {"type": "string"},
       "timeout": {"type": "integer"}, "workers": {"$ref": "#/$defs/EndpointWorkers"},
-      "modelReferences": {"$ref": "#/$defs/StringList"}}}],
+      "modelReferences": {"$ref": "#/$defs/StringList"}, "git": {"$ref": "#/$defs/GitTrack"}}}],
     "unevaluatedProperties": false},
   "PersistentMount": {"type": "object", "required": ["size", "path"], "additionalProperties": false, "properties": {
     "size": {"type": "integer", "minimum": 10}, "path": {"type": "string"}}},

@@ -1,6 +1,7 @@
 package v2api
 
 import (
+	"encoding/json"
 	"errors"
 	"math"
 	"net/http"
@@ -42,6 +43,8 @@ type Endpoint struct {
 	// ModelReferences (Berth; RunPod's v2.json lacks it, its GraphQL has
 	// it): the Hugging Face models the workers start with.
 	ModelReferences []string `json:"modelReferences,omitempty"`
+	// Git (Berth): the repository the endpoint tracks (push to deploy).
+	Git *EndpointGit `json:"git,omitempty"`
 }
 
 // EndpointGPU is v2's EndpointGpuConfig.
@@ -102,7 +105,7 @@ func viewEndpoint(e store.Endpoint, t *store.Template, base string) Endpoint {
 		Workers:       EndpointWorkers{Min: ptr(e.WorkersMin), Max: ptr(e.WorkersMax), IdleTimeout: ptr(e.IdleTimeout)},
 		DataCenterIDs: nonNil(e.DataCenterIDs), NetworkVolumes: []string{}, Timeout: e.ExecutionTimeoutMs,
 		Flashboot: "OFF", CreatedAt: e.CreatedAt, TemplateID: e.TemplateID, Version: e.Version, Warnings: e.Warnings,
-		ModelReferences: e.ModelReferences,
+		ModelReferences: e.ModelReferences, Git: viewGit(e, base),
 	}
 	u := base + "/v2/" + e.ID
 	if typ == store.EndpointLoadBalancer {
@@ -203,6 +206,8 @@ type endpointBody struct {
 	Flashboot      *string          `json:"flashboot"`
 	// Berth: see Endpoint.ModelReferences; [] clears.
 	ModelReferences *[]string `json:"modelReferences"`
+	// Berth: the repository to track (gitBody); null stops tracking.
+	Git json.RawMessage `json:"git"`
 }
 
 // input is the body as mgmt's endpoint input (templateId is set by the
@@ -362,14 +367,19 @@ func (a *API) createEndpoint(w http.ResponseWriter, r *http.Request) {
 		a.fail(w, r, err)
 		return
 	}
+	git, err := gitInput(b.Git)
+	if err != nil {
+		a.fail(w, r, err)
+		return
+	}
 	in.TemplateID = b.TemplateID
-	e, err := a.cfg.Mgmt.CreateEndpointWith(r.Context(), in, mgmt.EndpointOptions{V2Rules: true, Template: &tin})
+	e, err := a.cfg.Mgmt.CreateEndpointWith(r.Context(), in, mgmt.EndpointOptions{V2Rules: true, Template: &tin, Git: git})
 	if err != nil {
 		a.fail(w, r, b.rename(err))
 		return
 	}
 	e2, t, err := a.endpoint(r, e.ID)
-	a.answer(w, r, http.StatusCreated, viewEndpoint(e2, t, baseURL(r)), err)
+	a.answer(w, r, http.StatusCreated, withSecret(viewEndpoint(e2, t, baseURL(r)), e), err)
 }
 
 // container is the template part of an endpoint body: the container
@@ -399,7 +409,12 @@ func (a *API) updateEndpoint(w http.ResponseWriter, r *http.Request) {
 		a.fail(w, r, err)
 		return
 	}
-	opt := mgmt.EndpointOptions{V2Rules: true}
+	git, err := gitInput(b.Git)
+	if err != nil {
+		a.fail(w, r, err)
+		return
+	}
+	opt := mgmt.EndpointOptions{V2Rules: true, Git: git}
 	cc := b.ContainerConfig
 	cc.Env = nil
 	if cc.given() || (b.TemplateID != nil && *b.TemplateID != "") {
@@ -413,12 +428,22 @@ func (a *API) updateEndpoint(w http.ResponseWriter, r *http.Request) {
 			in.TemplateID = b.TemplateID
 		}
 	}
-	if _, err := a.cfg.Mgmt.UpdateEndpointWith(r.Context(), cur.ID, in, opt); err != nil {
+	done, err := a.cfg.Mgmt.UpdateEndpointWith(r.Context(), cur.ID, in, opt)
+	if err != nil {
 		a.fail(w, r, b.rename(err))
 		return
 	}
 	e, t, err := a.endpoint(r, cur.ID)
-	a.answer(w, r, http.StatusOK, viewEndpoint(e, t, baseURL(r)), err)
+	a.answer(w, r, http.StatusOK, withSecret(viewEndpoint(e, t, baseURL(r)), done), err)
+}
+
+// withSecret adds the webhook secret a change has just generated (done's)
+// to its one answer.
+func withSecret(v Endpoint, done store.Endpoint) Endpoint {
+	if v.Git != nil && done.Git != nil {
+		v.Git.WebhookSecret = done.Git.NewWebhookSecret
+	}
+	return v
 }
 
 func (a *API) deleteEndpoint(w http.ResponseWriter, r *http.Request) {
