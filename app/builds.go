@@ -9,8 +9,10 @@ import (
 	"time"
 
 	"berth/builder"
+	"berth/mgmt"
 	"berth/runtime"
 	"berth/runtime/docker"
+	"berth/store"
 )
 
 // newBuilder makes the image builder: the Docker daemon Berth runs
@@ -55,10 +57,16 @@ func (a *App) newPushes() *builder.Pushes {
 	return &builder.Pushes{Records: a.mg, Build: a.gitBuild(), Clock: a.cfg.Clock, Logger: a.log.With("component", "push")}
 }
 
-// gitBuild starts a build of a pushed commit; nil until the builder
-// builds git sources.
+// gitBuild starts a git build of what a delivery names: the endpoint's
+// repository at the pushed commit (on its branch), or at the tag.
 func (a *App) gitBuild() builder.GitBuilder {
-	return nil
+	return func(ctx context.Context, p mgmt.GitPush) (store.Build, error) {
+		src := mgmt.GitSource{URL: p.Repository, ContextPath: p.Context, Commit: p.Commit, Branch: p.Branch, CredentialID: p.CredentialID, Ref: p.Branch}
+		if p.Tag != "" {
+			src.Ref = p.Tag
+		}
+		return a.builds.SubmitGit(ctx, p.EndpointID, mgmt.BuildInput{EndpointID: p.EndpointID, Dockerfile: p.Dockerfile, Git: &src})
+	}
 }
 
 // dockerImages builds on the Docker daemon and pushes from it.

@@ -145,6 +145,7 @@ func TestGitWebhook(t *testing.T) {
 		{"branch deleted", hook, "push", pushBody("refs/heads/main", strings.Repeat("0", 40)), sig(pushBody("refs/heads/main", strings.Repeat("0", 40))), 200, "ignored"},
 		{"a tag on a branch endpoint", hook, "push", pushBody("refs/tags/v1", sha), sig(pushBody("refs/tags/v1", sha)), 200, "ignored"},
 		{"another event", hook, "issues", []byte(`{"action":"opened"}`), sig([]byte(`{"action":"opened"}`)), 200, "ignored"},
+		{"a good push, but this Berth has no Docker to build with", hook, "push", good, sig(good), 503, ""},
 		{"ping", hook, "ping", []byte(`{"zen":"Design for failure.","hook_id":1}`), sig([]byte(`{"zen":"Design for failure.","hook_id":1}`)), 200, "pong"},
 	} {
 		code, out := deliver(t, c.url, c.event, "d-"+c.name, c.body, c.hdr)

@@ -10,7 +10,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net/url"
 	"path"
 	"slices"
 	"strings"
@@ -39,6 +38,8 @@ type GitTrackInput struct {
 	Tags       *string
 	Dockerfile *string
 	Context    *string
+	// CredentialID names a stored git credential to clone with ("" none).
+	CredentialID *string
 	// WebhookSecret sets the secret; when none is given and the endpoint
 	// has none, Berth generates one (answered once). RotateWebhookSecret
 	// generates a new one.
@@ -73,7 +74,7 @@ func applyGit(e *store.Endpoint, in GitTrackInput) error {
 		g = *e.Git
 	}
 	if in.Repository != nil {
-		if err := CheckGitURL("git.repository", *in.Repository); err != nil {
+		if _, err := ParseGitURL("git.repository", *in.Repository); err != nil {
 			return err
 		}
 		g.Repository = *in.Repository
@@ -86,7 +87,7 @@ func applyGit(e *store.Endpoint, in GitTrackInput) error {
 		return invalid("git.branch", "git: give a branch or a tags pattern, not both (an endpoint tracks one; several environments are several endpoints)")
 	case in.Branch != nil && *in.Branch != "":
 		b := strings.TrimPrefix(*in.Branch, "refs/heads/")
-		if err := CheckRefName("git.branch", b); err != nil {
+		if err := CheckGitRef("git.branch", b); err != nil {
 			return err
 		}
 		g.Branch, g.Tags = b, ""
@@ -123,6 +124,12 @@ func applyGit(e *store.Endpoint, in GitTrackInput) error {
 		}
 		g.Context = c
 	}
+	if in.CredentialID != nil {
+		if err := CheckText("git.credentialId", *in.CredentialID, false); err != nil || len(*in.CredentialID) > 64 {
+			return invalid("git.credentialId", "git.credentialId must be a stored git credential's id")
+		}
+		g.CredentialID = *in.CredentialID
+	}
 	if in.WebhookSecret != nil {
 		if in.RotateWebhookSecret {
 			return invalid("git.webhookSecret", "git: give a webhookSecret or rotate it, not both")
@@ -147,55 +154,6 @@ func CheckWebhookSecret(s string) error {
 		return invalid("git.webhookSecret", "git.webhookSecret must not start or end with spaces")
 	}
 	return LimitWebhookSecret.CheckLen("git.webhookSecret", s)
-}
-
-// CheckGitURL checks a repository URL: https, http, ssh or git@host:path,
-// one line, no password in it (a token in a URL would be answered back).
-func CheckGitURL(field, raw string) error {
-	if err := CheckText(field, raw, false); err != nil {
-		return err
-	}
-	if len(raw) > 2048 || raw == "" || strings.ContainsAny(raw, " \t") {
-		return invalid(field, "%s must be a repository URL (https://host/owner/repo.git, ssh://git@host/owner/repo.git or git@host:owner/repo.git) of at most 2048 bytes", field)
-	}
-	if !strings.Contains(raw, "://") {
-		// scp-like: user@host:path
-		if at, rest, ok := strings.Cut(raw, "@"); ok && at != "" {
-			if host, p, ok := strings.Cut(rest, ":"); ok && host != "" && p != "" {
-				return nil
-			}
-		}
-		return invalid(field, "%s %s is not a repository URL: give https://host/owner/repo.git, ssh://git@host/owner/repo.git or git@host:owner/repo.git", field, quote(ShortID(raw)))
-	}
-	u, err := url.Parse(raw)
-	if err != nil || u.Host == "" {
-		return invalid(field, "%s %s is not a repository URL", field, quote(ShortID(raw)))
-	}
-	switch u.Scheme {
-	case "https", "http", "ssh", "git":
-	default:
-		return invalid(field, "%s: scheme %s is not https, http, ssh or git", field, quote(ShortID(u.Scheme)))
-	}
-	if _, has := u.User.Password(); has {
-		return invalid(field, "%s holds a password: it would be shown in answers; keep the URL without it", field)
-	}
-	return nil
-}
-
-// CheckRefName checks a branch name as git check-ref-format does, mostly.
-func CheckRefName(field, b string) error {
-	bad := b == "" || len(b) > 255 || strings.HasPrefix(b, "-") || strings.HasPrefix(b, "/") || strings.HasSuffix(b, "/") ||
-		strings.HasSuffix(b, ".") || strings.HasSuffix(b, ".lock") || strings.Contains(b, "..") || strings.Contains(b, "@{") ||
-		strings.Contains(b, "//") || b == "@" || strings.ContainsAny(b, " ~^:?*[\\\x7f")
-	for _, r := range b {
-		if r < 0x20 {
-			bad = true
-		}
-	}
-	if bad {
-		return invalid(field, "%s %s is not a branch name git accepts", field, quote(ShortID(b)))
-	}
-	return nil
 }
 
 func checkTagPattern(p string) error {
@@ -237,6 +195,11 @@ func gitHookOps(tx *store.Tx, e *store.Endpoint, in *GitTrackInput) ([]store.Op,
 			return []store.Op{store.Delete(store.GitHooks, e.ID)}, nil
 		}
 		return nil, nil
+	}
+	if e.Git.CredentialID != "" {
+		if err := checkGitCredentialRef(tx, e.Git.CredentialID); err != nil {
+			return nil, err
+		}
 	}
 	h.EndpointID = e.ID
 	switch {
@@ -295,17 +258,18 @@ type GitPush struct {
 	Reason  string
 	BuildID string
 
-	EndpointID string
-	DeliveryID string
-	Key        string // "commit:<sha>" or "tag:<name>"
-	Repository string
-	Branch     string // the branch pushed (a branch build)
-	Tag        string // the tag (a release or tag build)
-	Commit     string // the commit, when the event names it
-	Message    string
-	CommitDate *time.Time
-	Dockerfile string
-	Context    string
+	EndpointID   string
+	DeliveryID   string
+	Key          string // "commit:<sha>" or "tag:<name>"
+	Repository   string
+	Branch       string // the branch pushed (a branch build)
+	Tag          string // the tag (a release or tag build)
+	Commit       string // the commit, when the event names it
+	Message      string
+	CommitDate   *time.Time
+	Dockerfile   string
+	Context      string
+	CredentialID string
 }
 
 // Ref is what to check out: the commit when known, else the tag.
@@ -425,7 +389,7 @@ func noHook(id string) error {
 // MatchGitEvent decides what ev does to an endpoint tracking g (no store
 // access): the outcome without the duplicate check.
 func MatchGitEvent(g store.GitTrack, ev GitEvent) GitPush {
-	p := GitPush{Result: GitIgnored, Repository: g.Repository, Dockerfile: g.Dockerfile, Context: g.Context}
+	p := GitPush{Result: GitIgnored, Repository: g.Repository, Dockerfile: g.Dockerfile, Context: g.Context, CredentialID: g.CredentialID}
 	switch ev.Kind {
 	case "ping":
 		p.Result, p.Reason = GitPong, "pong: the webhook reaches Berth and its signature is right"

@@ -175,6 +175,8 @@ func TestApplyGit(t *testing.T) {
 		{"not a URL", nil, GitTrackInput{Repository: s("just words"), Branch: s("main")}, nil, "git.repository"},
 		{"control character", nil, GitTrackInput{Repository: s("https://h/o/r\n"), Branch: s("main")}, nil, "git.repository"},
 		{"bad branch", nil, GitTrackInput{Repository: s("https://h/o/r"), Branch: s("a..b")}, nil, "git.branch"},
+		{"credential", nil, GitTrackInput{Repository: s("https://h/o/r"), Branch: s("main"), CredentialID: s("gitcred_1")},
+			&store.GitTrack{Repository: "https://h/o/r", Branch: "main", CredentialID: "gitcred_1"}, ""},
 		{"bad pattern", nil, GitTrackInput{Repository: s("https://h/o/r"), Tags: s("v[")}, nil, "git.tags"},
 		{"dockerfile leaving the tree", nil, GitTrackInput{Repository: s("https://h/o/r"), Branch: s("main"), Dockerfile: s("../Dockerfile")}, nil, "git.dockerfile"},
 		{"short secret", nil, GitTrackInput{Repository: s("https://h/o/r"), Branch: s("main"), WebhookSecret: s("short")}, nil, "git.webhookSecret"},

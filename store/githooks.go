@@ -13,6 +13,8 @@ type GitTrack struct {
 	Tags       string `json:"tags,omitempty"` // a path.Match pattern of tag names
 	Dockerfile string `json:"dockerfile,omitempty"`
 	Context    string `json:"context,omitempty"` // a sub-path of the repository
+	// CredentialID is the stored git credential to clone with ("" none).
+	CredentialID string `json:"credentialId,omitempty"`
 	// NewWebhookSecret is never stored: it carries a secret Berth has just
 	// generated back to the one answer that shows it.
 	NewWebhookSecret string `json:"-"`

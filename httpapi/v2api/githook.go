@@ -34,6 +34,8 @@ type EndpointGit struct {
 	Tags       *string `json:"tags"`
 	Dockerfile string  `json:"dockerfile"`
 	Context    string  `json:"context"`
+	// CredentialID is the stored git credential cloning uses ("" none).
+	CredentialID string `json:"credentialId"`
 	// WebhookURL is where the forge posts: this Berth's address as the
 	// request reached it.
 	WebhookURL       string `json:"webhookUrl"`
@@ -49,7 +51,7 @@ func viewGit(e store.Endpoint, base string) *EndpointGit {
 		return nil
 	}
 	v := &EndpointGit{Repository: g.Repository, Dockerfile: g.Dockerfile, Context: g.Context,
-		WebhookURL: base + "/v2/serverless/" + e.ID + "/webhooks/git", WebhookSecretSet: true, WebhookSecret: g.NewWebhookSecret}
+		WebhookURL: base + "/v2/serverless/" + e.ID + "/webhooks/git", WebhookSecretSet: true, WebhookSecret: g.NewWebhookSecret, CredentialID: g.CredentialID}
 	if v.Dockerfile == "" {
 		v.Dockerfile = "Dockerfile"
 	}
@@ -72,6 +74,7 @@ type gitBody struct {
 	Tags                *string `json:"tags"`
 	Dockerfile          *string `json:"dockerfile"`
 	Context             *string `json:"context"`
+	CredentialID        *string `json:"credentialId"`
 	WebhookSecret       *string `json:"webhookSecret"`
 	RotateWebhookSecret bool    `json:"rotateWebhookSecret"`
 }
@@ -89,7 +92,7 @@ func gitInput(raw []byte) (*mgmt.GitTrackInput, error) {
 		return nil, bad("git", "git: %v", err)
 	}
 	return &mgmt.GitTrackInput{Repository: g.Repository, Branch: g.Branch, Tags: g.Tags, Dockerfile: g.Dockerfile,
-		Context: g.Context, WebhookSecret: g.WebhookSecret, RotateWebhookSecret: g.RotateWebhookSecret}, nil
+		Context: g.Context, CredentialID: g.CredentialID, WebhookSecret: g.WebhookSecret, RotateWebhookSecret: g.RotateWebhookSecret}, nil
 }
 
 // maxWebhookBody bounds a delivery (GitHub's push payloads of many

@@ -67,7 +67,7 @@ const requestSchemas = `{
   "StringList": {"type": "array", "items": {"type": "string"}},
   "GitTrack": {"type": ["object", "null"], "additionalProperties": false, "description": "Berth: the git repository the endpoint tracks (push to deploy): a branch (every push to it builds) or tags (a release published, or a tag pushed, whose name matches the pattern). webhookSecret: the HMAC secret (16-256 bytes), generated and answered once when not given; rotateWebhookSecret makes a new one. null stops tracking.", "properties": {
     "repository": {"type": "string"}, "branch": {"type": "string"}, "tags": {"type": "string"},
-    "dockerfile": {"type": "string"}, "context": {"type": "string"},
+    "dockerfile": {"type": "string"}, "context": {"type": "string"}, "credentialId": {"type": "string"},
     "webhookSecret": {"type": "string"}, "rotateWebhookSecret": {"type": "boolean"}}},
   "CreateEndpointRequest": {"allOf": [{"$ref": "#/$defs/ContainerConfig"},
     {"if": {"not": {"required": ["templateId"]}}, "then": {"required": ["image"]}},
