@@ -227,3 +227,18 @@ func TypeFromProduct(product string) string {
 	}
 	return TypeID(strings.ReplaceAll(p, "-", " "))
 }
+
+// CPUMemoryPerVCPU is the memory in GB a CPU flavour (a RunPod compute id
+// such as "cpu3c") gives each vCPU, as RunPod's flavours do: 2 for compute
+// ("c"), 4 for general ("g"), 8 for memory ("m"). It lives with the GPU ids
+// because both the management rules and the runtime read it, and neither
+// may import the other.
+func CPUMemoryPerVCPU(flavor string) int {
+	switch {
+	case strings.HasSuffix(flavor, "c"):
+		return 2
+	case strings.HasSuffix(flavor, "m"):
+		return 8
+	}
+	return 4
+}

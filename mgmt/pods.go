@@ -175,19 +175,6 @@ var (
 	priorities = []string{"availability", "custom"}
 )
 
-// MemoryPerVCPU is the memory in GB a CPU flavour gives each vCPU, as
-// RunPod's flavours do: 2 for compute ("c"), 4 for general ("g"), 8 for
-// memory ("m").
-func MemoryPerVCPU(flavor string) int {
-	switch {
-	case strings.HasSuffix(flavor, "c"):
-		return 2
-	case strings.HasSuffix(flavor, "m"):
-		return 8
-	}
-	return 4
-}
-
 // ApplyPodFields validates f and applies it to p.
 func ApplyPodFields(p *store.Pod, f PodFields) error {
 	if f.Name != nil {

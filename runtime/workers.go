@@ -13,7 +13,6 @@ import (
 	"time"
 
 	"berth/gpu"
-	"berth/mgmt"
 	"berth/queue"
 	"berth/store"
 	"berth/worker"
@@ -583,8 +582,8 @@ func (s *Supervisor) noteFailureLocked(es *endpointState, reason string, noGPURu
 	es.lastError = reason
 	delay := s.backoff(es.failures)
 	if noGPURuntime {
-		// Only installing the NVIDIA toolkit (and restarting Docker) helps.
-		es.lastError = "the Docker daemon cannot give containers GPUs (install the NVIDIA Container Toolkit): " + reason
+		// Retrying soon cannot help: the backend's error (reason) says what
+		// the operator must install.
 		delay = s.cfg.BackoffMax
 		es.unhealthy = true
 	}
@@ -912,7 +911,7 @@ func cpuShape(instanceIDs []string, vcpuCount int, flavors []string) (vcpus, mem
 	if len(flavors) > 0 {
 		flavor = flavors[0]
 	}
-	return vcpus, vcpus * mgmt.MemoryPerVCPU(flavor) << 10
+	return vcpus, vcpus * gpu.CPUMemoryPerVCPU(flavor) << 10
 }
 
 func joinNote(a, b string) string {

@@ -190,7 +190,7 @@ func (a *API) cpuTypes(r *http.Request) ([]CPUType, error) {
 	var out []CPUType
 	for _, id := range mgmt.CPUFlavors {
 		c := CPUType{ID: id, Name: names[id[len(id)-1]], Group: id[:len(id)-1], VCPU: VCPURange{Min: 2, Max: max(2, n)},
-			RAMGBPerVCPU: float64(mgmt.MemoryPerVCPU(id)), Price: CPUPrice{SecurePerVCPU: price, ServerlessPerVCPU: price}}
+			RAMGBPerVCPU: float64(gpu.CPUMemoryPerVCPU(id)), Price: CPUPrice{SecurePerVCPU: price, ServerlessPerVCPU: price}}
 		if len(include) > 0 {
 			c.Availability = "HIGH"
 			c.DataCenters = []Available{{ID: mgmt.DataCenterID, Name: dcName, Availability: "HIGH"}}

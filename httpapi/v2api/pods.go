@@ -15,6 +15,7 @@ import (
 
 	"github.com/gorilla/mux"
 
+	"berth/gpu"
 	"berth/mgmt"
 	"berth/store"
 )
@@ -141,7 +142,7 @@ func (a *API) viewPod(p store.Pod, prices mgmt.Prices) Pod {
 		if len(p.CPUFlavorIDs) > 0 {
 			id = p.CPUFlavorIDs[0]
 		}
-		v.CPU = &CPUConfig{ID: id, VCPUCount: p.VCPUCount, Memory: p.VCPUCount * mgmt.MemoryPerVCPU(id)}
+		v.CPU = &CPUConfig{ID: id, VCPUCount: p.VCPUCount, Memory: p.VCPUCount * gpu.CPUMemoryPerVCPU(id)}
 	} else {
 		gpus = p.GPUCount
 		if p.GPU != nil {

@@ -152,7 +152,7 @@ func viewEndpoint(e store.Endpoint, t *store.Template, base string) Endpoint {
 			ids = []string{"cpu3c"}
 		}
 		for _, id := range ids {
-			v.CPU = append(v.CPU, CPUConfig{ID: id, VCPUCount: e.VCPUCount, Memory: e.VCPUCount * mgmt.MemoryPerVCPU(id)})
+			v.CPU = append(v.CPU, CPUConfig{ID: id, VCPUCount: e.VCPUCount, Memory: e.VCPUCount * gpu.CPUMemoryPerVCPU(id)})
 		}
 		return v
 	}

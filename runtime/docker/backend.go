@@ -291,7 +291,9 @@ func classify(err error) error {
 	case cerrdefs.IsNotFound(err):
 		return runtime.WithKind(runtime.ErrNotFound, err)
 	case IsNoGPURuntime(err):
-		return runtime.WithKind(runtime.ErrNoGPURuntime, err)
+		// Only installing the NVIDIA toolkit (and restarting the daemon) helps.
+		return runtime.WithKind(runtime.ErrNoGPURuntime,
+			fmt.Errorf("the Docker daemon cannot give containers GPUs (install the NVIDIA Container Toolkit): %w", err))
 	}
 	return err
 }
