@@ -57,9 +57,6 @@ func (e *env) opened() {
 	e.app, e.db, e.q, e.base = b.App, b.Store(), b.Queue(), b.URL()
 }
 
-// close stops Berth, its bbolt file checked.
-func (e *env) close() { e.berth.Stop() }
-
 // restart stops Berth and starts it again on the same data directory.
 func (e *env) restart() {
 	e.t.Helper()
