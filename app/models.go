@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"berth/hfcache"
+	"berth/mgmt"
 	"berth/store"
 )
 
@@ -17,7 +18,8 @@ import (
 type Models struct {
 	// Endpoint is the Hub's base URL [hfcache.DefaultEndpoint].
 	Endpoint string
-	// Token is sent as Bearer to Endpoint (gated and private models).
+	// Token is sent as Bearer to Endpoint (gated and private models) when
+	// none is stored through the API (mgmt.SetHFToken), which wins.
 	Token string
 	// MaxBytes caps the cache (0: no cap); Slots bounds the files
 	// downloading at once [4]; BytesPerSecond the rate (0: unbounded).
@@ -43,10 +45,16 @@ type modelSync struct {
 // newModels opens the model cache and returns its folder.
 func (a *App) newModels(log *slog.Logger) (string, error) {
 	m := a.cfg.Models
-	token := m.Token
+	env := m.Token
+	token := func() string {
+		if t := a.mg.HFToken(); t != "" {
+			return t
+		}
+		return env
+	}
 	cache, err := hfcache.New(hfcache.Config{
 		Dir: filepath.Join(a.cfg.DataDir, "models", "hub"), Endpoint: m.Endpoint,
-		Token: func() string { return token }, MaxBytes: m.MaxBytes, Slots: m.Slots, BytesPerSecond: m.BytesPerSecond,
+		Token: token, MaxBytes: m.MaxBytes, Slots: m.Slots, BytesPerSecond: m.BytesPerSecond,
 		MinBackoff: m.MinBackoff, Logger: log,
 	})
 	if err != nil {
@@ -144,4 +152,29 @@ func (m *modelSync) wait(ep store.Endpoint) string {
 		}
 	}
 	return ""
+}
+
+// statuses is ep's models as the surfaces show them (nil: it names none).
+func (m *modelSync) statuses(ep store.Endpoint) []mgmt.ModelStatus {
+	var out []mgmt.ModelStatus
+	for _, s := range ep.ModelReferences {
+		r, err := hfcache.ParseRef(s)
+		if err != nil {
+			continue // refused when stored: not reachable
+		}
+		p, ok := m.cache.Status(r)
+		if !ok {
+			p = hfcache.Progress{Ref: r, State: hfcache.Pending}
+		}
+		out = append(out, mgmt.ViewModel(s, p))
+	}
+	return out
+}
+
+// hfTokenChanged: downloads that failed (a 401 without a token) try again
+// now with the new one.
+func (a *App) hfTokenChanged() {
+	if a.models != nil {
+		a.models.cache.RetryNow()
+	}
 }

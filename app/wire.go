@@ -122,6 +122,7 @@ func New(cfg Config) (_ *App, err error) {
 		VolumeGrow:          a.volumeGrow,          // kube.go
 		VolumeClaim:         a.volumeClaim,         // kube.go
 		RegistryAuthDeleted: a.registryAuthDeleted, // kube.go
+		HFTokenChanged:      a.hfTokenChanged,      // models.go
 	})
 	a.builds = a.newBuilder()                                // builds.go
 	if err := a.mg.SetupKeys("", operatorHash); err != nil { // key.go
@@ -147,6 +148,9 @@ func New(cfg Config) (_ *App, err error) {
 		wireRuntime(&hc, a.sup) // runtime.go
 	} else if a.noRuntime != nil {
 		wireNoRuntime(&hc, a.noRuntime) // runtime.go
+	}
+	if a.models != nil {
+		hc.Models = a.models.statuses // models.go
 	}
 	a.api = httpapi.New(hc)
 	api.Store(a.api)

@@ -195,7 +195,7 @@ unreachable.`,
 
 	root.AddGroup(&cobra.Group{ID: "jobs", Title: "Jobs:"}, &cobra.Group{ID: "manage", Title: "Management:"},
 		&cobra.Group{ID: "host", Title: "This host:"})
-	for _, c := range append(append(resourceCommands(a), applyCommand(a), initCommand(a), deployCommand(a), gitCredentialCommand(a)), keyCommands(a)...) {
+	for _, c := range append(append(resourceCommands(a), applyCommand(a), initCommand(a), deployCommand(a), gitCredentialCommand(a), hfTokenCommand(a)), keyCommands(a)...) {
 		c.GroupID = "manage"
 		root.AddCommand(c)
 	}

@@ -1,11 +1,15 @@
 package e2e_test
 
 import (
+	"bytes"
 	"crypto/rand"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 
 	"berth/app"
 	"berth/internal/dockertest"
@@ -210,3 +214,146 @@ func TestModelDownloadResumesAfterARestart(t *testing.T) {
 		t.Errorf("status after completion: %q", view.Status.Reason)
 	}
 }
+
+// TestGatedModelNeedsTheStoredToken: an endpoint names a gated model and
+// Berth has no token: the download fails with the Hub's 401 and says so on
+// the endpoint — v1's status reason and models, v2's models, GraphQL's
+// Endpoint.models. The token stored through PUT
+// /v2/account/huggingface-token (refused when malformed, nothing stored)
+// makes the download try again at once (the back-off is an hour here) and
+// complete. The token appears in no answer, no audit entry, no log line.
+func TestGatedModelNeedsTheStoredToken(t *testing.T) {
+	hub := hubtest.New(t)
+	hub.Token = "hf_GatedSecret0123456789abcdefXYZ"
+	repo := hub.Add(hubtest.Repo{ID: "acme/gated", Gated: true, Files: []hubtest.File{{Path: "config.json", Data: []byte(`{"gated":true}`)}}})
+	var logs syncBuffer
+	var data string
+	s := newStackWith(t, func(c *app.Config) {
+		c.Models = app.Models{Endpoint: hub.URL, MinBackoff: time.Hour}
+		c.Logger = slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+		data = c.DataDir
+	})
+	var answers []string
+	call := func(method, path string, body any, want int, out any) {
+		t.Helper()
+		answers = append(answers, string(s.call(method, path, body, want, out)))
+	}
+	ep := s.endpoint("berth-test/never-started:1", nil, map[string]any{"workersMin": 0, "workersMax": 0,
+		"modelReferences": []string{"https://huggingface.co/acme/gated"}})
+
+	type model struct {
+		Reference, State, Error, Message string
+		BytesDone, BytesTotal            float64
+		Attempts                         int
+	}
+	var v1 struct {
+		Status struct{ Reason string }
+		Models []model
+	}
+	s.eventually("the endpoint says the Hub refused the gated model", func() bool {
+		call("GET", "/v1/endpoints/"+ep.ID, nil, 200, &v1)
+		return len(v1.Models) == 1 && v1.Models[0].State == "failed"
+	})
+	const refused = "HTTP 401"
+	if m := v1.Models[0]; !strings.Contains(m.Error, refused) || !strings.Contains(m.Error, "no Hugging Face token") ||
+		m.Reference != "https://huggingface.co/acme/gated" || m.Attempts != 1 || !strings.Contains(m.Message, m.Error) {
+		t.Errorf("v1 models: %+v", v1.Models)
+	}
+	if !strings.Contains(v1.Status.Reason, "downloading acme/gated failed") || !strings.Contains(v1.Status.Reason, refused) {
+		t.Errorf("v1 status reason: %q", v1.Status.Reason)
+	}
+	var v2 struct{ Models []model }
+	call("GET", "/v2/serverless/"+ep.ID, nil, 200, &v2)
+	if len(v2.Models) != 1 || v2.Models[0].State != "failed" || !strings.Contains(v2.Models[0].Error, refused) {
+		t.Errorf("v2 models: %+v", v2.Models)
+	}
+	var gql struct {
+		Data struct {
+			Myself struct {
+				Endpoints []struct {
+					ID     string
+					Models []model
+				}
+			}
+		}
+	}
+	call("POST", "/graphql", map[string]any{"query": `{ myself { endpoints { id models { reference state error message bytesDone bytesTotal attempts } } } }`}, 200, &gql)
+	if es := gql.Data.Myself.Endpoints; len(es) != 1 || len(es[0].Models) != 1 || es[0].Models[0].State != "failed" ||
+		!strings.Contains(es[0].Models[0].Error, refused) {
+		t.Errorf("GraphQL models: %+v", gql.Data.Myself.Endpoints)
+	}
+
+	var info struct {
+		Set       bool
+		UpdatedAt string
+	}
+	call("GET", "/v2/account/huggingface-token", nil, 200, &info)
+	if info.Set {
+		t.Fatalf("a token before one was stored: %+v", info)
+	}
+	for _, bad := range []any{map[string]any{}, map[string]any{"token": ""}, map[string]any{"token": "hf_with space"},
+		map[string]any{"token": "hf_\x01ctl"}, map[string]any{"token": strings.Repeat("x", 4097)}} {
+		b := s.call("PUT", "/v2/account/huggingface-token", bad, 400, nil)
+		if !strings.Contains(string(b), "token") {
+			t.Errorf("PUT %v: %s does not name the field", bad, b)
+		}
+	}
+	call("GET", "/v2/account/huggingface-token", nil, 200, &info)
+	if info.Set {
+		t.Fatalf("a refused token was stored: %+v", info)
+	}
+
+	call("PUT", "/v2/account/huggingface-token", map[string]any{"token": hub.Token}, 200, &info)
+	if !info.Set || info.UpdatedAt == "" {
+		t.Errorf("PUT answered %+v", info)
+	}
+	s.eventually("the gated model downloads with the stored token", func() bool {
+		call("GET", "/v1/endpoints/"+ep.ID, nil, 200, &v1)
+		return len(v1.Models) == 1 && v1.Models[0].State == "ready"
+	})
+	if _, err := os.Stat(filepath.Join(data, "models", "hub", "models--acme--gated", "snapshots", repo.Commit, "config.json")); err != nil {
+		t.Errorf("the snapshot: %v", err)
+	}
+	if m := v1.Models[0]; m.BytesDone != m.BytesTotal || m.BytesTotal != float64(len(`{"gated":true}`)) {
+		t.Errorf("ready model: %+v", m)
+	}
+	sawToken := false
+	for _, r := range hub.Requests() {
+		sawToken = sawToken || r.Authorization == "Bearer "+hub.Token
+	}
+	if !sawToken {
+		t.Error("the Hub never received the stored token")
+	}
+	call("GET", "/v2/serverless/"+ep.ID, nil, 200, nil)
+	call("GET", "/v2/account/huggingface-token", nil, 200, &info)
+	call("GET", "/v1/audit", nil, 200, nil)
+	call("POST", "/graphql", map[string]any{"query": `{ myself { endpoints { id models { reference state error message } } } }`}, 200, nil)
+	call("GET", "/v2/openapi.json", nil, 200, nil)
+	for _, a := range answers {
+		if strings.Contains(a, hub.Token) || strings.Contains(a, "GatedSecret") {
+			t.Fatalf("an answer carries the token: %s", a)
+		}
+	}
+	if strings.Contains(logs.String(), "GatedSecret") {
+		t.Fatal("the log carries the token")
+	}
+
+	call("DELETE", "/v2/account/huggingface-token", nil, 200, &info)
+	call("GET", "/v2/account/huggingface-token", nil, 200, &info)
+	if info.Set {
+		t.Errorf("after DELETE: %+v", info)
+	}
+}
+
+// syncBuffer is a log sink tests read while Berth writes.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+func (s *syncBuffer) String() string { s.mu.Lock(); defer s.mu.Unlock(); return s.b.String() }

@@ -31,6 +31,7 @@ import (
 	"berth/gpu"
 	"berth/httplimit"
 	"berth/mgmt"
+	"berth/store"
 )
 
 // Schema is the GraphQL schema served.
@@ -51,6 +52,8 @@ type Config struct {
 	GPUs func() []gpu.Status
 	// Workers lists an endpoint's workers. Optional: nil lists none.
 	Workers func(endpointID string) []mgmt.Worker
+	// Models is an endpoint's models with their downloads. Optional.
+	Models func(e store.Endpoint) []mgmt.ModelStatus
 	// Limits bound what one request may cost (cost.go); zero fields are
 	// the defaults.
 	Limits Limits
@@ -78,6 +81,9 @@ func New(cfg Config) (*Handler, error) {
 	}
 	if cfg.Clock == nil {
 		cfg.Clock = clockwork.NewRealClock()
+	}
+	if cfg.Models == nil {
+		cfg.Models = func(store.Endpoint) []mgmt.ModelStatus { return nil }
 	}
 	if cfg.Workers == nil {
 		cfg.Workers = func(string) []mgmt.Worker { return nil }

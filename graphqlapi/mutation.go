@@ -300,7 +300,7 @@ func (r *resolver) endpoint(ctx context.Context, e store.Endpoint) (*endpointVie
 	if err != nil {
 		return nil, wrap(err)
 	}
-	return &endpointView{e, &sn, r.cfg.Workers}, nil
+	return &endpointView{e, &sn, r.cfg.Workers, r.cfg.Models}, nil
 }
 
 // SaveEndpoint creates an endpoint (from templateId, or an inline

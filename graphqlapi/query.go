@@ -77,7 +77,7 @@ func (u *userView) Endpoints(ctx context.Context) ([]endpointView, error) {
 		if p != nil && !mgmt.Visible(p, e.ID) {
 			continue // a Restricted key lists the endpoints it is granted
 		}
-		out = append(out, endpointView{e, &sn, u.r.cfg.Workers})
+		out = append(out, endpointView{e, &sn, u.r.cfg.Workers, u.r.cfg.Models})
 	}
 	return out, nil
 }

@@ -167,6 +167,7 @@ type endpointView struct {
 	e       store.Endpoint
 	refs    *mgmt.Snapshot
 	workers func(endpointID string) []mgmt.Worker
+	models  func(e store.Endpoint) []mgmt.ModelStatus
 }
 
 type workerPod struct{ w mgmt.Worker }
@@ -196,6 +197,35 @@ func (v endpointView) Pods() []workerPod {
 }
 
 func (v endpointView) Workers() []workerPod { return v.Pods() }
+
+// Models: the model references' downloads (Berth's).
+func (v endpointView) Models() []modelStatusView {
+	out := []modelStatusView{}
+	for _, m := range v.models(v.e) {
+		out = append(out, modelStatusView{m})
+	}
+	return out
+}
+
+type modelStatusView struct{ m mgmt.ModelStatus }
+
+func (m modelStatusView) Reference() string  { return m.m.Reference }
+func (m modelStatusView) State() string      { return m.m.State }
+func (m modelStatusView) Commit() *string    { return emptyNil(m.m.Commit) }
+func (m modelStatusView) BytesDone() float64 { return float64(m.m.BytesDone) }
+func (m modelStatusView) BytesTotal() float64 {
+	return float64(m.m.BytesTotal)
+}
+func (m modelStatusView) Error() *string  { return emptyNil(m.m.Error) }
+func (m modelStatusView) Attempts() int32 { return i32(m.m.Attempts) }
+func (m modelStatusView) RetryAt() *string {
+	if m.m.RetryAt == nil {
+		return nil
+	}
+	s := m.m.RetryAt.UTC().Format(time.RFC3339)
+	return &s
+}
+func (m modelStatusView) Message() string { return m.m.Message }
 
 type endpointVolume struct{ NetworkVolumeId, DataCenterId string }
 

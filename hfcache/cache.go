@@ -125,6 +125,7 @@ type Cache struct {
 	mu     sync.Mutex
 	models map[Ref]*model // the wanted models
 	closed bool
+	retry  chan struct{} // closed (and replaced) by RetryNow
 
 	roomMu sync.Mutex // one admission (evict, reserve) at a time
 	repoMu keyedMutex // one download per repository folder at a time
@@ -171,7 +172,7 @@ func New(cfg Config) (*Cache, error) {
 		cfg.Now = time.Now
 	}
 	c := &Cache{cfg: cfg, log: cfg.Logger.With("component", "models"), sem: make(chan struct{}, cfg.Slots),
-		models: map[Ref]*model{}}
+		models: map[Ref]*model{}, retry: make(chan struct{})}
 	base := cfg.Client
 	if base == nil {
 		base = &http.Client{Transport: &http.Transport{Proxy: http.ProxyFromEnvironment,
@@ -246,6 +247,15 @@ func (c *Cache) Sync(refs []Ref) {
 	}
 }
 
+// RetryNow makes the failed downloads waiting for their next attempt try
+// again now (the token changed: a 401 may have become a success).
+func (c *Cache) RetryNow() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	close(c.retry)
+	c.retry = make(chan struct{})
+}
+
 // Status is ref's progress; ok is false when ref is not wanted.
 func (c *Cache) Status(ref Ref) (Progress, bool) {
 	c.mu.Lock()
@@ -292,13 +302,19 @@ func (c *Cache) run(ctx context.Context, m *model) {
 			return
 		}
 		at := c.cfg.Now().Add(delay)
+		var retry <-chan struct{}
 		c.set(m, func(p *Progress) { p.State, p.Error, p.Attempts, p.RetryAt = Failed, err.Error(), attempt, at })
+		c.mu.Lock()
+		retry = c.retry
+		c.mu.Unlock()
 		c.log.Warn("model download failed", "model", m.ref.String(), "attempt", attempt, "retry_in", delay, "err", err)
 		t := time.NewTimer(delay)
 		select {
 		case <-ctx.Done():
 			t.Stop()
 			return
+		case <-retry:
+			t.Stop()
 		case <-t.C:
 		}
 		delay = min(2*delay, c.cfg.MaxBackoff)

@@ -408,7 +408,7 @@ func (c *Cache) statusErr(ref Ref, resp *http.Response) error {
 	switch {
 	case resp.StatusCode == http.StatusUnauthorized || resp.StatusCode == http.StatusForbidden:
 		if !hasToken {
-			return fmt.Errorf("the Hub refused %s (HTTP %d %s): the model is gated or private and Berth has no Hugging Face token (--hf-token)", ref.Short(), resp.StatusCode, code)
+			return fmt.Errorf("the Hub refused %s (HTTP %d %s): the model is gated or private and Berth has no Hugging Face token (store one: berth hf-token set, or PUT /v2/account/huggingface-token)", ref.Short(), resp.StatusCode, code)
 		}
 		return fmt.Errorf("the Hub refused %s (HTTP %d %s) with Berth's Hugging Face token: the token has no access to it (%s)", ref.Short(), resp.StatusCode, code, detail)
 	case resp.StatusCode == http.StatusNotFound:

@@ -132,13 +132,14 @@ func buildRules() map[string]accessRule {
 		add(accountWrite, "POST "+res, "PATCH "+res+"/{id}", "DELETE "+res+"/{id}")
 	}
 	add(accountRead, "GET /v2/pods/{id}/logs", "GET /v2/clusters/{id}/pods", "GET /v2/registries", "GET /v2/registries/{id}",
-		"GET /v2/registries/delegations", "GET /v2/account/ssh-keys",
+		"GET /v2/registries/delegations", "GET /v2/account/ssh-keys", "GET /v2/account/huggingface-token",
 		"GET /v2/catalog/gpus", "GET /v2/catalog/gpus/{id}", "GET /v2/catalog/cpus", "GET /v2/catalog/cpus/{id}",
 		"GET /v2/catalog/datacenters", "GET /v2/catalog/datacenters/{id}", "GET /v2/catalog/templates",
 		"GET /v2/billing", "GET /v2/billing/pods", "GET /v2/billing/serverless", "GET /v2/billing/endpoints",
 		"GET /v2/billing/network-volumes", "GET /v2/billing/clusters")
 	add(accountWrite, "POST /v2/pods/{id}/action", "POST /v2/registries", "DELETE /v2/registries/{id}",
-		"POST /v2/registries/delegations", "DELETE /v2/registries/delegations/{id}", "PUT /v2/account/ssh-keys")
+		"POST /v2/registries/delegations", "DELETE /v2/registries/delegations/{id}", "PUT /v2/account/ssh-keys",
+		"PUT /v2/account/huggingface-token", "DELETE /v2/account/huggingface-token")
 	return m
 }
 

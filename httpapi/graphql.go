@@ -13,7 +13,7 @@ import (
 // is checked against its resolvers here: a mismatch is a programming error.
 func (s *Server) graphqlRoute(r *mux.Router, admin func(name string, h http.HandlerFunc) http.Handler) {
 	gql, err := graphqlapi.New(graphqlapi.Config{Mgmt: s.mg, Logger: s.cfg.Logger, Clock: s.cfg.Clock, GPUs: s.cfg.GPUs,
-		Workers: s.workers, Limits: s.cfg.GraphQL})
+		Workers: s.workers, Models: s.cfg.Models, Limits: s.cfg.GraphQL})
 	if err != nil {
 		panic(err)
 	}

@@ -127,6 +127,10 @@ type Config struct {
 	// endpoint's "status" (JSON as is); its "reason" (why jobs are held
 	// back) is added to /health. Optional.
 	EndpointStatus func(endpointID string) any
+	// Models is an endpoint's model references with their downloads,
+	// shown as the endpoint's "models" on v1, v2 and GraphQL (nil: it
+	// names none). Optional.
+	Models func(e store.Endpoint) []mgmt.ModelStatus
 
 	// Metrics holds the series other packages feed (NewMetrics; pass the
 	// one whose hooks were wired). Optional: New makes one.

@@ -17,7 +17,7 @@ func (s *Server) newV1() *v1api.API {
 		Mgmt: s.mg, Queue: s.cfg.Queue, Store: s.cfg.Store, Logger: s.cfg.Logger,
 		Authorized: func(r *http.Request) bool { return principal(r) != nil }, // authz.go checked the key
 		Instrument: s.instrument,
-		Workers:    s.workers, EndpointStatus: s.cfg.EndpointStatus, GPUs: s.cfg.GPUs,
+		Workers:    s.workers, EndpointStatus: s.cfg.EndpointStatus, Models: s.cfg.Models, GPUs: s.cfg.GPUs,
 		WorkerLogs: s.cfg.WorkerLogs, PodLogs: s.cfg.PodLogs,
 		PingInterval: s.cfg.PingInterval, BackupReserve: s.cfg.BackupReserve, JobListBytes: s.cfg.JobListBytes,
 		Series: s.cfg.Series,

@@ -87,6 +87,8 @@ var (
 	// The account's SSH keys.
 	LimitSSHKeys   = Limit{"keys", 0, 64, "entries", ""}
 	LimitSSHKeyLen = Limit{"keys", 1, 16384, "characters", ""}
+	// The Hugging Face token (the Hub's are ~40 characters).
+	LimitHFToken = Limit{"token", 1, 4096, "characters", ""}
 )
 
 // AllLimits is the table, for documents and tests.
@@ -96,7 +98,7 @@ var AllLimits = []Limit{
 	LimitWorkersMin, LimitWorkersMax, LimitIdleTimeout, LimitQueueDelay, LimitRequestCount, LimitExecTimeout,
 	LimitGPUIDs, LimitDataCenters, LimitVolumeIDs, LimitInstanceIDs, LimitCudaVersions, LimitCountryCodes, LimitModelRefs, LimitID,
 	LimitMinRAMPerGPU, LimitMinVCPUPerGPU, LimitBandwidth, LimitRegistryUser, LimitRegistryPassword,
-	LimitSSHKeys, LimitSSHKeyLen,
+	LimitSSHKeys, LimitSSHKeyLen, LimitHFToken,
 }
 
 // LimitOf returns the numeric limit of a field by mgmt's (v1's) name, for

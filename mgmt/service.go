@@ -54,6 +54,9 @@ type Config struct {
 	// deleted, for what the runtime keeps of it (a Kubernetes pull
 	// Secret: the credential must not outlive its deletion). Optional.
 	RegistryAuthDeleted func(authID string)
+	// HFTokenChanged is told after the Hugging Face token was stored or
+	// cleared (the model cache tries failed downloads again). Optional.
+	HFTokenChanged func()
 	// Jobs cancels a deleted endpoint's unfinished jobs (the queue).
 	// Optional: without it an endpoint's jobs are left as they are.
 	Jobs EndpointJobs

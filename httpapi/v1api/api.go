@@ -59,6 +59,8 @@ type Config struct {
 	// EndpointStatus is the runtime's status of an endpoint, shown as the
 	// endpoint's "status" (JSON as is). Optional.
 	EndpointStatus func(endpointID string) any
+	// Models is an endpoint's models with their downloads. Optional.
+	Models func(e store.Endpoint) []mgmt.ModelStatus
 	// GPUs lists this host's GPUs with their holders (GET /v1/gpus).
 	// Optional: nil lists none.
 	GPUs func() []gpu.Status

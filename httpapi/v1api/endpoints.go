@@ -101,10 +101,16 @@ type endpointView struct {
 	// Status is the runtime's view (Config.EndpointStatus): workers by
 	// state and why jobs are held back. A Berth extension.
 	Status any `json:"status,omitempty"`
+	// Models: the model references' downloads (Berth; absent when the
+	// endpoint names none).
+	Models []mgmt.ModelStatus `json:"models,omitempty"`
 }
 
 func (a *API) viewEndpoint(e store.Endpoint, templates map[string]store.Template, withWorkers bool) endpointView {
 	v := endpointView{endpointBody: bodyOf(e), Status: a.endpointStatus(e.ID)}
+	if a.cfg.Models != nil {
+		v.Models = a.cfg.Models(e)
+	}
 	if templates != nil {
 		if t, ok := templates[e.TemplateID]; ok {
 			v.Template = &t

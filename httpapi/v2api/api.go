@@ -41,6 +41,8 @@ type Config struct {
 	// Optional.
 	Instrument func(route string, h http.Handler) http.Handler
 
+	// Models is an endpoint's models with their downloads. Optional.
+	Models func(e store.Endpoint) []mgmt.ModelStatus
 	// Health is an endpoint's job and worker counts.
 	Health func(endpointID string) queue.Health
 	// Workers lists an endpoint's workers (mgmt.MergeWorkers). Optional.
@@ -170,6 +172,9 @@ func (a *API) routes() []route {
 
 		{get, "/v2/account/ssh-keys", "getSshKeys", a.getSSHKeys},
 		{put, "/v2/account/ssh-keys", "updateSshKeys", a.putSSHKeys},
+		{get, "/v2/account/huggingface-token", "getHuggingFaceToken", a.getHFToken},
+		{put, "/v2/account/huggingface-token", "setHuggingFaceToken", a.putHFToken},
+		{del, "/v2/account/huggingface-token", "clearHuggingFaceToken", a.clearHFToken},
 	}
 }
 
@@ -215,7 +220,9 @@ var keyless = map[string]bool{"getOpenAPI": true, "gitWebhook": true}
 var BerthOwn = map[string]bool{"getOpenAPI": true, "listEndpointBuilds": true, "createEndpointBuild": true,
 	"getEndpointBuild": true, "getEndpointBuildLogs": true, "cancelEndpointBuild": true, "rollbackEndpoint": true,
 	"listGitCredentials": true, "createGitCredential": true, "deleteGitCredential": true,
-	"gitWebhook": true}
+	"gitWebhook": true,
+
+	"getHuggingFaceToken": true, "setHuggingFaceToken": true, "clearHuggingFaceToken": true}
 
 // Routes lists "METHOD /path" → operation id of every route (tests compare
 // it with RunPod's v2.json and the served document).

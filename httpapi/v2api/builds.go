@@ -300,5 +300,5 @@ func (a *API) rollback(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	e, t, err := a.endpoint(r, pathID(r))
-	a.answer(w, r, http.StatusOK, viewEndpoint(e, t, baseURL(r)), err)
+	a.answer(w, r, http.StatusOK, a.viewEndpoint(e, t, baseURL(r)), err)
 }

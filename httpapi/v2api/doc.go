@@ -8,6 +8,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"berth/mgmt"
 )
 
 // Berth's v2 document (GET /v2/openapi.json) is generated: its paths from
@@ -101,6 +103,10 @@ var ops = map[string]opSpec{
 
 	"getSshKeys":    {"The account's SSH public keys", nil, 200, SSHKeys{}},
 	"updateSshKeys": {"Replace the account's SSH public keys (injected into pods as PUBLIC_KEY)", SSHKeys{}, 200, SSHKeys{}},
+
+	"getHuggingFaceToken":   {"Berth: whether a Hugging Face token is stored (never the token)", nil, 200, mgmt.HFTokenInfo{}},
+	"setHuggingFaceToken":   {"Berth: store the Hugging Face token the model cache sends for gated and private models (write-only)", hfTokenBody{}, 200, mgmt.HFTokenInfo{}},
+	"clearHuggingFaceToken": {"Berth: delete the stored Hugging Face token", nil, 200, mgmt.HFTokenInfo{}},
 }
 
 var (

@@ -165,6 +165,31 @@ func (a *API) putSSHKeys(w http.ResponseWriter, r *http.Request) {
 	a.answer(w, r, http.StatusOK, SSHKeys{Keys: keys}, err)
 }
 
+// hfTokenBody sets the Hugging Face token (Berth's).
+type hfTokenBody struct {
+	Token *string `json:"token"`
+}
+
+func (a *API) getHFToken(w http.ResponseWriter, r *http.Request) {
+	info, err := a.cfg.Mgmt.HFTokenInfo(r.Context())
+	a.answer(w, r, http.StatusOK, info, err)
+}
+
+func (a *API) putHFToken(w http.ResponseWriter, r *http.Request) {
+	var b hfTokenBody
+	if err := decode(r, &b); err != nil {
+		a.fail(w, r, err)
+		return
+	}
+	info, err := a.cfg.Mgmt.SetHFToken(r.Context(), b.Token)
+	a.answer(w, r, http.StatusOK, info, err)
+}
+
+func (a *API) clearHFToken(w http.ResponseWriter, r *http.Request) {
+	info, err := a.cfg.Mgmt.ClearHFToken(r.Context())
+	a.answer(w, r, http.StatusOK, info, err)
+}
+
 // registryBody is v2's CreateRegistryRequest.
 type registryBody struct {
 	Name     *string `json:"name"`

@@ -45,6 +45,9 @@ type Endpoint struct {
 	ModelReferences []string `json:"modelReferences,omitempty"`
 	// Git (Berth): the repository the endpoint tracks (push to deploy).
 	Git *EndpointGit `json:"git,omitempty"`
+	// Models (Berth): each model reference's download; absent when the
+	// endpoint names none.
+	Models []mgmt.ModelStatus `json:"models,omitempty"`
 }
 
 // EndpointGPU is v2's EndpointGpuConfig.
@@ -93,6 +96,15 @@ type QueueURLs struct {
 type LBURLs struct {
 	Base   string `json:"base"`
 	Health string `json:"health"`
+}
+
+// viewEndpoint is viewEndpoint with the models' downloads.
+func (a *API) viewEndpoint(e store.Endpoint, t *store.Template, base string) Endpoint {
+	v := viewEndpoint(e, t, base)
+	if a.cfg.Models != nil {
+		v.Models = a.cfg.Models(e)
+	}
+	return v
 }
 
 func viewEndpoint(e store.Endpoint, t *store.Template, base string) Endpoint {
@@ -319,7 +331,7 @@ func (a *API) listEndpoints(w http.ResponseWriter, r *http.Request) {
 	eps, ts, err := a.cfg.Mgmt.Endpoints(r.Context(), "", true)
 	out := EndpointList{Endpoints: []Endpoint{}}
 	for _, e := range eps {
-		out.Endpoints = append(out.Endpoints, viewEndpoint(e, tmplOf(ts, e.TemplateID), baseURL(r)))
+		out.Endpoints = append(out.Endpoints, a.viewEndpoint(e, tmplOf(ts, e.TemplateID), baseURL(r)))
 	}
 	a.answer(w, r, http.StatusOK, out, err)
 }
@@ -344,7 +356,7 @@ func (a *API) endpoint(r *http.Request, id string) (store.Endpoint, *store.Templ
 
 func (a *API) getEndpoint(w http.ResponseWriter, r *http.Request) {
 	e, t, err := a.endpoint(r, pathID(r))
-	a.answer(w, r, http.StatusOK, viewEndpoint(e, t, baseURL(r)), err)
+	a.answer(w, r, http.StatusOK, a.viewEndpoint(e, t, baseURL(r)), err)
 }
 
 // createEndpoint: the endpoint gets a template of its own (bound to it,
@@ -379,7 +391,7 @@ func (a *API) createEndpoint(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	e2, t, err := a.endpoint(r, e.ID)
-	a.answer(w, r, http.StatusCreated, withSecret(viewEndpoint(e2, t, baseURL(r)), e), err)
+	a.answer(w, r, http.StatusCreated, withSecret(a.viewEndpoint(e2, t, baseURL(r)), e), err)
 }
 
 // container is the template part of an endpoint body: the container
@@ -434,7 +446,7 @@ func (a *API) updateEndpoint(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	e, t, err := a.endpoint(r, cur.ID)
-	a.answer(w, r, http.StatusOK, withSecret(viewEndpoint(e, t, baseURL(r)), done), err)
+	a.answer(w, r, http.StatusOK, withSecret(a.viewEndpoint(e, t, baseURL(r)), done), err)
 }
 
 // withSecret adds the webhook secret a change has just generated (done's)
