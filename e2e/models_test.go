@@ -252,7 +252,7 @@ func TestGatedModelNeedsTheStoredToken(t *testing.T) {
 	}
 	s.eventually("the endpoint says the Hub refused the gated model", func() bool {
 		call("GET", "/v1/endpoints/"+ep.ID, nil, 200, &v1)
-		return len(v1.Models) == 1 && v1.Models[0].State == "failed"
+		return len(v1.Models) == 1 && v1.Models[0].State == "failed" && strings.Contains(v1.Status.Reason, "failed")
 	})
 	const refused = "HTTP 401"
 	if m := v1.Models[0]; !strings.Contains(m.Error, refused) || !strings.Contains(m.Error, "no Hugging Face token") ||

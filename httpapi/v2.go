@@ -55,7 +55,7 @@ func (s *Server) newV2() *v2api.API {
 			return errors.Is(err, mgmt.ErrNoSuchWorker) || errors.Is(err, mgmt.ErrNoSuchPod) || errors.Is(err, store.ErrNotFound)
 		},
 	}
-	cfg.Workers = s.workers
+	cfg.Workers, cfg.Models = s.workers, s.cfg.Models
 	return v2api.New(cfg)
 }
 

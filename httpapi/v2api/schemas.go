@@ -139,6 +139,8 @@ const requestSchemas = `{
     "knownHosts": {"type": "string", "description": "SSH_KEY: the server's host keys, known_hosts form"}}},
   "RollbackEndpointRequest": {"type": "object", "additionalProperties": false, "properties": {
     "version": {"type": "integer", "minimum": 1, "description": "the release to go back to; absent: the newest earlier build's"}}},
+  "SetHuggingFaceTokenRequest": {"type": "object", "additionalProperties": false, "properties": {
+    "token": {"type": "string", "description": "Berth: a Hugging Face access token (hf_…), 1–4096 printable ASCII characters without spaces (else 400 naming token); write-only"}}},
   "UpdateSshKeysRequest": {"type": "object", "additionalProperties": false, "required": ["keys"], "properties": {
     "keys": {"type": "array", "items": {"type": "string", "pattern": "^(ssh|ecdsa|sk)-[^\\s]+ [^\\s]+([ \\t][^\\n\\r]*)?$"}}}}
 }}`
@@ -150,7 +152,7 @@ var bodySchemas = map[string]string{
 	"createPod": "CreatePodRequest", "updatePod": "UpdatePodRequest", "podAction": "PodActionRequest",
 	"createNetworkVolume": "CreateNetworkVolumeRequest", "updateNetworkVolume": "UpdateNetworkVolumeRequest",
 	"createRegistry": "CreateRegistryRequest", "updateSshKeys": "UpdateSshKeysRequest",
-	"rollbackEndpoint": "RollbackEndpointRequest", "createGitCredential": "CreateGitCredentialRequest",
+	"rollbackEndpoint": "RollbackEndpointRequest", "createGitCredential": "CreateGitCredentialRequest", "setHuggingFaceToken": "SetHuggingFaceTokenRequest",
 }
 
 // compiled holds the compiled schema of every body.
