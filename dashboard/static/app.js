@@ -148,7 +148,7 @@ function brand() {
 
 function shell() {
   const route = location.hash || '#/';
-  const section = route.startsWith('#/endpoint') || route === '#/' || route.startsWith('#/logs/worker') ? '#/' :
+  const section = route.startsWith('#/endpoint') || route === '#/' || route.startsWith('#/logs/worker') || route.startsWith('#/build/') ? '#/' :
     route.startsWith('#/logs/pod') ? '#/pods' : route.replace(/^(#\/[a-z]+).*$/, '$1');
   const nav = h('nav.nav', NAV.map(([href, text]) => h('a', { href, class: href === section ? 'active' : null }, text)));
   const live = h('span#live', h('span.live-dot'), 'live');
@@ -229,6 +229,7 @@ function route() {
     case 'volumes': view = volumesView(main); break;
     case 'keys': view = keysView(main); break;
     case 'logs': view = logsView(main, parts[1], parts.slice(2)); break;
+    case 'build': view = buildView(main, parts[1], parts[2]); break;
     default: clear(main, h('div.panel.empty', 'No such page. ', h('a', { href: '#/' }, 'Back to the endpoints')));
   }
   poll();
@@ -303,7 +304,9 @@ function metric(k, v, cls) { return h('div.metric', h('div.k', k), h('div.v', { 
 function endpointsView(main) {
   const tiles = h('div.tiles');
   const grid = h('div.grid-cards#endpoints');
-  clear(main, h('div.page-head', h('div', h('h1', 'Endpoints'), h('div.sub', 'Queues, workers and the GPUs they hold. Updated live.'))), tiles, grid);
+  const create = newEndpointForm();
+  clear(main, h('div.page-head', h('div', h('h1', 'Endpoints'), h('div.sub', 'Queues, workers and the GPUs they hold. Updated live.')), create.button),
+    create.panel, tiles, grid);
   return {
     async refresh() {
       const [eps, gpus, pods] = await Promise.all([api('/v1/endpoints?includeWorkers=true'), loadGPUs(), orNone(api('/v1/pods'))]);
@@ -334,6 +337,48 @@ function endpointsView(main) {
       clear(grid, eps.map((e, i) => endpointCard(e, queues[i], gpus)));
     },
   };
+}
+
+// newEndpointForm makes an endpoint from a serverless template (POST
+// /v1/endpoints), with the console's Model field.
+function newEndpointForm() {
+  const name = h('input#new-ep-name', { type: 'text', placeholder: 'my-endpoint', 'aria-label': 'Name' });
+  const tpl = h('select#new-ep-template', { 'aria-label': 'Template' });
+  const compute = h('select#new-ep-compute', { 'aria-label': 'Compute type' }, h('option', { value: 'CPU' }, 'CPU'), h('option', { value: 'GPU' }, 'GPU'));
+  const wmin = h('input#new-ep-workers-min', { type: 'number', min: 0, value: '0', 'aria-label': 'Workers min' });
+  const wmax = h('input#new-ep-workers-max', { type: 'number', min: 0, value: '1', 'aria-label': 'Workers max' });
+  const models = h('textarea#new-ep-models', { spellcheck: 'false', rows: 2, placeholder: MODEL_HINT, 'aria-label': 'Model references' });
+  const err = h('div.form-error#new-ep-error');
+  const submit = h('button.btn.primary#new-ep-create', { type: 'submit' }, 'Create endpoint');
+  const field = (label, el, cls) => h('div', { class: cls || null }, h('label.field', { for: el.id }, label), el);
+  const form = h('form', {
+    onsubmit: async (ev) => {
+      ev.preventDefault();
+      clear(err);
+      if (!tpl.value) { clear(err, 'Choose a template (an image): create one with POST /v1/templates or berth deploy.'); return; }
+      submit.disabled = true;
+      try {
+        const e = await api('/v1/endpoints', { method: 'POST', body: { name: name.value.trim(), templateId: tpl.value, computeType: compute.value,
+          workersMin: Number(wmin.value), workersMax: Number(wmax.value), modelReferences: parseModels(models.value) } });
+        location.hash = '#/endpoint/' + encodeURIComponent(e.id);
+      } catch (e) {
+        if (!(e instanceof AuthError)) clear(err, e.message);
+      } finally { submit.disabled = false; }
+    },
+  }, h('div.form-grid', field('Name', name), field('Template', tpl), field('Compute', compute),
+    h('div.row', { style: 'align-items:end;flex-wrap:nowrap' }, field('Workers min', wmin), field('max', wmax)),
+    field('Model (Hugging Face: ' + MODEL_HINT + ')', models, 'full')), err, h('div.row', submit));
+  const panel = h('section.panel#new-endpoint', { hidden: true, style: 'margin-bottom:16px' }, h('header', h('h2', 'New endpoint')), h('div.body', form));
+  const button = h('button.btn#new-ep-open', { type: 'button', onclick: async () => {
+    panel.hidden = !panel.hidden;
+    if (panel.hidden) return;
+    try {
+      const ts = (await api('/v1/templates?includeEndpointBoundTemplates=true') || []).filter((t) => t.isServerless);
+      clear(tpl, ts.length ? ts.map((t) => h('option', { value: t.id }, t.name + ' · ' + t.imageName)) : h('option', { value: '' }, 'no serverless template'));
+    } catch (e) { if (!(e instanceof AuthError)) clear(err, e.message); }
+    name.focus();
+  } }, 'New endpoint');
+  return { panel, button };
 }
 
 function gpusOf(e, gpus) {
@@ -529,6 +574,8 @@ function endpointView(main, id) {
   const workersBody = h('div');
   const jobsBody = h('div#jobs');
   const plots = plotsPanel(base);
+  const deploys = deploysPanel(id);
+  const models = modelsPanel(id);
   const actErr = h('div.form-error#job-action-error', { style: 'padding: 0 16px' });
   const expanded = new Set();
   const details = new Map(); // job id → last full view (with stream)
@@ -590,7 +637,9 @@ function endpointView(main, id) {
       h('div.stack',
         h('section.panel', h('header', h('h2', 'Workers')), workersBody),
         h('section.panel', h('header', h('h2', 'Run a job')), h('div.body', form))),
-      h('section.panel', h('header', h('h2', 'Jobs'), filters), actErr, jobsBody)));
+      h('section.panel', h('header', h('h2', 'Jobs'), filters), actErr, jobsBody)),
+    deploys.builds,
+    h('div.two-col', { style: 'margin-top:16px' }, models.panel, deploys.releases));
 
   async function act(path, jobId) {
     clear(actErr);
@@ -662,7 +711,7 @@ function endpointView(main, id) {
     async refresh() {
       const qs = '?limit=50' + (filter ? '&status=' + filter : '');
       const [e, q, jobs, gpus] = await Promise.all([api(base + '?includeWorkers=true&includeTemplate=true'), api(base + '/queue'),
-        api(base + '/jobs' + qs), loadGPUs(), plots.refresh()]);
+        api(base + '/jobs' + qs), loadGPUs(), plots.refresh(), deploys.refresh()]);
       endpoint = e;
       const open = jobs.filter((j) => expanded.has(j.id) && (j.status === 'IN_PROGRESS' || j.status === 'IN_QUEUE' || j.id === watching));
       await Promise.all(open.map((j) => api(base + '/jobs/' + encodeURIComponent(j.id)).then((d) => details.set(j.id, d)).catch(() => {})));
@@ -684,12 +733,247 @@ function endpointView(main, id) {
       clear(stats, metric('Queued', q.inQueue, q.inQueue > 0 ? 'warn' : null), metric('Running', q.inProgress),
         metric('Oldest', q.inQueue ? age(q.oldestWaitMs) : '—'), metric('Done', q.completed + (q.failed ? ' / ' + q.failed + '✗' : ''), q.failed ? 'warn' : null));
       clear(workersBody, workerRows(e, gpus));
+      models.draw(e, hl.reason || '');
       // Rows are rebuilt on every refresh: keep the keyboard focus on its job.
       const focused = document.activeElement && jobsBody.contains(document.activeElement) ? document.activeElement.dataset.job : null;
       clear(jobsBody, jobRows(jobs));
       if (focused) { const row = jobsBody.querySelector('tr[data-job="' + CSS.escape(focused) + '"]'); if (row) row.focus(); }
     },
   };
+}
+
+// ---------- builds, releases and models of an endpoint ----------
+
+const BSTATUS = {
+  PENDING: ['warn', 'pending'], BUILDING: ['run spin', 'building'], UPLOADING: ['run spin', 'uploading'], TESTING: ['run spin', 'testing'],
+  COMPLETED: ['ok', 'completed'], FAILED: ['bad', 'failed'], CANCELLED: ['', 'cancelled'], TEST_FAILED: ['bad', 'test failed'],
+};
+const buildDone = (st) => st === 'COMPLETED' || st === 'FAILED' || st === 'CANCELLED' || st === 'TEST_FAILED';
+function buildPill(st) {
+  const [cls, text] = BSTATUS[st] || ['', String(st || '').toLowerCase()];
+  return h('span.pill', { class: cls, 'data-status': st }, text);
+}
+
+// buildSource is where a build's code came from: the commit and branch of
+// a git build, else the uploaded context's size.
+function buildSource(b) {
+  if (b.commitHash) {
+    const msg = (b.commitMessage || '').split('\n')[0];
+    return [h('span.mono', b.commitHash.slice(0, 7)), b.branch ? h('span.pill.plain', b.branch) : null,
+      msg ? h('div.small.muted.commit-msg', msg) : null];
+  }
+  return h('span.small.muted', 'upload · ' + bytes(b.contextBytes || 0) + (b.reused ? ' · reused' : ''));
+}
+
+function took(b) {
+  if (!b.startedAt) return '—';
+  const end = b.completedAt ? new Date(b.completedAt) : new Date();
+  return dur(end - new Date(b.startedAt));
+}
+
+function buildHref(ep, id) { return '#/build/' + encodeURIComponent(ep) + '/' + encodeURIComponent(id); }
+
+// deploysPanel lists an endpoint's builds (GET /v2/serverless/ID/builds)
+// and releases (…/releases), newest first.
+function deploysPanel(ep) {
+  const base = '/v2/serverless/' + encodeURIComponent(ep);
+  const buildsBody = h('div#builds');
+  const relBody = h('div#releases');
+  const rollout = h('span.small.muted#rollout');
+  const builds = h('section.panel', { style: 'margin-top:16px' }, h('header', h('h2', 'Builds'),
+    h('span.small.faint', 'berth deploy DIR, or POST ' + base + '/builds')), buildsBody);
+  const releases = h('section.panel', h('header', h('h2', 'Releases'), rollout), relBody);
+
+  function drawBuilds(list) {
+    if (!list.length) { clear(buildsBody, h('div.empty', 'No builds. berth deploy DIR builds the image from a Dockerfile and rolls it out.')); return; }
+    const body = h('tbody');
+    for (const b of list) {
+      body.append(h('tr', { 'data-build': b.id, 'data-status': b.status },
+        h('td', { 'data-label': 'Status' }, buildPill(b.status)),
+        h('td.mono', { 'data-label': 'Build', title: b.id }, h('a.build-link', { href: buildHref(ep, b.id) }, short(b.id))),
+        h('td', { 'data-label': 'Source' }, buildSource(b)),
+        h('td.mono.small.image', { 'data-label': 'Image' }, b.imageName || '—'),
+        h('td.num', { 'data-label': 'Started', title: b.startedAt || '' }, b.startedAt ? ago(b.startedAt) : (b.status === 'PENDING' ? 'waiting' : '—')),
+        h('td.num', { 'data-label': b.completedAt ? 'Took' : 'Running' }, took(b)),
+        h('td.num', { 'data-label': 'Release' }, b.releaseVersion ? 'v' + b.releaseVersion : '—')));
+      if (b.error) {
+        body.append(h('tr.detail.build-error', { 'data-build': b.id }, h('td', { colspan: 7 },
+          h('pre.code.error-text', b.error.split('\n').slice(0, 14).join('\n')))));
+      }
+    }
+    clear(buildsBody, h('table.list', h('thead', h('tr', ['Status', 'Build', 'Source', 'Image', 'Started', 'Took', 'Release'].map((t) => h('th', t)))), body));
+  }
+
+  function drawReleases(r) {
+    const ro = r.rollout || {};
+    clear(rollout, ro.workersTotal ? (ro.inProgress ? 'rolling out: ' : '') + ro.workersOnLatest + ' of ' + ro.workersTotal + ' workers on v' + r.endpointVersion : '');
+    const rels = r.releases || [];
+    if (!rels.length) { clear(relBody, h('div.empty', 'No releases yet.')); return; }
+    clear(relBody, h('table.list', h('thead', h('tr', ['Version', 'Source', 'Build', 'Workers', 'Time', 'Changed'].map((t) => h('th', t)))),
+      h('tbody', rels.map((v) => h('tr', { 'data-release': v.version },
+        h('td', { 'data-label': 'Version' }, h('b', 'v' + v.version), v.version === r.endpointVersion ? [' ', h('span.pill.ok.current', 'current')] : null),
+        h('td', { 'data-label': 'Source' }, h('span.pill.plain', { class: v.source === 'GIT_BUILD' ? 'run' : null }, v.source)),
+        h('td.mono', { 'data-label': 'Build' }, v.buildId ? h('a', { href: buildHref(ep, v.buildId), title: v.buildId }, short(v.buildId)) : '—'),
+        h('td.num', { 'data-label': 'Workers' }, v.workerCount),
+        h('td.num', { 'data-label': 'Time', title: v.createdAt }, ago(v.createdAt)),
+        h('td.small.muted', { 'data-label': 'Changed' }, (v.diff || []).map((d) => d.field).join(', ') || '—'))))));
+  }
+
+  return {
+    builds, releases,
+    async refresh() {
+      const [b, r] = await Promise.all([api(base + '/builds?limit=10').catch((e) => e), api(base + '/releases').catch((e) => e)]);
+      if (b instanceof AuthError || r instanceof AuthError) throw b instanceof AuthError ? b : r;
+      if (b instanceof Error) clear(buildsBody, h('div.empty', b.message)); else drawBuilds(b.builds || []);
+      if (r instanceof Error) clear(relBody, h('div.empty', r.message)); else drawReleases(r);
+    },
+  };
+}
+
+// parseModels reads the Model field: one reference a line (commas too).
+function parseModels(text) { return text.split(/[\n,]/).map((x) => x.trim()).filter(Boolean); }
+
+const MODEL_HINT = 'https://huggingface.co/ORG/NAME[:REF], one a line';
+
+// modelsPanel shows and edits an endpoint's model references (the
+// console's "Model" field; PATCH /v1/endpoints/ID modelReferences) and
+// their download's progress or failure (the endpoint's status reason).
+function modelsPanel(ep) {
+  const status = h('div#models-status');
+  const input = h('textarea#models-input', { spellcheck: 'false', rows: 3, placeholder: MODEL_HINT, 'aria-label': 'Model references' });
+  const err = h('div.form-error#models-error');
+  const save = h('button.btn.primary#models-save', { type: 'submit' }, 'Save models');
+  let dirty = false, current = null;
+  input.addEventListener('input', () => { dirty = true; });
+  const form = h('form', {
+    onsubmit: async (ev) => {
+      ev.preventDefault();
+      clear(err);
+      save.disabled = true;
+      try {
+        const e = await api('/v1/endpoints/' + encodeURIComponent(ep), { method: 'PATCH', body: { modelReferences: parseModels(input.value) } });
+        dirty = false;
+        draw(e, null);
+        poll();
+      } catch (e) {
+        if (!(e instanceof AuthError)) clear(err, e.message);
+      } finally { save.disabled = false; }
+    },
+  }, h('label.field', { for: 'models-input' }, 'Model (Hugging Face, downloaded once into Berth\'s cache; workers start once complete)'), input, err,
+  h('div.row', save, h('span.small.faint', 'empty clears')));
+  const panel = h('section.panel#models', h('header', h('h2', 'Models')), h('div.body', status, form));
+
+  function draw(e, reason) {
+    const refs = e.modelReferences || [];
+    const text = refs.join('\n');
+    if (!dirty && text !== current) { input.value = text; current = text; }
+    const dl = reason && /^downloading /.test(reason) ? reason : '';
+    // reason null: not known yet (just saved); the next poll says.
+    let st = null;
+    if (dl) st = h('div.note.model-progress', { class: / failed /.test(dl) ? 'bad' : null }, dl);
+    else if (refs.length && reason !== null) st = h('div.small.muted.model-ready', 'Complete in the cache: workers start with them.');
+    clear(status, refs.length ? h('ul.models', refs.map((r) => h('li.mono.small', r))) : h('div.small.faint', 'No models.'), st);
+  }
+  return { panel, draw };
+}
+
+// buildView is one build: its record, cancel, and its log followed live
+// (GET /v2/serverless/EP/builds/ID/logs, server-sent events read from a
+// streamed fetch: an EventSource cannot send the Authorization header).
+function buildView(main, ep, id) {
+  const base = '/v2/serverless/' + encodeURIComponent(ep) + '/builds/' + encodeURIComponent(id);
+  const head = h('div.page-head');
+  const info = h('div');
+  const box = h('pre.logbox#log-output', { tabindex: 0 });
+  const state = h('span.pill#log-state', 'connecting');
+  const cancelBtn = h('button.btn.small.danger#build-cancel', { hidden: true, onclick: async () => {
+    cancelBtn.disabled = true;
+    try { const b = await api(base + '/cancel', { method: 'POST' }); draw(b); } catch (e) { if (!(e instanceof AuthError)) clear(info, h('div.note.bad', e.message)); }
+  } }, 'Cancel build');
+  let stopped = false, ctrl = null, retry = null, done = false, last = null;
+  clear(main, head, info, h('section.panel', h('header', h('div.row', h('h2', 'Log'), state), h('div.row', cancelBtn)), box));
+
+  function setState(cls, text) { state.className = 'pill ' + cls; clear(state, text); }
+
+  function draw(b) {
+    last = b;
+    done = buildDone(b.status);
+    cancelBtn.hidden = done;
+    clear(head, h('div',
+      h('a.crumb', { href: '#/endpoint/' + encodeURIComponent(ep) }, '← Endpoint ' + ep),
+      h('div.row', h('h1', 'Build ' + short(id)), h('span#build-status', buildPill(b.status))),
+      h('div.sub.mono', b.imageName || '')));
+    clear(info, h('section.panel', { style: 'margin-bottom:16px' }, h('div.body', h('dl.kv',
+      h('dt', 'Build'), h('dd.mono', b.id),
+      h('dt', 'Source'), h('dd', buildSource(b)),
+      h('dt', 'Dockerfile'), h('dd.mono', b.dockerfile || '—'),
+      h('dt', 'Started'), h('dd', b.startedAt ? new Date(b.startedAt).toLocaleString() + ' (' + ago(b.startedAt) + ')' : '—'),
+      h('dt', 'Completed'), h('dd', b.completedAt ? new Date(b.completedAt).toLocaleString() + ' · took ' + took(b) : '—'),
+      h('dt', 'Release'), h('dd', b.releaseVersion ? 'v' + b.releaseVersion : '—')),
+    b.error ? h('pre.code.error-text#build-error', b.error) : null)));
+  }
+
+  const again = (delay) => { if (!stopped) retry = setTimeout(() => { if (!stopped) run(); }, delay); };
+
+  // run reads the stream: the log so far, then its lines as they come
+  // until the build ends. A stream that ends while the build has not
+  // (still PENDING, or cut) is opened again, the log shown afresh.
+  async function run() {
+    ctrl = new AbortController();
+    try {
+      const res = await fetch(base + '/logs', { headers: { Authorization: 'Bearer ' + apiKey }, signal: ctrl.signal, cache: 'no-store' });
+      if (res.status === 401) { signOut('Berth refused the API key. Enter it again.'); return; }
+      if (!res.ok) {
+        let msg = res.status + ' ' + res.statusText;
+        try { const b = await res.json(); msg = b.message || b.error || msg; } catch { /* text */ }
+        setState('bad', msg);
+        return;
+      }
+      clear(box);
+      setState('ok spin', 'live');
+      const reader = res.body.getReader();
+      const dec = new TextDecoder();
+      let partial = '';
+      for (;;) {
+        const { value, done: end } = await reader.read();
+        if (end) break;
+        const atEnd = box.scrollHeight - box.scrollTop - box.clientHeight < 40;
+        const events = (partial + dec.decode(value, { stream: true })).split('\n\n');
+        partial = events.pop();
+        for (const ev of events) {
+          for (const l of ev.split('\n')) {
+            if (!l.startsWith('data:')) continue;
+            let line = l.slice(5).trim();
+            try { line = JSON.parse(line).line; } catch { /* plain */ }
+            box.append(buildLine(line));
+          }
+        }
+        while (box.childNodes.length > MAX_LOG_LINES) box.firstChild.remove();
+        if (atEnd) box.scrollTop = box.scrollHeight;
+      }
+      const b = await api(base).catch(() => last);
+      if (b) draw(b);
+      if (b && buildDone(b.status)) { setState(b.status === 'COMPLETED' ? 'ok' : b.status === 'CANCELLED' ? '' : 'bad', 'ended: ' + BSTATUS[b.status][1]); return; }
+      setState('warn spin', b && b.status === 'PENDING' ? 'waiting for the build to start' : 'reconnecting');
+      again(1000);
+    } catch (e) {
+      if (stopped) return;
+      setState('bad', 'disconnected (' + e.message + '), retrying');
+      again(3000);
+    }
+  }
+
+  run();
+  return {
+    async refresh() { if (!done) draw(await api(base)); else if (!last) draw(await api(base)); },
+    stop() { stopped = true; clearTimeout(retry); if (ctrl) ctrl.abort(); },
+  };
+}
+
+// buildLine colours a build's log line: Berth's own, a step, an error.
+function buildLine(text) {
+  const cls = text.startsWith('berth:') ? 'l-meta' : /^Step \d+\/\d+ : /.test(text) ? 'l-job' : /\berror\b|failed/i.test(text) ? 'l-error' : null;
+  return h('div', { class: cls }, text || '\u00a0');
 }
 
 // ---------- logs ----------

@@ -27,6 +27,11 @@ func main() {
 		fmt.Println(`{"requestId": "job-1", "message": "from handler", "level": "INFO"}`)
 		code, _ := strconv.Atoi(os.Getenv("EXIT"))
 		os.Exit(code)
+	case "tick": // a numbered line every 200 ms until killed (a long build step)
+		for i := 1; ; i++ {
+			fmt.Printf("tick %d\n", i)
+			time.Sleep(200 * time.Millisecond)
+		}
 	case "trap": // exit 0 on SIGTERM
 		c := make(chan os.Signal, 1)
 		signal.Notify(c, syscall.SIGTERM)
