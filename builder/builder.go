@@ -506,8 +506,13 @@ func (s *Service) run(ctx context.Context, r *run, file string) {
 		stepCtx, cancelStep := context.WithTimeoutCause(ctx, s.cfg.StepTimeout,
 			fmt.Errorf("build exceeded maximum time limit of %d seconds (%s)", int(s.cfg.StepTimeout.Seconds()), s.cfg.StepTimeout))
 		tracker := &stepTracker{}
-		err = s.cfg.Images.Build(stepCtx, f, Spec{Tag: b.ImageName, Dockerfile: b.Dockerfile, Target: b.Target, BuildArgs: b.BuildArgs,
-			Labels: map[string]string{"berth.build": b.ID, "berth.endpoint": b.EndpointID}}, func(l string) {
+		// No labels: the classic builder adds each as a LABEL step after
+		// the Dockerfile's, a commit each that no cache can reuse (the
+		// step before changed); on a naive-diff storage driver
+		// (fuse-overlayfs) a commit walks the whole file system. The
+		// image's name (berth/ENDPOINT:DIGEST) and its build record say
+		// where it comes from.
+		err = s.cfg.Images.Build(stepCtx, f, Spec{Tag: b.ImageName, Dockerfile: b.Dockerfile, Target: b.Target, BuildArgs: b.BuildArgs}, func(l string) {
 			tracker.see(l)
 			r.log.line(l)
 		})
