@@ -418,7 +418,7 @@ func BenchmarkDeployChange(b *testing.B) {
 	removeBuiltImages(b, s, &id)
 	args := []string{"deploy", dir, "--compute-type", "CPU", "--workers-min", "1", "-o", "id",
 		"--build-arg", "BASE_IMAGE=" + base, "--build-arg", "PIP_INSTALL=no"}
-	out, errOut, code := s.cli(args...)
+	out, errOut, code := s.cliLong(args...)
 	if code != 0 {
 		b.Fatalf("first deploy: %s", errOut)
 	}
@@ -431,7 +431,7 @@ func BenchmarkDeployChange(b *testing.B) {
 		want := "Hello " + strconv.Itoa(i)
 		os.WriteFile(h, bytes.Replace(src, []byte(`f"Hello, {name}!"`), []byte(`f"`+want+`, {name}!"`), 1), 0o644)
 		start := time.Now()
-		if _, errOut, code := s.cli(args...); code != 0 {
+		if _, errOut, code := s.cliLong(args...); code != 0 {
 			b.Fatalf("deploy: %s", errOut)
 		}
 		command += time.Since(start)
