@@ -273,7 +273,7 @@ func TestBuildsAPI(t *testing.T) {
 		words           []string
 	}{
 		{"not a tar", "", "application/x-tar", []byte("hello"), 400, []string{"tar"}},
-		{"no content type", "", "application/json", ok, 400, []string{"application/x-tar"}},
+		{"wrong content type", "", "text/plain", ok, 400, []string{"application/x-tar", "application/json"}},
 		{"dockerfile leaving the tree", "?dockerfile=../Dockerfile", "application/x-tar", ok, 400, []string{"dockerfile", "leaves the source tree"}},
 		{"entry leaving the tree", "", "application/x-tar", contextTar(t, map[string]string{"Dockerfile": "FROM x\n", "../evil": "x"}), 400, []string{"leaves the source tree"}},
 		{"no dockerfile", "?dockerfile=other/Dockerfile", "application/x-tar", ok, 400, []string{"other/Dockerfile"}},

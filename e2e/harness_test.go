@@ -31,6 +31,7 @@ const (
 // a default berth serve. Intervals are short for the tests.
 type stack struct {
 	t    testing.TB
+	b    *apptest.Berth // Stop it to stop Berth mid-test (file checked)
 	app  *app.App
 	db   *store.DB
 	q    *queue.Service
@@ -59,7 +60,7 @@ func newStackWith(t testing.TB, set func(*app.Config)) *stack {
 		set(&cfg)
 	}
 	a := apptest.Start(t, cfg)
-	return &stack{t: t, app: a.App, db: a.Store(), q: a.Queue(), sup: a.Supervisor(), lb: a.Balancer(), base: a.URL()}
+	return &stack{t: t, b: a, app: a.App, db: a.Store(), q: a.Queue(), sup: a.Supervisor(), lb: a.Balancer(), base: a.URL()}
 }
 
 // call makes an API call with the operator key and decodes a JSON reply

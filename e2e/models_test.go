@@ -186,9 +186,7 @@ func TestModelDownloadResumesAfterARestart(t *testing.T) {
 		st, err := os.Stat(part)
 		return err == nil && st.Size() == 1_000_000
 	})
-	if err := s1.app.Stop(t.Context()); err != nil {
-		t.Fatal(err)
-	}
+	s1.b.Stop()
 	if st, err := os.Stat(part); err != nil || st.Size() != 1_000_000 {
 		t.Fatalf("partial file after the stop: %v %v", st, err)
 	}
