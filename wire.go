@@ -107,6 +107,7 @@ func serveConfig(o cli.ServeOptions) app.Config {
 	c.Builds.MaxContextBytes = int64(o.BuildMaxContextMiB) << 20
 	c.Builds.StepTimeout, c.Builds.TotalTimeout, c.Builds.MaxConcurrent = o.BuildStepTimeout, o.BuildTimeout, o.BuildConcurrency
 	c.Builds.Registry, c.Builds.RegistryAuth = o.Registry, o.RegistryAuth
+	c.Builds.ImagesKept = o.BuildImagesKept
 	if c.Runtime.FlashMaxFrozen <= 0 {
 		c.Runtime.FlashMaxFrozen = -1
 	}

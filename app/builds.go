@@ -40,14 +40,27 @@ func (a *App) newBuilder() *builder.Service {
 			break
 		}
 		a.closers = append(a.closers, func() { dock.Close() })
-		bc.Images = dockerImages{dock}
+		bc.Images, bc.Remover = dockerImages{dock}, dockerImages{dock}
 	case a.dock != nil:
-		bc.Images = dockerImages{a.dock}
+		bc.Images, bc.Remover = dockerImages{a.dock}, dockerImages{a.dock}
 	case a.noRuntime != nil:
 		bc.NoImages = fmt.Errorf("builds need the Docker runtime: %w", a.noRuntime)
 	default:
 		bc.NoImages = errors.New("builds need the Docker runtime: Docker is off")
 	}
+	if a.backend != nil {
+		// The images of the runtime's containers (or Pods) are never
+		// pruned.
+		bc.InUseImages = func(ctx context.Context) ([]string, error) {
+			list, err := a.backend.List(ctx)
+			imgs := make([]string, 0, len(list))
+			for _, in := range list {
+				imgs = append(imgs, in.Image)
+			}
+			return imgs, err
+		}
+	}
+	bc.OnPrune = a.metrics.BuildImagePruned
 	return builder.New(bc)
 }
 
@@ -79,6 +92,14 @@ func (i dockerImages) ImageExists(ctx context.Context, ref string) (bool, error)
 func (i dockerImages) Build(ctx context.Context, contextTar io.Reader, s builder.Spec, line func(string)) error {
 	return i.d.BuildImage(ctx, contextTar, docker.BuildSpec{Tag: s.Tag, Dockerfile: s.Dockerfile, Target: s.Target,
 		BuildArgs: s.BuildArgs, Labels: s.Labels}, line)
+}
+
+func (i dockerImages) RemoveImage(ctx context.Context, ref string) (bool, error) {
+	ok, err := i.d.ImageExists(ctx, ref)
+	if err != nil || !ok {
+		return false, err
+	}
+	return true, i.d.RemoveImage(ctx, ref)
 }
 
 func (i dockerImages) Push(ctx context.Context, local, remote string, login *builder.Login, line func(string)) (string, error) {

@@ -40,6 +40,9 @@ func (a *App) newCleaner(log *slog.Logger) *cleaner.Service {
 		{Name: "series", Every: time.Minute, Run: func(context.Context) (int, error) { return 0, a.saveSeries(false) }},
 		// Rate-limit buckets idle for a minute.
 		{Name: "rate-limits", Every: time.Minute, Run: func(context.Context) (int, error) { return a.api.PruneRateLimits(), nil }},
+		// Build images past each endpoint's kept releases
+		// (builder.PruneImages; also run after every release).
+		{Name: "build-images", Every: 15 * time.Minute, Run: a.builds.PruneImages},
 		// The last moment Berth was known to run, for the usage repair.
 		{Name: "alive", Every: time.Minute, Run: func(context.Context) (int, error) {
 			return 0, store.StampAlive(a.db, a.cfg.Clock.Now())

@@ -67,6 +67,8 @@ type Records interface {
 	UploadingBuild(id string) (store.Build, error)
 	PushedBuild(id, ref, digest, authID string) (store.Build, error)
 	BuildRegistryLogin(ctx context.Context, nameOrID string) (id, username, password string, err error)
+	BuildImagePrune(ctx context.Context, keep int, inUse map[string]bool) ([]mgmt.PruneImage, error)
+	MarkBuildImagePruned(ids []string) error
 }
 
 // Outbound is the outbound address policy git sources obey (the one
@@ -114,7 +116,20 @@ type Config struct {
 	// RegistryAuth is the name (or id) of the stored registry auth pushes
 	// use, and workers pull with; "": anonymous.
 	RegistryAuth string
-	Logger       *slog.Logger
+	// ImagesKept is how many images of its newest releases made by
+	// builds an endpoint keeps [mgmt.DefaultBuildImagesKept]; older
+	// build images are removed from the daemon (PruneImages) after each
+	// release and when the cleaner runs it.
+	ImagesKept int
+	// Remover removes build images; nil: none is pruned.
+	Remover ImageRemover
+	// InUseImages lists the images containers use (the runtime's
+	// instances), never pruned; nil: none.
+	InUseImages func(ctx context.Context) ([]string, error)
+	// OnPrune is told every image removal and failure (PruneRemoved,
+	// PruneFailed), for metrics.
+	OnPrune func(result string)
+	Logger  *slog.Logger
 }
 
 // Defaults.
@@ -148,6 +163,10 @@ type Service struct {
 	busy    map[string]bool // endpoints with a running build
 	stopped bool
 	wg      sync.WaitGroup
+	// inflight counts the builds holding each image from being pruned
+	// (hold); pruneMu serialises prunes and the holds' start.
+	inflight map[string]int
+	pruneMu  sync.Mutex
 }
 
 type pendingBuild struct {
@@ -189,7 +208,10 @@ func New(cfg Config) *Service {
 	if cfg.MaxGitFetchBytes <= 0 {
 		cfg.MaxGitFetchBytes = 4 * cfg.MaxContextBytes
 	}
-	return &Service{cfg: cfg, log: cfg.Logger, running: map[string]*run{}, busy: map[string]bool{}}
+	if cfg.ImagesKept <= 0 {
+		cfg.ImagesKept = mgmt.DefaultBuildImagesKept
+	}
+	return &Service{cfg: cfg, log: cfg.Logger, running: map[string]*run{}, busy: map[string]bool{}, inflight: map[string]int{}}
 }
 
 // Start marks the builds a previous run left unfinished FAILED and drops
@@ -490,6 +512,7 @@ func (s *Service) run(ctx context.Context, r *run, file string) {
 		r.b = b
 	}
 	r.log.line(fmt.Sprintf("berth: building %s (context %d bytes, dockerfile %s)", b.ImageName, b.ContextBytes, b.Dockerfile))
+	defer s.hold(b.ImageName)()
 	exists, err := s.cfg.Images.ImageExists(ctx, b.ImageName)
 	if err != nil {
 		fail(store.BuildFailed, "check for the image: "+err.Error())
@@ -553,6 +576,7 @@ func (s *Service) run(ctx context.Context, r *run, file string) {
 		return
 	}
 	s.log.Info("build completed", "build", done.ID, "endpoint", done.EndpointID, "image", done.ImageName, "reused", exists, "release", done.ReleaseVersion)
+	s.pruneAfterBuild()
 }
 
 // push sends b's image to the registry (UPLOADING, bounded by

@@ -19,6 +19,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"berth/builder"
+	"berth/mgmt"
 	"berth/queue"
 	"berth/store"
 )
@@ -305,6 +306,9 @@ default socket). Every flag has an environment variable (in brackets).`,
 			if o.BuildMaxContextMiB < 1 || o.BuildConcurrency < 1 || o.BuildStepTimeout <= 0 || o.BuildTimeout <= 0 {
 				return usageErr("--build-max-context, --build-concurrency, --build-step-timeout and --build-timeout must be positive")
 			}
+			if o.BuildImagesKept < 1 || o.BuildImagesKept > mgmt.MaxBuildImagesKept {
+				return usageErr("--build-images-kept must be 1–%d (the images of each endpoint's last releases made by builds that stay for rollback), got %d", mgmt.MaxBuildImagesKept, o.BuildImagesKept)
+			}
 			if o.Registry != "" {
 				if err := builder.CheckRegistry(o.Registry); err != nil {
 					return usageErr("--registry: %v", err)
@@ -367,6 +371,7 @@ default socket). Every flag has an environment variable (in brackets).`,
 	f.DurationVar(&o.BuildStepTimeout, "build-step-timeout", envDur("BERTH_BUILD_STEP_TIMEOUT", 30*time.Minute), "builds: the image build step's time limit (RunPod's 30 min) [BERTH_BUILD_STEP_TIMEOUT]")
 	f.DurationVar(&o.BuildTimeout, "build-timeout", envDur("BERTH_BUILD_TIMEOUT", 160*time.Minute), "builds: a build's time limit from its start to its release (RunPod's 160 min) [BERTH_BUILD_TIMEOUT]")
 	f.IntVar(&o.BuildConcurrency, "build-concurrency", envInt("BERTH_BUILD_CONCURRENCY", 2), "builds: how many run at once (one per endpoint); the others wait PENDING [BERTH_BUILD_CONCURRENCY]")
+	f.IntVar(&o.BuildImagesKept, "build-images-kept", envInt("BERTH_BUILD_IMAGES_KEPT", mgmt.DefaultBuildImagesKept), "builds: the images of each endpoint's last N releases made by builds stay in the daemon for rollback (1–1000); older build images are removed, never one a template, a container or a running build uses [BERTH_BUILD_IMAGES_KEPT]")
 	f.StringVar(&o.Registry, "registry", env("BERTH_REGISTRY", ""), "builds: a registry HOST[/PREFIX] every completed build is pushed to (as HOST/PREFIX/<endpoint>:<tag>); releases then run the pushed image by digest. Required for builds on --runtime kubernetes [BERTH_REGISTRY]")
 	f.StringVar(&o.RegistryAuth, "registry-auth", env("BERTH_REGISTRY_AUTH", ""), "builds: the name (or id) of the stored container registry auth (`berth registry create`) --registry is pushed to and pulled from with; empty: anonymous [BERTH_REGISTRY_AUTH]")
 	f.StringVar(&logFormat, "log-format", env("BERTH_LOG_FORMAT", "text"), "log format: text or json [BERTH_LOG_FORMAT]")

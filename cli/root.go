@@ -238,6 +238,7 @@ type ServeOptions struct {
 	BuildStepTimeout   time.Duration
 	BuildTimeout       time.Duration
 	BuildConcurrency   int
+	BuildImagesKept    int
 	// Registry (HOST[/PREFIX]) receives every completed build; the
 	// release runs the pushed image by digest. RegistryAuth names the
 	// stored registry auth it is pushed and pulled with.

@@ -27,6 +27,7 @@ type Metrics struct {
 	writes   prometheus.Histogram
 
 	cleaned *prometheus.CounterVec
+	pruned  *prometheus.CounterVec
 
 	mu        sync.Mutex
 	endpoints map[string]bool // endpoints with series, for PruneEndpoints
@@ -70,7 +71,13 @@ func NewMetrics() *Metrics {
 	m.cleaned = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "berth_cleaner_removed_total", Help: "What the cleaner removed, by task: workers (unused worker identities), endpoints (a deleted endpoint's queue state and series), rate-limits (idle buckets).",
 	}, []string{"task"})
-	m.reg.MustRegister(m.delay, m.exec, m.scale, m.webhooks, m.pulls, m.pullTime, m.commit, m.writes, m.cleaned)
+	m.pruned = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "berth_build_images_pruned_total", Help: "Build images removed from the daemon because no endpoint keeps them (berth serve --build-images-kept), by result: removed, failed (the daemon refused; logged).",
+	}, []string{"result"})
+	m.reg.MustRegister(m.delay, m.exec, m.scale, m.webhooks, m.pulls, m.pullTime, m.commit, m.writes, m.cleaned, m.pruned)
+	for _, r := range []string{"removed", "failed"} {
+		m.pruned.WithLabelValues(r)
+	}
 	for _, r := range []string{"ok", "error"} {
 		m.pulls.WithLabelValues(r) // present from the start, so rate() works from the first pull
 	}
@@ -151,6 +158,11 @@ func (m *Metrics) Cleaned(task string, removed int, _ time.Duration, _ error) {
 	if removed > 0 {
 		m.cleaned.WithLabelValues(task).Add(float64(removed))
 	}
+}
+
+// BuildImagePruned is builder.Config.OnPrune.
+func (m *Metrics) BuildImagePruned(result string) {
+	m.pruned.WithLabelValues(result).Inc()
 }
 
 // Commit is store.Options.OnCommit.

@@ -410,7 +410,20 @@ func (s *Service) CompleteBuild(ctx context.Context, id string, reused bool, log
 			}
 			b.ReleaseVersion = e.Version + 1
 		}
-		return tx.Apply(store.Put(store.Builds, id, b), store.PutRaw(store.BuildLogs, id, log))
+		ops := []store.Op{store.Put(store.Builds, id, b), store.PutRaw(store.BuildLogs, id, log)}
+		// The image is there again: builds that made it before and whose
+		// copy was pruned can be rolled back to again.
+		bs, err := all[store.Build](tx, store.Builds)
+		if err != nil {
+			return err
+		}
+		for _, o := range bs {
+			if o.ID != id && o.ImageName == b.ImageName && o.ImagePrunedAt != nil {
+				o.ImagePrunedAt = nil
+				ops = append(ops, store.Put(store.Builds, o.ID, o))
+			}
+		}
+		return tx.Apply(ops...)
 	})
 	if err != nil {
 		return store.Build{}, err
@@ -510,7 +523,7 @@ func (s *Service) RollbackEndpoint(ctx context.Context, id string, toVersion int
 			var b store.Build
 			if tx.GetRaw(store.Builds, r.BuildID) == nil {
 				if toVersion != 0 {
-					return invalid("version", "the build of release v%d (%s) is no longer kept", toVersion, r.BuildID)
+					return invalid("version", "the build of release v%d (%s) is no longer kept (an endpoint keeps its last %d builds), nor its image: deploy that source again instead", toVersion, r.BuildID, LimitBuildsKept)
 				}
 				continue
 			}
@@ -519,6 +532,13 @@ func (s *Service) RollbackEndpoint(ctx context.Context, id string, toVersion int
 			}
 			if toVersion == 0 && b.RunImage() == t.ImageName {
 				continue // what runs now
+			}
+			if b.ImagePrunedAt != nil && b.RunImage() != t.ImageName {
+				if toVersion != 0 {
+					return invalid("version", "the image of release v%d (%s, build %s) was pruned on %s: only the images of an endpoint's last releases made by builds are kept (berth serve --build-images-kept); deploy that source again instead",
+						toVersion, b.ImageName, b.ID, b.ImagePrunedAt.UTC().Format(time.RFC3339))
+				}
+				continue
 			}
 			target = &b
 			break

@@ -62,6 +62,11 @@ type Build struct {
 	PushedImage    string `json:"pushedImage,omitempty"`
 	ImageDigest    string `json:"imageDigest,omitempty"`
 	RegistryAuthID string `json:"registryAuthId,omitempty"`
+	// ImagePrunedAt: when its image (the local copy) was removed from the
+	// daemon to keep only the last releases' (berth serve
+	// --build-images-kept); such a build is no longer rolled back to.
+	// Cleared when a later build makes the same image again.
+	ImagePrunedAt *time.Time `json:"imagePrunedAt,omitempty"`
 }
 
 // RunImage is the image a release of b runs: the pushed reference by
