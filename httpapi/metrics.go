@@ -69,7 +69,7 @@ func NewMetrics() *Metrics {
 		Buckets: prometheus.ExponentialBuckets(1, 4, 8),
 	})
 	m.cleaned = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "berth_cleaner_removed_total", Help: "What the cleaner removed, by task: workers (unused worker identities), endpoints (a deleted endpoint's queue state and series), rate-limits (idle buckets).",
+		Name: "berth_cleaner_removed_total", Help: "What the cleaner removed, by task: workers (unused worker identities), endpoints (a deleted endpoint's queue state and series), rate-limits (idle buckets), build-images (build images past the kept releases).",
 	}, []string{"task"})
 	m.pruned = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "berth_build_images_pruned_total", Help: "Build images removed from the daemon because no endpoint keeps them (berth serve --build-images-kept), by result: removed, failed (the daemon refused; logged).",

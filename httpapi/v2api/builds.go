@@ -53,6 +53,10 @@ type BuildView struct {
 	// without a registry (berth serve --registry).
 	PushedImage *string `json:"pushedImage"`
 	ImageDigest *string `json:"imageDigest"`
+	// ImagePrunedAt: when the build's image was removed from the daemon
+	// (berth serve --build-images-kept); null while it is kept. A pruned
+	// build is not rolled back to.
+	ImagePrunedAt *time.Time `json:"imagePrunedAt"`
 }
 
 // GitView is a git build's source as asked (the commit built is in
@@ -80,7 +84,7 @@ type Pagination struct {
 func viewBuild(b store.Build) BuildView {
 	v := BuildView{ID: b.ID, Status: b.Status, ImageName: b.ImageName, StartedAt: b.StartedAt, CompletedAt: b.CompletedAt,
 		EndpointID: b.EndpointID, Source: b.Source, Dockerfile: b.Dockerfile, BuildArgs: b.BuildArgs, ContextBytes: b.ContextBytes,
-		CreatedAt: b.CreatedAt, Reused: b.Reused}
+		CreatedAt: b.CreatedAt, Reused: b.Reused, ImagePrunedAt: b.ImagePrunedAt}
 	if v.BuildArgs == nil {
 		v.BuildArgs = map[string]string{}
 	}
