@@ -107,6 +107,8 @@ type kenv struct {
 	selfPod     string     // Berth's own Pod (POD_NAME), "" outside the cluster
 	class       string     // --storage-class, "" for none
 	podTemplate string     // --kube-pod-template, "" for none
+	registry    string     // --registry HOST[/PREFIX], "" for none
+	regAuth     string     // --registry-auth NAME, "" for none
 	logs        *logBuffer // Berth's log is written here too when not nil
 	addr        string     // 127.0.0.1:PORT: the API
 	workAddr    string     // 127.0.0.1:PORT2: --worker-addr, the worker protocol only
@@ -245,6 +247,7 @@ func (e *kenv) tryStart() error {
 	cfg := app.Config{DataDir: e.dataDir, Addr: e.addr, Logger: log, APIKey: apiKey,
 		Kubernetes: &app.Kubernetes{REST: e.ns.Config, Namespace: e.ns.Name, AdvertiseURL: e.advertise, WorkerAddr: e.workAddr}}
 	cfg.Kubernetes.StorageClass, cfg.Kubernetes.PodTemplate = e.class, e.podTemplate
+	cfg.Builds.Registry, cfg.Builds.RegistryAuth = e.registry, e.regAuth
 	if e.selfPod != "" {
 		cfg.Kubernetes.SelfPod, cfg.Kubernetes.SelfNamespace = e.selfPod, e.ns.Name
 	}
