@@ -138,7 +138,7 @@ func scratchContext(t *testing.T, version string) []byte {
 	var buf bytes.Buffer
 	tw := tar.NewWriter(&buf)
 	for name, data := range map[string]string{
-		"Dockerfile": "FROM scratch\nCOPY version.txt /version.txt\nCMD [\"/worker\"]\n",
+		"Dockerfile":  "FROM scratch\nCOPY version.txt /version.txt\nCMD [\"/worker\"]\n",
 		"version.txt": version + " " + dockertest.Unique("") + "\n",
 	} {
 		if err := tw.WriteHeader(&tar.Header{Name: name, Mode: 0o644, Size: int64(len(data)), Typeflag: tar.TypeReg}); err != nil {
