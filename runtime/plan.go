@@ -38,6 +38,10 @@ type workerSnap struct {
 	// waiting and waitReason: why its pending instance cannot run
 	// (WaitingUnschedulable, WaitingImage).
 	waiting, waitReason string
+	// adoptSighting: the queue's sighting of a worker adopted before its
+	// instance ran (the grace the queue gives every worker it loads at a
+	// start): no contact. Only a later sighting is one.
+	adoptSighting time.Time
 
 	load  queue.WorkerLoad // the queue's view
 	known bool             // the queue lists the worker
@@ -82,7 +86,11 @@ func observeWorker(w workerSnap, now time.Time, lim observeLimits) workerObs {
 	// image) cannot have contacted Berth: the queue's sighting is the grace
 	// it gives every worker it loads at a start.
 	notRunYet := w.startedAt.IsZero() && !w.launchedAt.IsZero()
-	if w.known && !w.load.LastSeen.IsZero() && !o.contacted && !notRunYet {
+	// Once it runs, that sighting is still no contact (the queue may even
+	// have counted it lost by then): killing it for silence before it
+	// could speak would kill a healthy worker.
+	sighted := w.known && !w.load.LastSeen.IsZero() && (w.adoptSighting.IsZero() || w.load.LastSeen.After(w.adoptSighting))
+	if sighted && !o.contacted && !notRunYet {
 		o.contacted, o.firstContact = true, true
 	}
 	wasIdle := w.contacted && w.running == 0 && w.state != wsInitializing

@@ -153,8 +153,9 @@ func (s *Supervisor) resyncWorker(ctx context.Context, info Instance, eps map[st
 	}
 	switch {
 	case !info.Running:
-		// Pending: it starts later (EventStart), its wait counted from now.
-		ws.startedAt, ws.launchedAt = time.Time{}, s.clock.Now()
+		// Pending: it starts later (EventStart), its wait counted from now;
+		// the queue's start-up sighting of it is no contact.
+		ws.startedAt, ws.launchedAt, ws.adoptSighting = time.Time{}, s.clock.Now(), l.LastSeen
 	case ws.startedAt.IsZero():
 		ws.startedAt = s.clock.Now()
 	}

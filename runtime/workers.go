@@ -55,6 +55,7 @@ type workerState struct {
 	// waiting and waitReason: why its pending instance cannot run for now
 	// (Instance.Waiting, from EventUpdate).
 	waiting, waitReason string
+	adoptSighting       time.Time // see workerSnap.adoptSighting
 	idleSince           time.Time
 	stopsSeen           map[string]time.Time // pending job-stop ids -> first noticed
 	frozenAt            time.Time            // FlashBoot: when the freeze was decided
@@ -67,7 +68,7 @@ func (ws *workerState) snap(ep store.Endpoint, key string, load queue.WorkerLoad
 		id: ws.id, state: ws.state, current: ws.version == ep.Version && ws.specKey == key,
 		contacted: ws.contacted, running: ws.running, idleSince: ws.idleSince, startedAt: ws.startedAt,
 		frozenAt: ws.frozenAt, stopsSeen: ws.stopsSeen, drainKind: ws.drain.kind,
-		launchedAt: ws.launchedAt, waiting: ws.waiting, waitReason: ws.waitReason,
+		launchedAt: ws.launchedAt, waiting: ws.waiting, waitReason: ws.waitReason, adoptSighting: ws.adoptSighting,
 		load: load, known: known, stops: stops,
 	}
 }

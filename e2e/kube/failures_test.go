@@ -120,14 +120,10 @@ func TestImagePullFailure(t *testing.T) {
 // the worker's Pod is Unschedulable, so it counts as throttled — not
 // failed, not unhealthy — with the scheduler's words, and the job waits;
 // once the taint is lifted the scheduler binds the Pod, it runs and the
-// job completes.
+// job completes (after a restart too: the queue's start-up sighting of
+// the adopted Pod, which it counts lost before the Pod could run, is no
+// contact, so the Pod is not killed for silence the moment it runs).
 func TestUnschedulableWorkerIsThrottled(t *testing.T) {
-	// KNOWN REGRESSION (28 Nov, stop 32): since this stop's landings the worker
-	// Pod made after the taint is lifted stops heartbeating and the job stays
-	// IN_QUEUE; the cause is not found yet (not the apptest harness: the old
-	// harness fails the same). Skipped so the rest lands; the first thing to
-	// fix next (closing note of stop 32).
-	t.Skip("known regression under investigation: see the comment above and stop 32's note")
 	e := newEnv(t)
 	taint := corev1.Taint{Key: "dedicated", Value: "training", Effect: corev1.TaintEffectNoSchedule}
 	node := e.c.AddNode(t, kubetest.NodeSpec{GPUs: 1, GPUProduct: rtx4090Label, GPUMemoryMiB: 24564, TestKubelet: true,
