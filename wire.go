@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"path/filepath"
 	goruntime "runtime"
 	"time"
 
@@ -60,7 +61,9 @@ func serve(ctx context.Context, o cli.ServeOptions) error {
 }
 
 // applyAtStart makes serve's --apply file true before Berth answers its
-// first request, so a CI script that waits for an answer finds the records.
+// first request, so a CI script that waits for an answer finds the records
+// — and the images its builds make: the start waits for them, and a
+// failed build fails it.
 func applyAtStart(ctx context.Context, a *app.App, o cli.ServeOptions) error {
 	f, err := os.Open(o.Apply)
 	if err != nil {
@@ -71,7 +74,24 @@ func applyAtStart(ctx context.Context, a *app.App, o cli.ServeOptions) error {
 	if err != nil {
 		return fmt.Errorf("--apply %s: %w", o.Apply, err)
 	}
-	res, err := apply.Apply(ctx, a.Mgmt(), file, o.ApplyPrune, false)
+	opts := apply.Options{Prune: o.ApplyPrune, Builder: a.Builds(), Contexts: map[string]apply.Context{},
+		Log: func(ep, line string) { o.Logger.Info("apply build", "endpoint", ep, "line", line) }}
+	defer func() {
+		for _, c := range opts.Contexts {
+			c.Remove()
+		}
+	}()
+	for _, e := range file.Endpoints {
+		if e.Build == nil || e.Build.Context == nil {
+			continue
+		}
+		c, err := apply.PackDir(apply.ContextDir(filepath.Dir(o.Apply), *e.Build.Context), e.Build.Dockerfile)
+		if err != nil {
+			return fmt.Errorf("--apply %s: endpoint %s: %w", o.Apply, *e.Name, err)
+		}
+		opts.Contexts[*e.Name] = c
+	}
+	res, err := apply.Apply(ctx, a.Mgmt(), file, opts)
 	for _, act := range res.Actions {
 		o.Logger.Info("apply", "action", act.String())
 	}

@@ -20,6 +20,13 @@
 // name other records of the file or of the server: a template's
 // "registryAuth", an endpoint's "template", "networkVolume" and
 // "networkVolumes".
+//
+// An endpoint may carry a "build" instead of its template's image, as
+// Compose's build: a context directory (relative to the file's folder) or
+// a git source, built through Berth's builder (the path berth deploy
+// takes) and released onto the endpoint's template; the image's tag is the
+// digest of the context and options, so the same source plans no change
+// and builds nothing (build.go).
 package apply
 
 import (
@@ -62,12 +69,13 @@ type Template struct {
 }
 
 // Endpoint is an endpoint (REST v1 fields) with its template and network
-// volumes by name.
+// volumes by name, and its image's build.
 type Endpoint struct {
 	v1input.EndpointInput
 	Template       *string  `json:"template,omitempty"`
 	NetworkVolume  *string  `json:"networkVolume,omitempty"`
 	NetworkVolumes []string `json:"networkVolumes,omitempty"`
+	Build          *Build   `json:"build,omitempty"`
 }
 
 var varRe = regexp.MustCompile(`\$\{([A-Za-z_][A-Za-z0-9_]*)\}`)
@@ -114,6 +122,13 @@ func Decode(raw []byte) (File, error) {
 	}
 	if dec.More() {
 		return File{}, fmt.Errorf("the file: one JSON object expected")
+	}
+	for i := range f.Endpoints {
+		// A built endpoint without a template gets one of its own name,
+		// as berth deploy makes.
+		if e := &f.Endpoints[i]; e.Build != nil && e.Template == nil && e.Name != nil {
+			e.Template = ptr(*e.Name)
+		}
 	}
 	return f, f.check()
 }
@@ -173,8 +188,10 @@ func (f File) check() error {
 			return fmt.Errorf("endpoints[%d] (%s): \"template\" (a template's name) is required", i, *e.Name)
 		}
 	}
-	return nil
+	return f.checkBuilds()
 }
+
+func ptr[T any](v T) *T { return &v }
 
 func collect[T any](list []T, name func(T) *string) []*string {
 	out := make([]*string, len(list))

@@ -22,29 +22,92 @@ type Result struct {
 }
 
 // idKeys are Result.IDs' keys by kind (the file's own names).
-var idKeys = map[string]string{KindRegistryAuth: "registryAuths", KindVolume: "networkVolumes", KindTemplate: "templates", KindEndpoint: "endpoints"}
+var idKeys = map[string]string{KindRegistryAuth: "registryAuths", KindVolume: "networkVolumes", KindTemplate: "templates", KindEndpoint: "endpoints", KindBuild: "builds"}
 
-// Apply plans f against m's records and, unless dryRun, executes the plan.
-// On an error the actions before it have been done (applying again
-// converges) and the Result says which.
-func Apply(ctx context.Context, m *mgmt.Service, f File, prune, dryRun bool) (Result, error) {
+// Options are Apply's.
+type Options struct {
+	// Prune deletes the records of these kinds the file does not name;
+	// DryRun plans only.
+	Prune, DryRun bool
+	// Builder runs the file's builds (nil: a plan that builds fails).
+	Builder Builder
+	// Contexts are the packed build contexts of the file's endpoints with
+	// a build "context", by endpoint name (the caller packs the
+	// directories: PackDir, or receives them: SpoolContext).
+	Contexts map[string]Context
+	// Log receives a build's steps and Berth's own lines, by endpoint
+	// name (nil: none).
+	Log func(endpoint, line string)
+}
+
+// Apply plans f against m's records and, unless o.DryRun, executes the
+// plan, waiting for its builds. On an error the actions before it have
+// been done (applying again converges) and the Result says which.
+func Apply(ctx context.Context, m *mgmt.Service, f File, o Options) (Result, error) {
 	sn, err := m.Snapshot(ctx)
 	if err != nil {
 		return Result{}, err
 	}
 	st := StateOf(sn)
-	actions, err := Plan(f, st, prune)
+	if err := buildState(ctx, m, f, o, &st); err != nil {
+		return Result{}, err
+	}
+	actions, err := Plan(f, st, o.Prune)
 	if err != nil {
 		return Result{}, PlanError{err}
 	}
 	if err := Check(actions, st); err != nil {
 		return Result{}, err
 	}
-	if dryRun {
+	if o.DryRun {
 		return result(actions, true), nil
 	}
-	done, err := Execute(ctx, m, actions)
+	done, err := Execute(ctx, m, actions, o)
 	return result(done, false), err
+}
+
+// buildState gives the file's builds their context digests and st the
+// builds of the endpoints they build and, when a build names one, the git
+// credentials.
+func buildState(ctx context.Context, m *mgmt.Service, f File, o Options, st *State) error {
+	creds := false
+	for i, e := range f.Endpoints {
+		b := e.Build
+		if b == nil {
+			continue
+		}
+		if b.Context != nil {
+			c, ok := o.Contexts[*e.Name]
+			if !ok {
+				return PlanError{fmt.Errorf("endpoints[%d] (%s): build: the context %s was not sent with the file (berth apply packs and sends it)", i, shown(*e.Name), shown(*b.Context))}
+			}
+			b.digest = c.Digest
+		}
+		if b.Git != nil && b.Git.Credential != "" {
+			creds = true
+		}
+		for _, x := range st.Endpoints {
+			if x.Name != *e.Name {
+				continue
+			}
+			bs, err := m.Builds(ctx, x.ID)
+			if err != nil {
+				return err
+			}
+			if st.Builds == nil {
+				st.Builds = map[string][]store.Build{}
+			}
+			st.Builds[x.ID] = bs
+		}
+	}
+	if creds {
+		list, err := m.ListGitCredentials(ctx)
+		if err != nil {
+			return err
+		}
+		st.GitCredentials = list
+	}
+	return nil
 }
 
 // Check runs mgmt's rules of a record's fields (mgmt.ApplyEndpoint,
@@ -143,6 +206,17 @@ func checkInto[T any](fields map[string]any) (T, error) {
 	return v, nil
 }
 
+// released is a completed build's line: the image and its release.
+func released(b store.Build) string {
+	switch {
+	case b.ReleaseVersion == 0:
+		return b.RunImage() + " (already running: no release)"
+	case b.Reused:
+		return fmt.Sprintf("%s, release v%d (image reused)", b.RunImage(), b.ReleaseVersion)
+	}
+	return fmt.Sprintf("%s, release v%d", b.RunImage(), b.ReleaseVersion)
+}
+
 func result(actions []Action, dry bool) Result {
 	r := Result{Actions: actions, IDs: map[string]map[string]string{}, DryRun: dry}
 	for _, k := range idKeys {
@@ -163,10 +237,11 @@ type PlanError struct{ Err error }
 func (e PlanError) Error() string { return e.Err.Error() }
 func (e PlanError) Unwrap() error { return e.Err }
 
-// Execute carries out actions in order through m; references to records
-// the plan creates are replaced by their new ids. It stops at the first
-// error, returning the actions done.
-func Execute(ctx context.Context, m *mgmt.Service, actions []Action) ([]Action, error) {
+// Execute carries out actions in order through m (builds through
+// o.Builder, waiting for each); references to records the plan creates
+// are replaced by their new ids. It stops at the first error, returning
+// the actions done.
+func Execute(ctx context.Context, m *mgmt.Service, actions []Action, o Options) ([]Action, error) {
 	created := map[string]string{} // newRef → id
 	var done []Action
 	for _, a := range actions {
@@ -181,6 +256,17 @@ func Execute(ctx context.Context, m *mgmt.Service, actions []Action) ([]Action, 
 			id, err = save(ctx, m, a, fields)
 		case OpDelete:
 			err = remove(ctx, m, a)
+		case OpBuild:
+			epID := resolve(a.build.endpoint, created).(string)
+			var b store.Build
+			if b, err = runBuild(ctx, m, o, a, epID); err == nil {
+				a.ID, a.Detail = b.ID, released(b)
+				done = append(done, a)
+				continue
+			}
+		}
+		if err != nil && a.Kind == KindBuild {
+			return done, fmt.Errorf("build of endpoint %s: %w", a.Name, err)
 		}
 		if err != nil {
 			return done, fmt.Errorf("%s %s %s: %w", a.Op, a.Kind, a.Name, err)

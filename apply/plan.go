@@ -34,9 +34,13 @@ type Action struct {
 	ID      string   `json:"id,omitempty"` // the record's; a created one's once Execute made it
 	Op      string   `json:"op"`
 	Changes []Change `json:"changes,omitempty"`
+	// Detail is a build's: its source and the image it makes (or, done,
+	// the image it released).
+	Detail string `json:"detail,omitempty"`
 	// fields are the REST v1 fields to send (references still by name,
 	// under refKeys), for a create or an update.
 	fields map[string]any
+	build  *buildStep
 }
 
 // Change is one field an update changes.
@@ -52,6 +56,11 @@ type State struct {
 	Volumes       []store.NetworkVolume
 	Templates     []store.Template
 	Endpoints     []store.Endpoint
+	// Builds are the builds of the endpoints the file builds, by endpoint
+	// id, newest first; GitCredentials the stored git credentials (when a
+	// build names one).
+	Builds         map[string][]store.Build
+	GitCredentials []mgmt.GitCredential
 }
 
 // StateOf reads a State from a mgmt snapshot.
@@ -69,7 +78,7 @@ func StateOf(sn mgmt.Snapshot) State {
 // String is the action as a plan line: "+ template echo", "~ endpoint echo
 // (abc): workersMax 1 → 2", "- endpoint old (def)", "= volume models (ghi)".
 func (a Action) String() string {
-	sign := map[string]string{OpCreate: "+", OpUpdate: "~", OpDelete: "-", OpUnchanged: "="}[a.Op]
+	sign := map[string]string{OpCreate: "+", OpUpdate: "~", OpDelete: "-", OpUnchanged: "=", OpBuild: "+"}[a.Op]
 	s := sign + " " + a.Kind + " " + a.Name
 	if a.ID != "" {
 		s += " (" + a.ID + ")"
@@ -77,6 +86,9 @@ func (a Action) String() string {
 	var ch []string
 	for _, c := range a.Changes {
 		ch = append(ch, fmt.Sprintf("%s %s → %s", c.Field, show(c.From), show(c.To)))
+	}
+	if a.Detail != "" {
+		ch = append(ch, a.Detail)
 	}
 	if len(ch) > 0 {
 		s += ": " + strings.Join(ch, ", ")
@@ -218,7 +230,23 @@ func Plan(f File, st State, prune bool) ([]Action, error) {
 			return nil, err
 		}
 	}
-	for _, t := range f.Templates {
+	// A built endpoint's template: the file's, the server's, or one of
+	// the endpoint's name the plan creates; created, its image is the
+	// placeholder until the build releases one.
+	templates := slices.Clone(f.Templates)
+	builtTpl := map[string]bool{}
+	for _, e := range f.Endpoints {
+		if e.Build == nil {
+			continue
+		}
+		builtTpl[*e.Template] = true
+		if !slices.ContainsFunc(templates, func(t Template) bool { return *t.Name == *e.Template }) {
+			tp := Template{}
+			tp.Name, tp.IsServerless = e.Template, ptr(true)
+			templates = append(templates, tp)
+		}
+	}
+	for _, t := range templates {
 		d := toMap(t.TemplateInput)
 		if t.RegistryAuth != nil {
 			id, err := ref(KindRegistryAuth, *t.RegistryAuth, "template "+*t.Name)
@@ -230,7 +258,11 @@ func Plan(f File, st State, prune bool) ([]Action, error) {
 		if err := plan(KindTemplate, *t.Name, d, func(cur map[string]any) []Change { return diff(d, cur) }); err != nil {
 			return nil, err
 		}
+		if last := &out[len(out)-1]; builtTpl[*t.Name] && last.Op == OpCreate {
+			last.fields["imageName"] = placeholderImage
+		}
 	}
+	var early, late []Action // builds before every other action, and after the endpoints
 	for _, e := range f.Endpoints {
 		d := toMap(e.EndpointInput)
 		id, err := ref(KindTemplate, *e.Template, "endpoint "+*e.Name)
@@ -257,7 +289,19 @@ func Plan(f File, st State, prune bool) ([]Action, error) {
 		if err := plan(KindEndpoint, *e.Name, d, func(cur map[string]any) []Change { return diff(d, cur) }); err != nil {
 			return nil, err
 		}
+		if e.Build != nil {
+			act, first, err := planBuild(e, &out[len(out)-1], id, st)
+			if err != nil {
+				return nil, err
+			}
+			if first {
+				early = append(early, act)
+			} else {
+				late = append(late, act)
+			}
+		}
 	}
+	out = append(append(early, out...), late...)
 
 	if prune {
 		// Deleted in the reverse order of creation: endpoints first.

@@ -20,7 +20,7 @@ func (s *Server) newV1() *v1api.API {
 		Workers:    s.workers, EndpointStatus: s.cfg.EndpointStatus, Models: s.cfg.Models, GPUs: s.cfg.GPUs,
 		WorkerLogs: s.cfg.WorkerLogs, PodLogs: s.cfg.PodLogs,
 		PingInterval: s.cfg.PingInterval, BackupReserve: s.cfg.BackupReserve, JobListBytes: s.cfg.JobListBytes,
-		Series: s.cfg.Series,
+		Series: s.cfg.Series, Builds: s.cfg.Builds,
 	})
 }
 

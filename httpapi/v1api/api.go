@@ -22,6 +22,7 @@ import (
 
 	"github.com/gorilla/mux"
 
+	"berth/apply"
 	"berth/gpu"
 	"berth/httpapi/internal/httpx"
 	"berth/httplimit"
@@ -83,6 +84,9 @@ type Config struct {
 	// Series is an endpoint's last hour or day (GET
 	// /v1/endpoints/ID/metrics). Optional: nil answers 503.
 	Series func(endpointID string, w series.Window) series.View
+	// Builds runs the builds of POST /v1/apply (*builder.Service).
+	// Optional: nil refuses a file that builds.
+	Builds apply.Builder
 }
 
 // API is the /v1 management API.
