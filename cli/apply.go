@@ -116,7 +116,7 @@ nothing; apply waits for the builds and then for the rollout, as deploy.`,
 			res := plan
 			if !dry {
 				if builds > 0 {
-					fmt.Fprintf(a.o.Stderr, "apply: %d build(s) run on Berth; the answer waits for them (berth endpoint builds NAME shows them)\n", builds)
+					fmt.Fprintf(a.o.Stderr, "apply: %d build(s) run on Berth; the answer waits for them (GET /v2/serverless/ID/builds shows them)\n", builds)
 				}
 				if res, err = post(false); err != nil {
 					return err

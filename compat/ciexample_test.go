@@ -11,14 +11,14 @@ import (
 	"time"
 
 	"berth/internal/clientkit"
-	"berth/internal/dockertest"
 )
 
 // TestCIExample runs docs/ci.md's script end to end, as a worker
-// repository's CI runs it: docker build of the worker, berth serve --apply,
-// its pytest suite calling the endpoint with runpod-python (Debian's
-// python3-pytest), Berth stopped. Offline, the image's base is Debian's
-// python3 with the SDK (the same root file system as the other tests).
+// repository's CI runs it: berth serve --apply building the worker from
+// the example's folder (berth.json's "build"), its pytest suite calling
+// the endpoint with runpod-python (Debian's python3-pytest), Berth
+// stopped. Offline, the image's base is Debian's python3 with the SDK
+// (the same root file system as the other tests) and pip is skipped.
 func TestCIExample(t *testing.T) {
 	t.Parallel()
 	sdk := clientkit.PythonSDK(t)
@@ -39,10 +39,10 @@ func TestCIExample(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, "bash", filepath.Join(clientkit.ModuleRoot(t), "docs", "ci-example", "ci.sh"))
-	cmd.Env = sdk.Env(map[string]string{"BASE": base, "BERTH": bin, "PYTHON": clientkit.Python, "WORK": t.TempDir(),
-		"PORT": strconv.Itoa(port), "HOME": t.TempDir(), "WORKER_IMAGE": "berth-test/ci-example:" + dockertest.Unique("")})
+	cmd.Env = sdk.Env(map[string]string{"BASE_IMAGE": base, "PIP_INSTALL": "no", "BERTH": bin, "PYTHON": clientkit.Python, "WORK": t.TempDir(),
+		"PORT": strconv.Itoa(port), "HOME": t.TempDir()})
 	out, err := cmd.CombinedOutput()
-	if err != nil || !strings.Contains(string(out), "3 passed") {
+	if err != nil || !strings.Contains(string(out), "3 passed") || !strings.Contains(string(out), "worker image: berth/upper:") {
 		t.Fatalf("docs/ci-example/ci.sh: %v\n%s", err, out)
 	}
 	t.Logf("docs/ci-example/ci.sh:\n%s", out)
