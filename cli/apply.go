@@ -85,14 +85,13 @@ nothing; apply waits for the builds and then for the rollout, as deploy.`,
 					err := a.client().Do(cmd.Context(), http.MethodPost, "/v1/apply?"+q.Encode(), json.RawMessage(body), &res)
 					return res, err
 				}
-				size, err := mp.Seek(0, io.SeekEnd)
+				st, err := mp.Stat()
 				if err != nil {
 					return res, err
 				}
-				if _, err := mp.Seek(0, io.SeekStart); err != nil {
-					return res, err
-				}
-				resp, err := a.client().SendBody(cmd.Context(), http.MethodPost, "/v1/apply?"+q.Encode(), ctype, mp, size)
+				// A section, not the file: the transport closes a body it can.
+				body := io.NewSectionReader(mp, 0, st.Size())
+				resp, err := a.client().SendBody(cmd.Context(), http.MethodPost, "/v1/apply?"+q.Encode(), ctype, body, st.Size())
 				if err != nil {
 					return res, err
 				}
