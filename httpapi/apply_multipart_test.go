@@ -39,7 +39,9 @@ func TestApplyMultipart(t *testing.T) {
 		return res.StatusCode, string(b)
 	}
 	code, body := post([2]string{"file", file}, [2]string{"context.0", "a tar, as far as the plan cares"})
-	var res struct{ Actions []struct{ Kind, Name, Op, Detail string } }
+	var res struct {
+		Actions []struct{ Kind, Name, Op, Detail string }
+	}
 	if code != 200 || json.Unmarshal([]byte(body), &res) != nil {
 		t.Fatalf("dry run: %d %s", code, body)
 	}
