@@ -6,15 +6,21 @@
 // with `X-Linked-Etag` = their sha256, as the Hub does to its CDN), `Range`
 // on the content path, and gated repositories answering 401 without the
 // token. Faults are set per file: cut the connection after N bytes, flip a
-// byte, or hold the transfer after N bytes until released.
+// byte, or hold the transfer after N bytes until released. Large made-up
+// files (Generate) are produced on the fly, never held in memory; BytesSent
+// counts the file bytes served.
 package hubtest
 
 import (
+	"crypto/aes"
+	"crypto/cipher"
 	"crypto/sha1"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -22,6 +28,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 )
 
@@ -32,6 +39,137 @@ type File struct {
 	// LFS: served as a large file (redirect to the content path, sha256
 	// ETag); otherwise as a git blob (direct answer, git sha1 ETag).
 	LFS bool
+	// Gen, when set, is the file's content instead of Data: a large
+	// made-up file, always served as LFS.
+	Gen *Generated
+}
+
+func (f File) size() int64 {
+	if f.Gen != nil {
+		return f.Gen.size
+	}
+	return int64(len(f.Data))
+}
+
+func (f File) sha256() string {
+	if f.Gen != nil {
+		return f.Gen.sha256
+	}
+	return Sha256(f.Data)
+}
+
+// gitID is the file's git blob id; a generated file's is its LFS
+// pointer's, as on the Hub (hashing a large file twice is not worth it).
+func (f File) gitID() string {
+	if f.Gen != nil {
+		return GitBlobID([]byte(fmt.Sprintf("version https://git-lfs.github.com/spec/v1\noid sha256:%s\nsize %d\n", f.Gen.sha256, f.Gen.size)))
+	}
+	return GitBlobID(f.Data)
+}
+
+func (f File) lfs() bool { return f.LFS || f.Gen != nil }
+
+func (f File) content() content { return content{data: f.Data, gen: f.Gen} }
+
+// content is a file's bytes: in memory, or generated.
+type content struct {
+	data []byte
+	gen  *Generated
+}
+
+func (c content) size() int64 {
+	if c.gen != nil {
+		return c.gen.size
+	}
+	return int64(len(c.data))
+}
+
+func (c content) readerAt() io.ReaderAt {
+	if c.gen != nil {
+		return c.gen
+	}
+	return bytesReaderAt(c.data)
+}
+
+type bytesReaderAt []byte
+
+func (b bytesReaderAt) ReadAt(p []byte, off int64) (int, error) {
+	if off >= int64(len(b)) {
+		return 0, io.EOF
+	}
+	n := copy(p, b[off:])
+	if n < len(p) {
+		return n, io.EOF
+	}
+	return n, nil
+}
+
+// Generated is a made-up file of pseudo-random bytes (the AES-CTR key
+// stream of a key derived from a seed): the same bytes for the same seed
+// in every run, readable at any offset, so a gigabyte is served without
+// being held in memory. Its sha256 is computed once per process.
+type Generated struct {
+	size   int64
+	block  cipher.Block
+	sha256 string
+}
+
+var (
+	genMu   sync.Mutex
+	genMemo = map[[2]int64]*Generated{}
+)
+
+// Generate returns the made-up file of size bytes for seed (hashing it the
+// first time: ≈ 1 s a GB).
+func Generate(seed uint64, size int64) *Generated {
+	genMu.Lock()
+	defer genMu.Unlock()
+	k := [2]int64{int64(seed), size}
+	if g := genMemo[k]; g != nil {
+		return g
+	}
+	key := sha256.Sum256([]byte(fmt.Sprintf("hubtest generated %d", seed)))
+	block, err := aes.NewCipher(key[:16])
+	if err != nil {
+		panic(err) // a 16-byte key is always valid
+	}
+	g := &Generated{size: size, block: block}
+	h := sha256.New()
+	if _, err := io.Copy(h, io.NewSectionReader(g, 0, size)); err != nil {
+		panic(err)
+	}
+	g.sha256 = hex.EncodeToString(h.Sum(nil))
+	genMemo[k] = g
+	return g
+}
+
+// Size is the file's length.
+func (g *Generated) Size() int64 { return g.size }
+
+// Sha256 is the file's sha256 in hex.
+func (g *Generated) Sha256() string { return g.sha256 }
+
+// ReadAt reads the bytes at off (io.ReaderAt; safe for concurrent use).
+func (g *Generated) ReadAt(p []byte, off int64) (int, error) {
+	if off >= g.size {
+		return 0, io.EOF
+	}
+	var eof error
+	if rest := g.size - off; int64(len(p)) > rest {
+		p, eof = p[:rest], io.EOF
+	}
+	var iv [aes.BlockSize]byte
+	for i, ctr := aes.BlockSize-1, uint64(off/aes.BlockSize); i >= aes.BlockSize-8; i-- {
+		iv[i], ctr = byte(ctr), ctr>>8
+	}
+	stream := cipher.NewCTR(g.block, iv[:])
+	if skip := int(off % aes.BlockSize); skip > 0 {
+		var discard [aes.BlockSize]byte
+		stream.XORKeyStream(discard[:skip], discard[:skip])
+	}
+	clear(p)
+	stream.XORKeyStream(p, p)
+	return len(p), eof
 }
 
 // Repo is one model repository at one commit.
@@ -64,33 +202,54 @@ type Server struct {
 
 	mu       sync.Mutex
 	repos    map[string]*Repo         // by ID
-	blobs    map[string][]byte        // sha256 → data (the content store)
+	blobs    map[string]content       // sha256 → data (the content store)
 	faults   map[string]*fault        // sha256 → fault
 	requests []Request                // bounded by the test's own traffic
 	held     map[string]chan struct{} // sha256 → closed when a transfer reached its hold
+	sent     atomic.Int64             // file bytes written to clients
 }
 
 // New starts a Server; it is closed when the test ends.
 func New(t testing.TB) *Server {
-	s := &Server{Token: "hf_test_token", repos: map[string]*Repo{}, blobs: map[string][]byte{},
+	s := &Server{Token: "hf_test_token", repos: map[string]*Repo{}, blobs: map[string]content{},
 		faults: map[string]*fault{}, held: map[string]chan struct{}{}}
 	s.Server = httptest.NewServer(http.HandlerFunc(s.serve))
 	t.Cleanup(s.Close)
 	return s
 }
 
+// ListenAlso serves the Hub on another address too (host:0 picks a port),
+// e.g. Docker's bridge gateway for containers to reach; it returns the
+// address listened on. Redirects name the host a request came to, so a
+// client on either address stays on it.
+func (s *Server) ListenAlso(t testing.TB, addr string) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		t.Fatalf("hubtest: listen on %s: %v", addr, err)
+	}
+	srv := &http.Server{Handler: http.HandlerFunc(s.serve)}
+	go srv.Serve(ln) //nolint:errcheck // ends with Close
+	t.Cleanup(func() { srv.Close() })
+	return ln.Addr().String()
+}
+
+// BytesSent is how many file bytes (resolve and content answers' bodies)
+// the server has written so far.
+func (s *Server) BytesSent() int64 { return s.sent.Load() }
+
 // Add publishes a repository and returns it with its Commit set.
 func (s *Server) Add(r Repo) *Repo {
 	h := sha1.New()
 	fmt.Fprintf(h, "%s\x00", r.ID)
 	for _, f := range r.Files {
-		fmt.Fprintf(h, "%s\x00%s\x00", f.Path, Sha256(f.Data))
+		fmt.Fprintf(h, "%s\x00%s\x00", f.Path, f.sha256())
 	}
 	r.Commit = hex.EncodeToString(h.Sum(nil))
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for _, f := range r.Files {
-		s.blobs[Sha256(f.Data)] = f.Data
+		s.blobs[f.sha256()] = f.content()
 	}
 	cp := r
 	s.repos[r.ID] = &cp
@@ -248,11 +407,11 @@ func (s *Server) revision(w http.ResponseWriter, r *http.Request, rest string) {
 	for _, f := range repo.Files {
 		sb := sibling{RFilename: f.Path}
 		if blobs {
-			n := int64(len(f.Data))
+			n := f.size()
 			sb.Size = &n
-			sb.BlobID = GitBlobID(f.Data)
-			if f.LFS {
-				sb.LFS = &lfsInfo{Sha256: Sha256(f.Data), Size: n, PointerSize: 134}
+			sb.BlobID = f.gitID()
+			if f.lfs() {
+				sb.LFS = &lfsInfo{Sha256: f.sha256(), Size: n, PointerSize: 134}
 			}
 		}
 		sibs = append(sibs, sb)
@@ -293,9 +452,9 @@ func (s *Server) tree(w http.ResponseWriter, r *http.Request, rest string) {
 	}
 	out := []entry{}
 	for _, f := range repo.Files {
-		e := entry{Type: "file", Oid: GitBlobID(f.Data), Size: int64(len(f.Data)), Path: f.Path}
-		if f.LFS {
-			e.LFS = &lfs{Oid: Sha256(f.Data), Size: int64(len(f.Data)), PointerSize: 134}
+		e := entry{Type: "file", Oid: f.gitID(), Size: f.size(), Path: f.Path}
+		if f.lfs() {
+			e.LFS = &lfs{Oid: f.sha256(), Size: f.size(), PointerSize: 134}
 		}
 		out = append(out, e)
 	}
@@ -332,18 +491,19 @@ func (s *Server) resolve(w http.ResponseWriter, r *http.Request, rest string) {
 		return
 	}
 	w.Header().Set("X-Repo-Commit", commit)
-	if file.LFS {
-		sum := Sha256(file.Data)
+	if file.lfs() {
+		sum := file.sha256()
 		w.Header().Set("X-Linked-Etag", `"`+sum+`"`)
-		w.Header().Set("X-Linked-Size", strconv.Itoa(len(file.Data)))
-		w.Header().Set("ETag", `W/"pointer-`+GitBlobID(file.Data)[:12]+`"`)
-		// Absolute, as the Hub's redirects to its CDN are.
-		http.Redirect(w, r, s.URL+"/cdn/"+sum+"?expires=never", http.StatusFound)
+		w.Header().Set("X-Linked-Size", strconv.FormatInt(file.size(), 10))
+		w.Header().Set("ETag", `W/"pointer-`+file.gitID()[:12]+`"`)
+		// Absolute, as the Hub's redirects to its CDN are, on the host
+		// the request came to.
+		http.Redirect(w, r, "http://"+r.Host+"/cdn/"+sum+"?expires=never", http.StatusFound)
 		return
 	}
-	w.Header().Set("ETag", `"`+GitBlobID(file.Data)+`"`)
-	fc := s.takeFault(Sha256(file.Data))
-	s.send(w, r, Sha256(file.Data), file.Data, &fc)
+	w.Header().Set("ETag", `"`+file.gitID()+`"`)
+	fc := s.takeFault(file.sha256())
+	s.send(w, r, file.sha256(), file.content(), &fc)
 }
 
 // takeFault copies the fault of the file with this sha256 (a cut happens once).
@@ -361,7 +521,7 @@ func (s *Server) takeFault(sum string) fault {
 
 func (s *Server) content(w http.ResponseWriter, r *http.Request, sum string) {
 	s.mu.Lock()
-	data, ok := s.blobs[sum]
+	c, ok := s.blobs[sum]
 	s.mu.Unlock()
 	if !ok {
 		http.NotFound(w, r)
@@ -369,15 +529,16 @@ func (s *Server) content(w http.ResponseWriter, r *http.Request, sum string) {
 	}
 	w.Header().Set("ETag", `"cdn-`+sum[:16]+`"`)
 	fc := s.takeFault(sum)
-	s.send(w, r, sum, data, &fc)
+	s.send(w, r, sum, c, &fc)
 }
 
-// send answers data with Range support and the file's faults.
-func (s *Server) send(w http.ResponseWriter, r *http.Request, key string, data []byte, f *fault) {
+// send answers c with Range support and the file's faults.
+func (s *Server) send(w http.ResponseWriter, r *http.Request, key string, c content, f *fault) {
+	var src io.ReaderAt = c.readerAt()
 	if f != nil && f.corrupt {
-		data = append([]byte(nil), data...)
-		data[0] ^= 0xff
+		src = flipFirst{src}
 	}
+	size := c.size()
 	w.Header().Set("Accept-Ranges", "bytes")
 	start := int64(0)
 	if rg := r.Header.Get("Range"); rg != "" {
@@ -388,16 +549,16 @@ func (s *Server) send(w http.ResponseWriter, r *http.Request, key string, data [
 			http.Error(w, "bad range", http.StatusBadRequest)
 			return
 		}
-		if n >= int64(len(data)) {
-			w.Header().Set("Content-Range", fmt.Sprintf("bytes */%d", len(data)))
+		if n >= size {
+			w.Header().Set("Content-Range", fmt.Sprintf("bytes */%d", size))
 			w.WriteHeader(http.StatusRequestedRangeNotSatisfiable)
 			return
 		}
 		start = n
-		w.Header().Set("Content-Range", fmt.Sprintf("bytes %d-%d/%d", n, len(data)-1, len(data)))
+		w.Header().Set("Content-Range", fmt.Sprintf("bytes %d-%d/%d", n, size-1, size))
 	}
-	body := data[start:]
-	w.Header().Set("Content-Length", strconv.Itoa(len(body)))
+	body := io.NewSectionReader(src, start, size-start)
+	w.Header().Set("Content-Length", strconv.FormatInt(size-start, 10))
 	if start > 0 {
 		w.WriteHeader(http.StatusPartialContent)
 	} else {
@@ -406,13 +567,15 @@ func (s *Server) send(w http.ResponseWriter, r *http.Request, key string, data [
 	if r.Method == http.MethodHead {
 		return
 	}
-	if f != nil && f.cutAfter > 0 && f.cutAfter < int64(len(body)) {
-		_, _ = w.Write(body[:f.cutAfter])
+	out := countingWriter{w, &s.sent}
+	buf := make([]byte, 256<<10)
+	if f != nil && f.cutAfter > 0 && f.cutAfter < body.Size() {
+		_, _ = io.CopyBuffer(out, io.LimitReader(body, f.cutAfter), buf)
 		w.(http.Flusher).Flush()
 		panic(http.ErrAbortHandler) // the connection is closed mid-body
 	}
-	if f != nil && f.holdAfter > 0 && f.release != nil && start < f.holdAfter && f.holdAfter < int64(len(data)) {
-		_, _ = w.Write(body[:f.holdAfter-start])
+	if f != nil && f.holdAfter > 0 && f.release != nil && start < f.holdAfter && f.holdAfter < size {
+		_, _ = io.CopyBuffer(out, io.LimitReader(body, f.holdAfter-start), buf)
 		w.(http.Flusher).Flush()
 		s.mu.Lock()
 		if ch := s.held[key]; ch != nil {
@@ -428,7 +591,30 @@ func (s *Server) send(w http.ResponseWriter, r *http.Request, key string, data [
 		case <-r.Context().Done():
 			return
 		}
-		body = body[f.holdAfter-start:]
 	}
-	_, _ = w.Write(body)
+	_, _ = io.CopyBuffer(out, body, buf)
+}
+
+// flipFirst reads its ReaderAt with the first byte flipped (a corrupt copy).
+type flipFirst struct{ io.ReaderAt }
+
+func (f flipFirst) ReadAt(p []byte, off int64) (int, error) {
+	n, err := f.ReaderAt.ReadAt(p, off)
+	if off == 0 && n > 0 {
+		p[0] ^= 0xff
+	}
+	return n, err
+}
+
+// countingWriter adds what it writes to n (and hides the ResponseWriter's
+// ReadFrom, so CopyBuffer's buffer is used).
+type countingWriter struct {
+	w io.Writer
+	n *atomic.Int64
+}
+
+func (c countingWriter) Write(p []byte) (int, error) {
+	n, err := c.w.Write(p)
+	c.n.Add(int64(n))
+	return n, err
 }
