@@ -613,8 +613,10 @@ type countingWriter struct {
 	n *atomic.Int64
 }
 
+// Counted before the write: a client that has the bytes sees them counted.
 func (c countingWriter) Write(p []byte) (int, error) {
+	c.n.Add(int64(len(p)))
 	n, err := c.w.Write(p)
-	c.n.Add(int64(n))
+	c.n.Add(int64(n - len(p)))
 	return n, err
 }
