@@ -15,6 +15,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"net"
 	"os"
 	"path"
@@ -170,8 +171,9 @@ type Service struct {
 }
 
 type pendingBuild struct {
-	b    store.Build
-	file string
+	b       store.Build
+	file    string
+	secrets map[string]string // secret build args: in memory only
 }
 
 // run is a running build: its cancel and its live log.
@@ -180,6 +182,9 @@ type run struct {
 	cancel context.CancelCauseFunc
 	log    *logBuffer
 	done   chan struct{}
+	// secrets are the secret build args' values: passed to the build,
+	// scrubbed from its log and error, never stored.
+	secrets map[string]string
 }
 
 // New returns a builder; Start it before use.
@@ -251,6 +256,9 @@ type Options struct {
 	Dockerfile string
 	Target     string
 	BuildArgs  map[string]string
+	// SecretArgs are build args whose values never reach the record, an
+	// answer, the build's log or Berth's log.
+	SecretArgs map[string]string
 }
 
 // Submit takes a build of endpointID from contextTar (an uncompressed tar
@@ -262,7 +270,7 @@ func (s *Service) Submit(ctx context.Context, endpointID string, o Options, cont
 	if err := s.canBuild(); err != nil {
 		return store.Build{}, err
 	}
-	in := mgmt.BuildInput{EndpointID: endpointID, Dockerfile: o.Dockerfile, Target: o.Target, BuildArgs: o.BuildArgs}
+	in := mgmt.BuildInput{EndpointID: endpointID, Dockerfile: o.Dockerfile, Target: o.Target, BuildArgs: o.BuildArgs, SecretArgs: o.SecretArgs}
 	df, err := mgmt.CheckBuildInput(in)
 	if err != nil {
 		return store.Build{}, err
@@ -303,7 +311,7 @@ func (s *Service) Submit(ctx context.Context, endpointID string, o Options, cont
 	}
 	keep = true
 	s.mu.Lock()
-	s.pending = append(s.pending, pendingBuild{b: b, file: file})
+	s.pending = append(s.pending, pendingBuild{b: b, file: file, secrets: o.SecretArgs})
 	s.mu.Unlock()
 	s.schedule()
 	return b, nil
@@ -363,7 +371,7 @@ func (s *Service) SubmitGit(ctx context.Context, endpointID string, in mgmt.Buil
 		return store.Build{}, err
 	}
 	s.mu.Lock()
-	s.pending = append(s.pending, pendingBuild{b: b})
+	s.pending = append(s.pending, pendingBuild{b: b, secrets: in.SecretArgs})
 	s.mu.Unlock()
 	s.schedule()
 	return b, nil
@@ -456,7 +464,8 @@ func (s *Service) schedule() {
 		}
 		s.pending = append(s.pending[:i], s.pending[i+1:]...)
 		ctx, cancel := context.WithCancelCause(context.Background())
-		r := &run{b: p.b, cancel: cancel, log: newLogBuffer(s.cfg.MaxLogBytes), done: make(chan struct{})}
+		r := &run{b: p.b, cancel: cancel, log: newLogBuffer(s.cfg.MaxLogBytes), done: make(chan struct{}), secrets: p.secrets}
+		r.log.scrub = newScrubber(p.secrets)
 		s.running[p.b.ID] = r
 		s.busy[p.b.EndpointID] = true
 		s.wg.Add(1)
@@ -482,6 +491,7 @@ func (s *Service) run(ctx context.Context, r *run, file string) {
 	ctx, cancelTotal := context.WithTimeoutCause(ctx, s.cfg.TotalTimeout, fmt.Errorf("the build exceeded its maximum time of %s", s.cfg.TotalTimeout))
 	defer cancelTotal()
 	fail := func(status, msg string) {
+		msg = r.log.scrub.apply(msg)
 		b, _, err := s.cfg.Records.FinishBuild(r.b.ID, status, msg, r.log.bytes())
 		if err != nil {
 			s.log.Error("record a failed build", "build", r.b.ID, "err", err)
@@ -535,7 +545,7 @@ func (s *Service) run(ctx context.Context, r *run, file string) {
 		// (fuse-overlayfs) a commit walks the whole file system. The
 		// image's name (berth/ENDPOINT:DIGEST) and its build record say
 		// where it comes from.
-		err = s.cfg.Images.Build(stepCtx, f, Spec{Tag: b.ImageName, Dockerfile: b.Dockerfile, Target: b.Target, BuildArgs: b.BuildArgs}, func(l string) {
+		err = s.cfg.Images.Build(stepCtx, f, Spec{Tag: b.ImageName, Dockerfile: b.Dockerfile, Target: b.Target, BuildArgs: buildArgs(b.BuildArgs, r.secrets)}, func(l string) {
 			tracker.see(l)
 			r.log.line(l)
 		})
@@ -618,6 +628,17 @@ func (s *Service) push(ctx context.Context, r *run, b store.Build) (store.Build,
 	}
 	r.log.line("berth: pushed " + ref)
 	return b, "", ""
+}
+
+// buildArgs are a build's args with its secret ones.
+func buildArgs(args, secrets map[string]string) map[string]string {
+	if len(secrets) == 0 {
+		return args
+	}
+	out := make(map[string]string, len(args)+len(secrets))
+	maps.Copy(out, args)
+	maps.Copy(out, secrets)
+	return out
 }
 
 // RegistryName is the name:tag a build's local image (berth/NAME:TAG)

@@ -3,6 +3,8 @@ package builder
 import (
 	"bytes"
 	"io"
+	"sort"
+	"strings"
 	"sync"
 )
 
@@ -18,6 +20,29 @@ type logBuffer struct {
 	total   int64  // bytes ever written: readers' offsets
 	closed  bool
 	changed chan struct{} // closed (and replaced) on every change
+	scrub   scrubber      // secret values replaced in every line
+}
+
+// scrubber replaces secret build arg values with "***", longest first
+// (one value holding another is replaced whole).
+type scrubber struct{ values []string }
+
+func newScrubber(secrets map[string]string) scrubber {
+	var s scrubber
+	for _, v := range secrets {
+		if v != "" {
+			s.values = append(s.values, v)
+		}
+	}
+	sort.Slice(s.values, func(i, j int) bool { return len(s.values[i]) > len(s.values[j]) })
+	return s
+}
+
+func (s scrubber) apply(line string) string {
+	for _, v := range s.values {
+		line = strings.ReplaceAll(line, v, "***")
+	}
+	return line
 }
 
 func newLogBuffer(max int) *logBuffer {
@@ -26,6 +51,7 @@ func newLogBuffer(max int) *logBuffer {
 
 // line appends one line.
 func (l *logBuffer) line(s string) {
+	s = l.scrub.apply(s) // before the cut: a value is never cut in two
 	if len(s) > l.max/4 {
 		s = s[:l.max/4] + "…"
 	}

@@ -87,12 +87,17 @@ func (c *Client) do(ctx context.Context, req *http.Request, method, path string)
 
 // SendBody sends body (size bytes of contentType) and returns the
 // response as Send does.
-func (c *Client) SendBody(ctx context.Context, method, path, contentType string, body io.Reader, size int64) (*http.Response, error) {
+func (c *Client) SendBody(ctx context.Context, method, path, contentType string, body io.Reader, size int64, hdr ...http.Header) (*http.Response, error) {
 	req, err := http.NewRequestWithContext(ctx, method, c.Base+path, body)
 	if err != nil {
 		return nil, err
 	}
 	req.ContentLength = size
+	for _, h := range hdr {
+		for k, vs := range h {
+			req.Header[k] = append(req.Header[k], vs...)
+		}
+	}
 	req.Header.Set("Content-Type", contentType)
 	return c.do(ctx, req, method, path)
 }

@@ -29,7 +29,7 @@ const placeholderImage = "berth/pending-first-build:none"
 func deployCommand(a *app) *cobra.Command {
 	var fields *inputFlags
 	var dockerfile, target, ref, contextPath, gitCred string
-	var buildArgs []string
+	var buildArgs, buildSecrets []string
 	var timeout time.Duration
 	var buildLog bool
 	cmd := &cobra.Command{Use: "deploy [DIR | GIT_URL] [flags]", Short: "Build DIR's or a git repository's Dockerfile on Berth and roll the endpoint named --name onto it",
@@ -83,6 +83,21 @@ A failed build changes nothing that runs: its error names the failing step.`,
 				}
 				q.Add("buildArg", kv)
 			}
+			secrets := map[string]string{}
+			for _, kv := range buildSecrets {
+				k, v, ok := strings.Cut(kv, "=")
+				if !ok {
+					// KEY alone: the value from the environment, so it
+					// is on no command line (ps, shell history).
+					if v, ok = os.LookupEnv(k); !ok {
+						return usageErr("--build-secret %s: no value given and no variable %s in the environment", k, k)
+					}
+				}
+				if k == "" {
+					return usageErr("--build-secret: want KEY=VALUE or KEY (the value from the environment)")
+				}
+				secrets[k] = v
+			}
 			if gitSrc {
 				args := map[string]string{}
 				for _, kv := range q["buildArg"] {
@@ -90,10 +105,10 @@ A failed build changes nothing that runs: its error names the failing step.`,
 					args[k] = v
 				}
 				gb := map[string]any{"git": map[string]any{"url": dir, "ref": ref, "contextPath": contextPath, "credentialId": gitCred},
-					"dockerfile": dockerfile, "target": target, "buildArgs": args}
+					"dockerfile": dockerfile, "target": target, "buildArgs": args, "secretBuildArgs": secrets}
 				return a.deployGit(cmd.Context(), dir, body, gb, timeout, buildLog)
 			}
-			return a.deploy(cmd.Context(), dir, body, q, timeout, buildLog)
+			return a.deploy(cmd.Context(), dir, body, q, secrets, timeout, buildLog)
 		}}
 	fields = newInputFlags(cmd.Flags(), reflect.TypeFor[v1input.EndpointInput]())
 	cmd.Flags().StringVar(&dockerfile, "dockerfile", "", "the Dockerfile's path inside DIR or the git context [Dockerfile]")
@@ -102,12 +117,13 @@ A failed build changes nothing that runs: its error names the failing step.`,
 	cmd.Flags().StringVar(&gitCred, "git-credential", "", "GIT_URL: the id of the stored git credential to clone with")
 	cmd.Flags().StringVar(&target, "target", "", "the build stage to build")
 	cmd.Flags().StringArrayVar(&buildArgs, "build-arg", nil, "KEY=VALUE build argument (repeat the flag)")
+	cmd.Flags().StringArrayVar(&buildSecrets, "build-secret", nil, "a secret build argument, KEY=VALUE or KEY (its value from the environment): passed to the build, never stored, answered or logged; the classic builder still records it in the image's history of the steps using it (docs/builds.md) (repeat the flag)")
 	cmd.Flags().DurationVar(&timeout, "timeout", 30*time.Minute, "give up waiting for the build and the rollout after this long")
 	cmd.Flags().BoolVar(&buildLog, "build-log", false, "show every line of the build's output, not only its steps")
 	return cmd
 }
 
-func (a *app) deploy(ctx context.Context, dir string, body map[string]any, q url.Values, timeout time.Duration, buildLog bool) error {
+func (a *app) deploy(ctx context.Context, dir string, body map[string]any, q url.Values, secrets map[string]string, timeout time.Duration, buildLog bool) error {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	st, err := os.Stat(dir)
@@ -156,7 +172,11 @@ func (a *app) deploy(ctx context.Context, dir string, body map[string]any, q url
 	if len(q) > 0 {
 		path += "?" + q.Encode()
 	}
-	resp, err := a.client().SendBody(ctx, http.MethodPost, path, "application/x-tar", tmp, size)
+	hdr := http.Header{}
+	for k, v := range secrets {
+		hdr.Add("X-Berth-Build-Secret", k+"="+v)
+	}
+	resp, err := a.client().SendBody(ctx, http.MethodPost, path, "application/x-tar", tmp, size, hdr)
 	if err != nil {
 		return err
 	}

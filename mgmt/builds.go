@@ -2,9 +2,12 @@ package mgmt
 
 import (
 	"context"
+	"crypto/hmac"
+	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"maps"
 	"path"
 	"regexp"
 	"slices"
@@ -39,6 +42,10 @@ type BuildInput struct {
 	Dockerfile string // relative to the context root; "" is "Dockerfile"
 	Target     string
 	BuildArgs  map[string]string
+	// SecretArgs are build args whose values are secret: passed to the
+	// build, never stored, answered or logged (the record keeps their
+	// names and an HMAC).
+	SecretArgs map[string]string
 	// ContextDigest is the sha256 (hex) of the context tar as received;
 	// ContextBytes its size (an upload's; a git build's come once cloned:
 	// ResolveGitBuild).
@@ -68,8 +75,20 @@ func CheckBuildInput(in BuildInput) (string, error) {
 	if in.Target != "" && (len(in.Target) > 128 || !targetRe.MatchString(in.Target)) {
 		return "", invalid("target", "target %s is not a build stage name (letters, digits, . _ -)", quote(ShortID(in.Target)))
 	}
-	if err := LimitBuildArgs.CheckCount("buildArgs", len(in.BuildArgs)); err != nil {
+	if err := LimitBuildArgs.CheckCount("buildArgs", len(in.BuildArgs)+len(in.SecretArgs)); err != nil {
 		return "", err
+	}
+	for k, v := range in.SecretArgs {
+		// Never the value in an answer: only its name.
+		if len(k) > 128 || !buildArgRe.MatchString(k) {
+			return "", invalid("secretBuildArgs", "secretBuildArgs: %s is not a variable name (KEY=VALUE, KEY of letters, digits and _)", quote(ShortID(k)))
+		}
+		if _, both := in.BuildArgs[k]; both {
+			return "", invalid("secretBuildArgs", "secretBuildArgs: %s is given as a build arg too: give it once", k)
+		}
+		if len(v) > 4096 || CheckText("secretBuildArgs", v, false) != nil {
+			return "", invalid("secretBuildArgs", "secretBuildArgs: the value of %s must be one line of printable text of at most 4096 bytes", k)
+		}
 	}
 	for k, v := range in.BuildArgs {
 		if len(k) > 128 || !buildArgRe.MatchString(k) {
@@ -112,7 +131,7 @@ func CleanContextPath(field, p string) (string, error) {
 
 // BuildDigest is the digest of what a build makes: the context and every
 // option. Two builds with the same digest make the same image.
-func BuildDigest(contextDigest, dockerfile, target string, args map[string]string) string {
+func BuildDigest(contextDigest, dockerfile, target string, args map[string]string, secretsDigest string) string {
 	h := sha256.New()
 	fmt.Fprintf(h, "context %s\ndockerfile %s\ntarget %s\n", contextDigest, dockerfile, target)
 	keys := make([]string, 0, len(args))
@@ -123,7 +142,42 @@ func BuildDigest(contextDigest, dockerfile, target string, args map[string]strin
 	for _, k := range keys {
 		fmt.Fprintf(h, "arg %q=%q\n", k, args[k])
 	}
+	if secretsDigest != "" {
+		fmt.Fprintf(h, "secrets %s\n", secretsDigest)
+	}
 	return hex.EncodeToString(h.Sum(nil))
+}
+
+// SecretArgsDigest is the HMAC-SHA256, under the install's key, of
+// secret build args (names and values): a build's image name changes
+// with a secret's value without revealing it. A plain hash would let
+// anyone who sees the image name confirm a guess of a short secret
+// offline; the key (random, in berth.db's meta bucket) makes that need
+// the database file.
+func SecretArgsDigest(key []byte, secrets map[string]string) string {
+	if len(secrets) == 0 {
+		return ""
+	}
+	m := hmac.New(sha256.New, key)
+	for _, k := range slices.Sorted(maps.Keys(secrets)) {
+		fmt.Fprintf(m, "secret %q=%q\n", k, secrets[k])
+	}
+	return hex.EncodeToString(m.Sum(nil))
+}
+
+const buildSecretKeyName = "build_secret_key"
+
+// buildSecretKey is the install's key of SecretArgsDigest, made (32
+// random bytes) on first use.
+func buildSecretKey(tx *store.Tx) ([]byte, error) {
+	if raw := tx.GetRaw(store.Meta, buildSecretKeyName); raw != nil {
+		return hex.DecodeString(string(raw))
+	}
+	k := make([]byte, 32)
+	if _, err := rand.Read(k); err != nil {
+		return nil, fmt.Errorf("make the build secrets key: %w", err)
+	}
+	return k, tx.Apply(store.PutRaw(store.Meta, buildSecretKeyName, []byte(hex.EncodeToString(k))))
 }
 
 var imageNameRe = regexp.MustCompile(`[^a-z0-9]+`)
@@ -162,18 +216,28 @@ func (s *Service) CreateBuild(ctx context.Context, in BuildInput) (store.Build, 
 		if len(in.ContextDigest) != 64 {
 			return store.Build{}, fmt.Errorf("create build: context digest %q is not a sha256", in.ContextDigest)
 		}
-		b.SourceDigest = BuildDigest(in.ContextDigest, df, in.Target, in.BuildArgs)
+	}
+	if len(in.SecretArgs) > 0 {
+		b.SecretBuildArgs = slices.Sorted(maps.Keys(in.SecretArgs))
 	}
 	err = s.cfg.Store.Update(func(tx *store.Tx) error {
 		var e store.Endpoint
 		if err := getOr404(tx, store.Endpoints, in.EndpointID, "endpoint", &e); err != nil {
 			return err
 		}
+		if len(in.SecretArgs) > 0 {
+			key, err := buildSecretKey(tx)
+			if err != nil {
+				return err
+			}
+			b.SecretsDigest = SecretArgsDigest(key, in.SecretArgs)
+		}
 		if b.Git != nil {
 			if err := checkGitCredentialRef(tx, b.Git.CredentialID); err != nil {
 				return err
 			}
 		} else {
+			b.SourceDigest = BuildDigest(in.ContextDigest, df, in.Target, in.BuildArgs, b.SecretsDigest)
 			b.ImageName = BuildImageName(e.Name, b.SourceDigest)
 		}
 		old, err := endpointBuilds(tx, e.ID)

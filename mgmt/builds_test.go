@@ -65,11 +65,29 @@ func asErr(err error, me **Error) bool {
 // The image name is Berth's, the endpoint's name made a repository name,
 // and the tag follows the source and options: same input, same name.
 func TestBuildImageName(t *testing.T) {
-	d1 := BuildDigest(strings.Repeat("a", 64), "Dockerfile", "", map[string]string{"A": "1", "B": "2"})
-	d2 := BuildDigest(strings.Repeat("a", 64), "Dockerfile", "", map[string]string{"B": "2", "A": "1"})
-	d3 := BuildDigest(strings.Repeat("a", 64), "Dockerfile", "", map[string]string{"A": "1", "B": "3"})
+	d1 := BuildDigest(strings.Repeat("a", 64), "Dockerfile", "", map[string]string{"A": "1", "B": "2"}, "")
+	d2 := BuildDigest(strings.Repeat("a", 64), "Dockerfile", "", map[string]string{"B": "2", "A": "1"}, "")
+	d3 := BuildDigest(strings.Repeat("a", 64), "Dockerfile", "", map[string]string{"A": "1", "B": "3"}, "")
 	if d1 != d2 || d1 == d3 {
 		t.Fatalf("digests: %s %s %s: want the first two equal, the third different", d1, d2, d3)
+	}
+	// Secret args: the digest follows their HMAC (the value changes it,
+	// the key too), and holds no value.
+	k1, k2 := []byte("key one"), []byte("key two")
+	s1 := SecretArgsDigest(k1, map[string]string{"T": "v1"})
+	for _, c := range []struct {
+		a, b string
+		same bool
+	}{
+		{s1, SecretArgsDigest(k1, map[string]string{"T": "v1"}), true},
+		{s1, SecretArgsDigest(k1, map[string]string{"T": "v2"}), false},
+		{s1, SecretArgsDigest(k2, map[string]string{"T": "v1"}), false},
+		{SecretArgsDigest(k1, nil), "", true},
+		{d1, BuildDigest(strings.Repeat("a", 64), "Dockerfile", "", map[string]string{"A": "1", "B": "2"}, s1), false},
+	} {
+		if (c.a == c.b) != c.same {
+			t.Errorf("digests %q and %q: same %v, want %v", c.a, c.b, c.a == c.b, c.same)
+		}
 	}
 	for name, want := range map[string]string{"My Worker_1": "berth/my-worker-1:", "---": "berth/endpoint:", "hello": "berth/hello:"} {
 		if got := BuildImageName(name, d1); got != want+d1[:12] {

@@ -191,7 +191,7 @@ func (s *Service) ResolveGitBuild(id string, c GitCommit, contextDigest string, 
 			d := c.Date.UTC()
 			b.CommitDate = &d
 		}
-		b.SourceDigest = BuildDigest(contextDigest, b.Dockerfile, b.Target, b.BuildArgs)
+		b.SourceDigest = BuildDigest(contextDigest, b.Dockerfile, b.Target, b.BuildArgs, b.SecretsDigest)
 		b.ImageName = BuildImageName(e.Name, b.SourceDigest)
 		b.ContextBytes = contextBytes
 		return tx.Apply(store.Put(store.Builds, id, b))

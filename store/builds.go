@@ -45,6 +45,12 @@ type Build struct {
 	Dockerfile    string            `json:"dockerfile"`
 	Target        string            `json:"target,omitempty"`
 	BuildArgs     map[string]string `json:"buildArgs,omitempty"`
+	// SecretBuildArgs are the names of the build's secret build args:
+	// their values are never stored, only SecretsDigest, an HMAC of them
+	// under the install's key (mgmt.SecretArgsDigest) that the image name
+	// depends on.
+	SecretBuildArgs []string `json:"secretBuildArgs,omitempty"`
+	SecretsDigest   string   `json:"secretsDigest,omitempty"`
 	ContextBytes  int64             `json:"contextBytes"`
 	CreatedAt     time.Time         `json:"createdAt"`
 	StartedAt     *time.Time        `json:"startedAt,omitempty"`

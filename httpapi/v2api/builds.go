@@ -16,6 +16,10 @@ import (
 	"berth/store"
 )
 
+// BuildSecretHeader carries a secret build arg (KEY=VALUE, repeated) of
+// an uploaded build.
+const BuildSecretHeader = "X-Berth-Build-Secret"
+
 // Builds runs image builds (*builder.Service).
 type Builds interface {
 	Submit(ctx context.Context, endpointID string, o builder.Options, contextTar io.Reader) (store.Build, error)
@@ -44,6 +48,9 @@ type BuildView struct {
 	Dockerfile     string            `json:"dockerfile"`
 	Target         *string           `json:"target"`
 	BuildArgs      map[string]string `json:"buildArgs"`
+	// SecretBuildArgs names the secret build args; their values are
+	// never answered.
+	SecretBuildArgs []string `json:"secretBuildArgs"`
 	ContextBytes   int64             `json:"contextBytes"`
 	CreatedAt      time.Time         `json:"createdAt"`
 	Reused         bool              `json:"reused"`
@@ -88,6 +95,7 @@ func viewBuild(b store.Build) BuildView {
 	if v.BuildArgs == nil {
 		v.BuildArgs = map[string]string{}
 	}
+	v.SecretBuildArgs = append([]string{}, b.SecretBuildArgs...)
 	if b.Error != "" {
 		v.Error = ptr(b.Error)
 	}
@@ -172,6 +180,9 @@ type gitBuildBody struct {
 	Dockerfile string            `json:"dockerfile"`
 	Target     string            `json:"target"`
 	BuildArgs  map[string]string `json:"buildArgs"`
+	// SecretBuildArgs are build args whose values are never stored,
+	// answered or logged.
+	SecretBuildArgs map[string]string `json:"secretBuildArgs"`
 }
 
 // createBuild takes the source as the body: an uncompressed tar
@@ -210,6 +221,19 @@ func (a *API) createBuild(w http.ResponseWriter, r *http.Request) {
 		}
 		o.BuildArgs[k] = v
 	}
+	// Secret build args come in a header, not the query: a URL is what
+	// proxies and access logs record.
+	for _, kv := range r.Header.Values(BuildSecretHeader) {
+		k, v, ok := strings.Cut(kv, "=")
+		if !ok || k == "" {
+			a.fail(w, r, bad(BuildSecretHeader, "%s must be KEY=VALUE", BuildSecretHeader))
+			return
+		}
+		if o.SecretArgs == nil {
+			o.SecretArgs = map[string]string{}
+		}
+		o.SecretArgs[k] = v
+	}
 	id := pathID(r)
 	if _, _, err := a.endpoint(r, id); err != nil {
 		a.fail(w, r, err)
@@ -244,7 +268,7 @@ func (a *API) createGitBuild(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	g := mgmt.GitSource{URL: body.Git.URL, Ref: body.Git.Ref, ContextPath: body.Git.ContextPath, CredentialID: body.Git.CredentialID}
-	b, err := a.cfg.Builds.SubmitGit(r.Context(), id, mgmt.BuildInput{Dockerfile: body.Dockerfile, Target: body.Target, BuildArgs: body.BuildArgs, Git: &g})
+	b, err := a.cfg.Builds.SubmitGit(r.Context(), id, mgmt.BuildInput{Dockerfile: body.Dockerfile, Target: body.Target, BuildArgs: body.BuildArgs, SecretArgs: body.SecretBuildArgs, Git: &g})
 	a.answer(w, r, http.StatusAccepted, viewBuild(b), err)
 }
 
