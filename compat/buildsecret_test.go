@@ -37,6 +37,10 @@ func TestSecretBuildArg(t *testing.T) {
 	cmd.Stdout, cmd.Stderr = &out, &errOut
 	err := cmd.Run()
 	epID := strings.TrimSpace(out.String())
+	var asJSON struct{ ID string }
+	if json.Unmarshal(out.Bytes(), &asJSON) == nil { // piped: the endpoint as JSON
+		epID = asJSON.ID
+	}
 	removeBuiltImages(t, s, &epID)
 	if code := clientkit.ExitCode(err); code != 0 {
 		t.Fatalf("deploy: exit %d\n%s", code, errOut.String())
