@@ -49,13 +49,13 @@ type Build struct {
 	// their values are never stored, only SecretsDigest, an HMAC of them
 	// under the install's key (mgmt.SecretArgsDigest) that the image name
 	// depends on.
-	SecretBuildArgs []string `json:"secretBuildArgs,omitempty"`
-	SecretsDigest   string   `json:"secretsDigest,omitempty"`
-	ContextBytes  int64             `json:"contextBytes"`
-	CreatedAt     time.Time         `json:"createdAt"`
-	StartedAt     *time.Time        `json:"startedAt,omitempty"`
-	CompletedAt   *time.Time        `json:"completedAt,omitempty"`
-	Error         string            `json:"error,omitempty"`
+	SecretBuildArgs []string   `json:"secretBuildArgs,omitempty"`
+	SecretsDigest   string     `json:"secretsDigest,omitempty"`
+	ContextBytes    int64      `json:"contextBytes"`
+	CreatedAt       time.Time  `json:"createdAt"`
+	StartedAt       *time.Time `json:"startedAt,omitempty"`
+	CompletedAt     *time.Time `json:"completedAt,omitempty"`
+	Error           string     `json:"error,omitempty"`
 	// Reused: the image was already present, nothing was built.
 	Reused bool `json:"reused,omitempty"`
 	// ReleaseVersion is the endpoint version the build released (0: none,

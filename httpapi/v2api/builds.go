@@ -42,19 +42,19 @@ type BuildView struct {
 	CompletedAt   *time.Time `json:"completedAt"`
 	Error         *string    `json:"error"`
 
-	EndpointID     string            `json:"endpointId"`
-	Source         string            `json:"source"`
-	Git            *GitView          `json:"git"`
-	Dockerfile     string            `json:"dockerfile"`
-	Target         *string           `json:"target"`
-	BuildArgs      map[string]string `json:"buildArgs"`
+	EndpointID string            `json:"endpointId"`
+	Source     string            `json:"source"`
+	Git        *GitView          `json:"git"`
+	Dockerfile string            `json:"dockerfile"`
+	Target     *string           `json:"target"`
+	BuildArgs  map[string]string `json:"buildArgs"`
 	// SecretBuildArgs names the secret build args; their values are
 	// never answered.
-	SecretBuildArgs []string `json:"secretBuildArgs"`
-	ContextBytes   int64             `json:"contextBytes"`
-	CreatedAt      time.Time         `json:"createdAt"`
-	Reused         bool              `json:"reused"`
-	ReleaseVersion *int              `json:"releaseVersion"`
+	SecretBuildArgs []string  `json:"secretBuildArgs"`
+	ContextBytes    int64     `json:"contextBytes"`
+	CreatedAt       time.Time `json:"createdAt"`
+	Reused          bool      `json:"reused"`
+	ReleaseVersion  *int      `json:"releaseVersion"`
 	// PushedImage is the image pushed to the build registry, by digest
 	// (HOST/PREFIX/name@sha256:…), and ImageDigest its digest: null
 	// without a registry (berth serve --registry).
