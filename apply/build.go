@@ -149,7 +149,7 @@ func built(bs []store.Build, image string, b *Build) (store.Build, bool) {
 		if b.digest == "" {
 			return store.Build{}, false
 		}
-		want = mgmt.BuildDigest(b.digest, df, b.Target, b.BuildArgs)
+		want = mgmt.BuildDigest(b.digest, df, b.Target, b.BuildArgs, "")
 	}
 	for _, x := range bs {
 		if x.Status != store.BuildCompleted || x.RunImage() != image {
@@ -178,7 +178,7 @@ func (b *Build) detail(endpoint string) string {
 	if b.Context != nil {
 		s := "context " + *b.Context
 		if b.digest != "" {
-			s += " → " + mgmt.BuildImageName(endpoint, mgmt.BuildDigest(b.digest, b.dockerfile(), b.Target, b.BuildArgs))
+			s += " → " + mgmt.BuildImageName(endpoint, mgmt.BuildDigest(b.digest, b.dockerfile(), b.Target, b.BuildArgs, ""))
 		}
 		return s
 	}

@@ -52,7 +52,7 @@ func TestPlanBuild(t *testing.T) {
 	const digest = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
 	withDigest := func(f File, d string) File { f.Endpoints[0].Build.digest = d; return f }
 	file := withDigest(mustParse(t, doc), digest)
-	src := mgmt.BuildDigest(digest, "Dockerfile", "", map[string]string{"BASE_IMAGE": "b"})
+	src := mgmt.BuildDigest(digest, "Dockerfile", "", map[string]string{"BASE_IMAGE": "b"}, "")
 	image := mgmt.BuildImageName("w", src)
 	tpl := store.Template{ID: "t1", Name: "w", ImageName: image, IsServerless: true, Env: map[string]string{}, Ports: []string{}}
 	ep := store.Endpoint{ID: "e1", Name: "w", TemplateID: "t1", ComputeType: "CPU", WorkersMin: 1, WorkersMax: 1}
@@ -72,9 +72,9 @@ func TestPlanBuild(t *testing.T) {
 		{"built and running", file, built, []string{"= template w (t1)", "= endpoint w (e1)", "= build w (b1): " + image}},
 		{"another image runs", file, other, []string{"+ build w: context src → " + image, "= template w (t1)", "= endpoint w (e1)"}},
 		{"source changed", withDigest(mustParse(t, doc), strings.Repeat("f", 64)), built,
-			[]string{"+ build w: context src → " + mgmt.BuildImageName("w", mgmt.BuildDigest(strings.Repeat("f", 64), "Dockerfile", "", map[string]string{"BASE_IMAGE": "b"})), "= template w (t1)", "= endpoint w (e1)"}},
+			[]string{"+ build w: context src → " + mgmt.BuildImageName("w", mgmt.BuildDigest(strings.Repeat("f", 64), "Dockerfile", "", map[string]string{"BASE_IMAGE": "b"}, "")), "= template w (t1)", "= endpoint w (e1)"}},
 		{"option changed", withDigest(mustParse(t, strings.Replace(doc, `"b"}`, `"c"}`, 1)), digest), built,
-			[]string{"+ build w: context src → " + mgmt.BuildImageName("w", mgmt.BuildDigest(digest, "Dockerfile", "", map[string]string{"BASE_IMAGE": "c"})), "= template w (t1)", "= endpoint w (e1)"}},
+			[]string{"+ build w: context src → " + mgmt.BuildImageName("w", mgmt.BuildDigest(digest, "Dockerfile", "", map[string]string{"BASE_IMAGE": "c"}, "")), "= template w (t1)", "= endpoint w (e1)"}},
 		{"git at a branch", mustParse(t, `{"endpoints": [{"name": "w", "build": {"git": {"url": "https://h/r.git", "ref": "main"}}}]}`), built,
 			[]string{"+ build w: git https://h/r.git at main", "= template w (t1)", "= endpoint w (e1)"}},
 	} {
