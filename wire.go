@@ -128,6 +128,7 @@ func serveConfig(o cli.ServeOptions) app.Config {
 	c.Builds.StepTimeout, c.Builds.TotalTimeout, c.Builds.MaxConcurrent = o.BuildStepTimeout, o.BuildTimeout, o.BuildConcurrency
 	c.Builds.Registry, c.Builds.RegistryAuth = o.Registry, o.RegistryAuth
 	c.Builds.ImagesKept = o.BuildImagesKept
+	c.BuildkitAddr = o.BuildkitAddr
 	if c.Runtime.FlashMaxFrozen <= 0 {
 		c.Runtime.FlashMaxFrozen = -1
 	}

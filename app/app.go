@@ -112,6 +112,9 @@ type Config struct {
 	LB     lbproxy.Config
 	// Builds is the image builder's settings (limits, timeouts).
 	Builds builder.Config
+	// BuildkitAddr, when set, is the BuildKit daemon builds run on
+	// instead of the Docker daemon's builder (docs/builds.md).
+	BuildkitAddr string
 	// Conn is the connection limits of both listeners (package
 	// httplimit); zero fields are the defaults.
 	Conn httplimit.Limits

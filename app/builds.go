@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"berth/builder"
+	"berth/builder/buildkit"
 	"berth/mgmt"
 	"berth/runtime"
 	"berth/runtime/docker"
@@ -27,6 +28,24 @@ func (a *App) newBuilder() *builder.Service {
 	bc.Outbound = a.hooks
 	bc.Dir = filepath.Join(a.cfg.DataDir, "builds")
 	switch {
+	case a.cfg.BuildkitAddr != "" && a.cfg.Kubernetes != nil && bc.Registry == "":
+		bc.NoImages = errors.New("builds on the Kubernetes runtime need a registry (berth serve --registry HOST[/PREFIX]) for BuildKit to push to (docs/builds.md)")
+	case a.cfg.BuildkitAddr != "" && bc.Registry == "" && a.dock == nil:
+		bc.NoImages = errors.New("BuildKit builds without --registry are loaded into the Docker daemon workers run on: the Docker runtime is off")
+	case a.cfg.BuildkitAddr != "":
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		bk, err := buildkit.Connect(ctx, a.cfg.BuildkitAddr)
+		cancel()
+		if err != nil {
+			bc.NoImages = fmt.Errorf("builds need the BuildKit daemon (--buildkit-addr): %w", err)
+			break
+		}
+		a.closers = append(a.closers, func() { bk.Close() })
+		if bc.Registry != "" {
+			bc.Direct = buildkitImages{bk}
+		} else {
+			bc.Images = buildkitLoad{bk: bk, d: a.dock}
+		}
 	case a.cfg.Kubernetes != nil && bc.Registry == "":
 		bc.NoImages = errors.New("builds on the Kubernetes runtime need a registry (berth serve --registry HOST[/PREFIX]): the cluster's nodes cannot see the images of the daemon that builds them (docs/builds.md)")
 	case a.cfg.Kubernetes != nil && a.cfg.Docker == DockerOff:
@@ -108,4 +127,48 @@ func (i dockerImages) Push(ctx context.Context, local, remote string, login *bui
 		auth = &runtime.RegistryAuth{Username: login.Username, Password: login.Password}
 	}
 	return i.d.PushImage(ctx, local, remote, auth, line)
+}
+
+// buildkitImages builds on a BuildKit daemon straight into the registry.
+type buildkitImages struct{ bk *buildkit.Client }
+
+func bkLogin(l *builder.Login) *buildkit.Login {
+	if l == nil {
+		return nil
+	}
+	return &buildkit.Login{Username: l.Username, Password: l.Password}
+}
+
+func bkSpec(s builder.Spec) buildkit.Spec {
+	return buildkit.Spec{Dockerfile: s.Dockerfile, Target: s.Target, BuildArgs: s.BuildArgs}
+}
+
+func (i buildkitImages) RegistryDigest(ctx context.Context, remote string, login *builder.Login) (string, error) {
+	return buildkit.RegistryDigest(ctx, remote, bkLogin(login))
+}
+
+func (i buildkitImages) BuildPush(ctx context.Context, contextTar io.Reader, s builder.Spec, remote string, login *builder.Login, line func(string), pushing func()) (string, error) {
+	return i.bk.BuildPush(ctx, contextTar, bkSpec(s), remote, bkLogin(login), line, pushing)
+}
+
+// buildkitLoad builds on a BuildKit daemon and loads the image into the
+// Docker daemon workers run on; whether it is there already is the
+// Docker daemon's answer, as for its own builds.
+type buildkitLoad struct {
+	bk *buildkit.Client
+	d  *docker.Docker
+}
+
+func (i buildkitLoad) ImageExists(ctx context.Context, ref string) (bool, error) {
+	return i.d.ImageExists(ctx, ref)
+}
+
+func (i buildkitLoad) Build(ctx context.Context, contextTar io.Reader, s builder.Spec, line func(string)) error {
+	return i.bk.BuildLoad(ctx, contextTar, bkSpec(s), s.Tag, func(ctx context.Context, r io.Reader) error {
+		return i.d.LoadImage(ctx, r, line)
+	}, line)
+}
+
+func (i buildkitLoad) Push(ctx context.Context, local, remote string, login *builder.Login, line func(string)) (string, error) {
+	return dockerImages{i.d}.Push(ctx, local, remote, login, line)
 }

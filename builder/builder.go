@@ -20,6 +20,7 @@ import (
 	"os"
 	"path"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"sync"
 	"time"
@@ -48,6 +49,19 @@ type Images interface {
 	// pushes it with login (nil: anonymous) and returns the digest the
 	// registry stored ("sha256:…").
 	Push(ctx context.Context, local, remote string, login *Login, line func(string)) (string, error)
+}
+
+// RegistryImages builds straight into a registry (BuildKit's image
+// exporter pushing): no image is kept on Berth's side, and "the same
+// source was built before" means the registry has its tag.
+type RegistryImages interface {
+	// RegistryDigest is remote's (name:tag) digest in its registry, ""
+	// when the registry has no such tag.
+	RegistryDigest(ctx context.Context, remote string, login *Login) (string, error)
+	// BuildPush builds s and pushes the image as remote with login (nil:
+	// anonymous); pushing is called when the upload starts. It returns
+	// the digest the registry stored.
+	BuildPush(ctx context.Context, contextTar io.Reader, s Spec, remote string, login *Login, line func(string), pushing func()) (string, error)
 }
 
 // Login is a registry's username and password.
@@ -84,8 +98,12 @@ type Outbound interface {
 // Config is a builder's settings; zero values are the defaults.
 type Config struct {
 	Records Records
-	// Images builds; nil: builds are refused (no image builder).
+	// Images builds; nil (and Direct nil): builds are refused (no image
+	// builder).
 	Images Images
+	// Direct, when set, builds straight into Registry (BuildKit with
+	// --registry); Images is then not used.
+	Direct RegistryImages
 	// NoImages says why Images is nil (the error answered, as it is).
 	NoImages error
 	// Dir holds the uploaded contexts waiting for their build.
@@ -319,7 +337,7 @@ func (s *Service) Submit(ctx context.Context, endpointID string, o Options, cont
 
 // canBuild refuses builds when there is no image builder.
 func (s *Service) canBuild() error {
-	if s.cfg.Images == nil {
+	if s.cfg.Images == nil && s.cfg.Direct == nil {
 		why := s.cfg.NoImages
 		if why == nil {
 			why = errors.New("no image builder")
@@ -523,6 +541,10 @@ func (s *Service) run(ctx context.Context, r *run, file string) {
 	}
 	r.log.line(fmt.Sprintf("berth: building %s (context %d bytes, dockerfile %s)", b.ImageName, b.ContextBytes, b.Dockerfile))
 	defer s.hold(b.ImageName)()
+	if s.cfg.Direct != nil {
+		s.runDirect(ctx, r, b, file, fail)
+		return
+	}
 	exists, err := s.cfg.Images.ImageExists(ctx, b.ImageName)
 	if err != nil {
 		fail(store.BuildFailed, "check for the image: "+err.Error())
@@ -553,23 +575,12 @@ func (s *Service) run(ctx context.Context, r *run, file string) {
 		cancelStep()
 		f.Close()
 		if err != nil {
-			switch {
-			case errors.Is(cause, errCancelled):
-				fail(store.BuildCancelled, "cancelled during "+tracker.step())
-			case cause != nil:
-				fail(store.BuildFailed, fmt.Sprintf("%v, during %s", cause, tracker.step()))
-			default:
-				fail(store.BuildFailed, fmt.Sprintf("%s failed: %v\nlast log lines:\n%s", tracker.step(), err, r.log.lastLines(10)))
-			}
+			fail(stepFailure(r, cause, err, tracker))
 			return
 		}
 	}
 	if err := context.Cause(ctx); err != nil {
-		if errors.Is(err, errCancelled) {
-			fail(store.BuildCancelled, "cancelled")
-		} else {
-			fail(store.BuildFailed, err.Error())
-		}
+		fail(ended(err))
 		return
 	}
 	r.log.line("berth: built " + b.ImageName)
@@ -598,14 +609,9 @@ func (s *Service) push(ctx context.Context, r *run, b store.Build) (store.Build,
 		return b, store.BuildFailed, "record the upload: " + err.Error()
 	}
 	remote := RegistryName(s.cfg.Registry, b.ImageName)
-	var login *Login
-	authID := ""
-	if s.cfg.RegistryAuth != "" {
-		id, user, pass, err := s.cfg.Records.BuildRegistryLogin(ctx, s.cfg.RegistryAuth)
-		if err != nil {
-			return b, store.BuildFailed, fmt.Sprintf("push to %s: the registry auth: %v", s.cfg.Registry, err)
-		}
-		authID, login = id, &Login{Username: user, Password: pass}
+	authID, login, err := s.registryLogin(ctx)
+	if err != nil {
+		return b, store.BuildFailed, err.Error()
 	}
 	r.log.line("berth: pushing " + remote)
 	pushCtx, cancel := context.WithTimeoutCause(ctx, s.cfg.StepTimeout,
@@ -639,6 +645,109 @@ func buildArgs(args, secrets map[string]string) map[string]string {
 	maps.Copy(out, args)
 	maps.Copy(out, secrets)
 	return out
+}
+
+// registryLogin is the stored registry auth builds push with: its id and
+// login; none configured: "", nil.
+func (s *Service) registryLogin(ctx context.Context) (string, *Login, error) {
+	if s.cfg.RegistryAuth == "" {
+		return "", nil, nil
+	}
+	id, user, pass, err := s.cfg.Records.BuildRegistryLogin(ctx, s.cfg.RegistryAuth)
+	if err != nil {
+		return "", nil, fmt.Errorf("push to %s: the registry auth: %w", s.cfg.Registry, err)
+	}
+	return id, &Login{Username: user, Password: pass}, nil
+}
+
+// runDirect builds b into the registry (Direct): a tag the registry has
+// already is reused (its digest released, nothing built); otherwise the
+// builder pushes as it builds (UPLOADING once the upload starts). The
+// release runs the pushed reference by digest, as after a Docker push.
+func (s *Service) runDirect(ctx context.Context, r *run, b store.Build, file string, fail func(status, msg string)) {
+	remote := RegistryName(s.cfg.Registry, b.ImageName)
+	authID, login, err := s.registryLogin(ctx)
+	if err != nil {
+		fail(store.BuildFailed, err.Error())
+		return
+	}
+	digest, err := s.cfg.Direct.RegistryDigest(ctx, remote, login)
+	if err != nil {
+		// Only a shortcut: a registry that cannot be asked is built into.
+		r.log.line(fmt.Sprintf("berth: could not ask the registry for %s (%v): building", remote, err))
+		digest = ""
+	}
+	reused := digest != ""
+	if reused {
+		r.log.line("berth: the same source was built before: the registry has " + remote + ", nothing is built")
+		if _, err := s.cfg.Records.UploadingBuild(b.ID); err != nil {
+			fail(store.BuildFailed, "record the upload: "+err.Error())
+			return
+		}
+	} else {
+		f, err := os.Open(file)
+		if err != nil {
+			fail(store.BuildFailed, "read the build context: "+err.Error())
+			return
+		}
+		stepCtx, cancelStep := context.WithTimeoutCause(ctx, s.cfg.StepTimeout,
+			fmt.Errorf("build exceeded maximum time limit of %d seconds (%s)", int(s.cfg.StepTimeout.Seconds()), s.cfg.StepTimeout))
+		tracker := &stepTracker{}
+		r.log.line("berth: building and pushing " + remote)
+		digest, err = s.cfg.Direct.BuildPush(stepCtx, f, Spec{Tag: b.ImageName, Dockerfile: b.Dockerfile, Target: b.Target, BuildArgs: buildArgs(b.BuildArgs, r.secrets)}, remote, login,
+			func(l string) {
+				tracker.see(l)
+				r.log.line(l)
+			},
+			func() {
+				if _, err := s.cfg.Records.UploadingBuild(b.ID); err != nil {
+					s.log.Error("record a build's upload", "build", b.ID, "err", err)
+				}
+			})
+		cause := context.Cause(stepCtx)
+		cancelStep()
+		f.Close()
+		if err != nil {
+			fail(stepFailure(r, cause, err, tracker))
+			return
+		}
+	}
+	if err := context.Cause(ctx); err != nil {
+		fail(ended(err))
+		return
+	}
+	ref := remote[:strings.LastIndexByte(remote, ':')] + "@" + digest
+	if b, err = s.cfg.Records.PushedBuild(b.ID, ref, digest, authID); err != nil {
+		fail(store.BuildFailed, "record the push: "+err.Error())
+		return
+	}
+	r.log.line("berth: pushed " + ref)
+	done, err := s.cfg.Records.CompleteBuild(context.WithoutCancel(ctx), b.ID, reused, r.log.bytes())
+	if err != nil {
+		fail(store.BuildFailed, "release the image: "+err.Error())
+		return
+	}
+	s.log.Info("build completed", "build", done.ID, "endpoint", done.EndpointID, "image", done.PushedImage, "reused", reused, "release", done.ReleaseVersion)
+}
+
+// stepFailure is the status and error of a build step that failed: cause
+// is its context's (a cancel, a time limit), err the builder's.
+func stepFailure(r *run, cause, err error, tracker *stepTracker) (string, string) {
+	switch {
+	case errors.Is(cause, errCancelled):
+		return store.BuildCancelled, "cancelled during " + tracker.step()
+	case cause != nil:
+		return store.BuildFailed, fmt.Sprintf("%v, during %s", cause, tracker.step())
+	}
+	return store.BuildFailed, fmt.Sprintf("%s failed: %v\nlast log lines:\n%s", tracker.step(), err, r.log.lastLines(10))
+}
+
+// ended is the status and error of a build whose context ended.
+func ended(cause error) (string, string) {
+	if errors.Is(cause, errCancelled) {
+		return store.BuildCancelled, "cancelled"
+	}
+	return store.BuildFailed, cause.Error()
 }
 
 // RegistryName is the name:tag a build's local image (berth/NAME:TAG)
@@ -713,14 +822,22 @@ func (s *Service) Logs(ctx context.Context, endpointID, buildID string, follow b
 	return io.NopCloser(strings.NewReader(string(log))), nil
 }
 
+var bkStep = regexp.MustCompile(`^#[0-9]+ \[[^\]]*[0-9]+/[0-9]+\] `)
+
 // stepTracker remembers the builder's current step ("Step 3/5 : RUN …").
 type stepTracker struct {
 	mu   sync.Mutex
 	last string
 }
 
+// IsStepLine says whether a build log line starts a Dockerfile step: the
+// classic builder's "Step 2/5 : RUN …", BuildKit's "#7 [2/5] RUN …".
+func IsStepLine(l string) bool {
+	return (strings.HasPrefix(l, "Step ") && strings.Contains(l, " : ")) || bkStep.MatchString(l)
+}
+
 func (t *stepTracker) see(l string) {
-	if strings.HasPrefix(l, "Step ") && strings.Contains(l, " : ") {
+	if IsStepLine(l) {
 		t.mu.Lock()
 		t.last = l
 		t.mu.Unlock()

@@ -18,6 +18,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"berth/builder"
 	"berth/v1input"
 )
 
@@ -341,7 +342,7 @@ func (a *app) followBuild(ctx context.Context, id, bid string, buildLog bool) er
 		if json.Unmarshal([]byte(data), &ev) != nil {
 			continue
 		}
-		if buildLog || strings.HasPrefix(ev.Line, "Step ") || strings.HasPrefix(ev.Line, "berth: ") {
+		if buildLog || builder.IsStepLine(ev.Line) || strings.HasPrefix(ev.Line, "berth: ") {
 			fmt.Fprintln(a.o.Stderr, "  "+printable(ev.Line))
 		}
 	}

@@ -316,6 +316,9 @@ default socket). Every flag has an environment variable (in brackets).`,
 			} else if o.RegistryAuth != "" {
 				return usageErr("--registry-auth is the login of --registry: give --registry too")
 			}
+			if o.BuildkitAddr != "" && !strings.HasPrefix(o.BuildkitAddr, "unix://") && !strings.HasPrefix(o.BuildkitAddr, "tcp://") {
+				return usageErr("--buildkit-addr must be unix:///PATH or tcp://HOST:PORT, got %q", o.BuildkitAddr)
+			}
 			if o.WorkerVCPUsPerGPU < 0 || o.WorkerMemoryGiBPerGPU < 0 {
 				return usageErr("--worker-vcpus-per-gpu and --worker-memory-per-gpu must be 0 (the default rule) or more, got %d and %d", o.WorkerVCPUsPerGPU, o.WorkerMemoryGiBPerGPU)
 			}
@@ -374,6 +377,7 @@ default socket). Every flag has an environment variable (in brackets).`,
 	f.IntVar(&o.BuildImagesKept, "build-images-kept", envInt("BERTH_BUILD_IMAGES_KEPT", mgmt.DefaultBuildImagesKept), "builds: the images of each endpoint's last N releases made by builds stay in the daemon for rollback (1–1000); older build images are removed, never one a template, a container or a running build uses [BERTH_BUILD_IMAGES_KEPT]")
 	f.StringVar(&o.Registry, "registry", env("BERTH_REGISTRY", ""), "builds: a registry HOST[/PREFIX] every completed build is pushed to (as HOST/PREFIX/<endpoint>:<tag>); releases then run the pushed image by digest. Required for builds on --runtime kubernetes [BERTH_REGISTRY]")
 	f.StringVar(&o.RegistryAuth, "registry-auth", env("BERTH_REGISTRY_AUTH", ""), "builds: the name (or id) of the stored container registry auth (`berth registry create`) --registry is pushed to and pulled from with; empty: anonymous [BERTH_REGISTRY_AUTH]")
+	f.StringVar(&o.BuildkitAddr, "buildkit-addr", env("BERTH_BUILDKIT_ADDR", ""), "builds: a BuildKit daemon to build on (unix:///run/buildkit/buildkitd.sock, tcp://host:port) instead of the Docker daemon's builder; with --registry BuildKit pushes there itself (no Docker daemon needed) [BERTH_BUILDKIT_ADDR]")
 	f.StringVar(&logFormat, "log-format", env("BERTH_LOG_FORMAT", "text"), "log format: text or json [BERTH_LOG_FORMAT]")
 	f.StringVar(&logLevel, "log-level", env("BERTH_LOG_LEVEL", "info"), "log level: debug, info, warn or error [BERTH_LOG_LEVEL]")
 	f.StringVar(&o.Apply, "apply", env("BERTH_APPLY", ""), "a declarative file (see `berth apply`) made true at start-up, before Berth answers its first request [BERTH_APPLY]")

@@ -243,6 +243,9 @@ type ServeOptions struct {
 	// release runs the pushed image by digest. RegistryAuth names the
 	// stored registry auth it is pushed and pulled with.
 	Registry, RegistryAuth string
+	// BuildkitAddr, when set, is the BuildKit daemon builds run on
+	// (unix:///run/buildkit/buildkitd.sock, tcp://host:port).
+	BuildkitAddr string
 	// The model cache (docs/models.md): the Hub's base URL, the token
 	// (from the environment only: a flag would show in ps), the cap in GB
 	// (0: none), files downloading at once, and MB/s (0: unbounded).

@@ -80,3 +80,16 @@ func readBuildStream(r io.Reader, line func(string)) error {
 		}
 	})
 }
+
+// LoadImage loads an image archive (docker save's format, which
+// BuildKit's docker exporter writes) into the daemon; line gets the
+// daemon's messages ("Loaded image: …"). A refusal inside the stream is
+// returned as a *StreamError.
+func (d *Docker) LoadImage(ctx context.Context, archive io.Reader, line func(string)) error {
+	res, err := d.cli.ImageLoad(ctx, archive)
+	if err != nil {
+		return fmt.Errorf("load image: %w", err)
+	}
+	defer res.Close()
+	return readBuildStream(res, line)
+}
