@@ -149,6 +149,7 @@ type App struct {
 	cleaner   *cleaner.Service
 	models    *modelSync // nil: no model cache (no Docker runtime)
 	builds    *builder.Service
+	tests     *testWorkers // builds' test workers (buildtests.go)
 	inst      string
 
 	keepKey func() error // stores and shows a generated key once serving (key.go)

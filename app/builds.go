@@ -80,6 +80,11 @@ func (a *App) newBuilder() *builder.Service {
 		}
 	}
 	bc.OnPrune = a.metrics.BuildImagePruned
+	if a.sup != nil {
+		bc.Tester = a.tests
+	} else {
+		bc.NoTester = errors.New("no container runtime runs workers")
+	}
 	return builder.New(bc)
 }
 

@@ -104,6 +104,9 @@ func (a *App) newSupervisor(log *slog.Logger, base string) error {
 	rc := cfg.Runtime
 	rc.Backend, rc.Queue, rc.GPUs, rc.Logger, rc.Clock = a.backend, a.lb.Queue(a.q), a.gpus, log, cfg.Clock
 	rc.OnScale = func(ep, action string) {
+		if mgmt.IsTestEndpoint(ep) {
+			return // a build's test worker: no endpoint's figure
+		}
 		a.metrics.Scale(ep, action)
 		if action == "start" {
 			a.series.ColdStart(ep) // a worker launched: a cold start
@@ -131,9 +134,12 @@ func (a *App) newSupervisor(log *slog.Logger, base string) error {
 			out = append(out, e)
 			return nil
 		})
-		return out, err
+		return append(out, a.tests.endpoints()...), err
 	}
 	rc.Template = func(id string) (store.Template, error) {
+		if t, ok := a.tests.template(id); ok {
+			return t, nil
+		}
 		var t store.Template
 		return t, db.View(func(tx *store.Tx) error { return tx.Get(store.Templates, id, &t) })
 	}

@@ -102,6 +102,7 @@ func New(cfg Config) (_ *App, err error) {
 	a.q = queue.New(a.db, qc)
 	a.lb = a.newBalancer(log.With("component", "lbproxy"), &sup, &api) // lb.go
 
+	a.tests = newTestWorkers(a)                                               // buildtests.go
 	if err := a.startRuntime(log.With("component", "runtime")); err != nil { // runtime.go
 		return nil, err
 	}
@@ -146,6 +147,7 @@ func New(cfg Config) (_ *App, err error) {
 	}
 	if a.sup != nil {
 		wireRuntime(&hc, a.sup) // runtime.go
+		hc.TestEndpoint = a.tests.endpoint
 	} else if a.noRuntime != nil {
 		wireNoRuntime(&hc, a.noRuntime) // runtime.go
 	}

@@ -80,10 +80,32 @@ type Records interface {
 	ResolveGitBuild(id string, c mgmt.GitCommit, contextDigest string, contextBytes int64) (store.Build, error)
 	GitCredential(id string) (store.GitCredential, error)
 	UploadingBuild(id string) (store.Build, error)
+	TestingBuild(id string) (store.Build, error)
 	PushedBuild(id, ref, digest, authID string) (store.Build, error)
 	BuildRegistryLogin(ctx context.Context, nameOrID string) (id, username, password string, err error)
 	BuildImagePrune(ctx context.Context, keep int, inUse map[string]bool) ([]mgmt.PruneImage, error)
 	MarkBuildImagePruned(ids []string) error
+}
+
+// Tester runs a build's tests (.runpod/tests.json) on a test worker of
+// its image: a worker of a queue of its own, not one of the endpoint's
+// (app: through the runtime's own launch path).
+type Tester interface {
+	// StartTests starts build b's test worker, made with the tests'
+	// config. The worker is removed by the TestRun's Close.
+	StartTests(ctx context.Context, b store.Build, c mgmt.TestConfig) (TestRun, error)
+}
+
+// TestRun is a started test worker.
+type TestRun interface {
+	// Run runs one test as a job (its input, its timeout as the job's
+	// execution timeout) and returns how the job ended: its status and
+	// error. An error is a test that could not run (the worker failed to
+	// start, ctx ended).
+	Run(ctx context.Context, t mgmt.BuildTest) (status, errMsg string, err error)
+	// Close removes the test worker (and its queue's jobs), waiting until
+	// its container is gone; it never removes the image.
+	Close()
 }
 
 // Outbound is the outbound address policy git sources obey (the one
@@ -148,7 +170,11 @@ type Config struct {
 	// OnPrune is told every image removal and failure (PruneRemoved,
 	// PruneFailed), for metrics.
 	OnPrune func(result string)
-	Logger  *slog.Logger
+	// Tester runs the tests of a source holding .runpod/tests.json; nil:
+	// such a build fails saying why (NoTester).
+	Tester   Tester
+	NoTester error
+	Logger   *slog.Logger
 }
 
 // Defaults.
@@ -539,6 +565,11 @@ func (s *Service) run(ctx context.Context, r *run, file string) {
 		defer os.Remove(file)
 		r.b = b
 	}
+	tests, msg := s.readTests(r, file)
+	if msg != "" {
+		fail(store.BuildFailed, msg)
+		return
+	}
 	r.log.line(fmt.Sprintf("berth: building %s (context %d bytes, dockerfile %s)", b.ImageName, b.ContextBytes, b.Dockerfile))
 	defer s.hold(b.ImageName)()
 	if s.cfg.Direct != nil {
@@ -587,6 +618,12 @@ func (s *Service) run(ctx context.Context, r *run, file string) {
 	if s.cfg.Registry != "" {
 		var status, msg string
 		if b, status, msg = s.push(ctx, r, b); status != "" {
+			fail(status, msg)
+			return
+		}
+	}
+	if tests != nil {
+		if status, msg := s.runTests(ctx, r, b, *tests); status != "" {
 			fail(status, msg)
 			return
 		}

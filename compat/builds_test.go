@@ -78,7 +78,8 @@ func removeBuiltImages(t testing.TB, s *server, id *string) {
 		}
 		seen := map[string]bool{}
 		for _, bd := range list.Builds {
-			if bd.Status == "COMPLETED" && !seen[bd.ImageName] {
+			// A TEST_FAILED build made its image too.
+			if (bd.Status == "COMPLETED" || bd.Status == "TEST_FAILED") && !seen[bd.ImageName] {
 				seen[bd.ImageName] = true
 				if err := dockertest.RemoveImage(bd.ImageName); err != nil {
 					t.Errorf("remove %s: %v", bd.ImageName, err)

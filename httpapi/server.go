@@ -127,6 +127,10 @@ type Config struct {
 	// endpoint's "status" (JSON as is); its "reason" (why jobs are held
 	// back) is added to /health. Optional.
 	EndpointStatus func(endpointID string) any
+	// TestEndpoint finds a build's test worker's endpoint (never stored:
+	// builder tests, app/buildtests.go); the worker protocol, and only
+	// it, serves its worker. Optional.
+	TestEndpoint func(id string) (store.Endpoint, bool)
 	// Models is an endpoint's model references with their downloads,
 	// shown as the endpoint's "models" on v1, v2 and GraphQL (nil: it
 	// names none). Optional.
@@ -429,6 +433,21 @@ func (s *Server) withEndpoint(h http.HandlerFunc) http.HandlerFunc {
 			return
 		}
 		h(w, withValue(r, epCtxKey{}, e))
+	}
+}
+
+// withWorkerEndpoint is withEndpoint for the worker protocol: a build's
+// test worker's endpoint, which is no stored endpoint, is found too.
+func (s *Server) withWorkerEndpoint(h http.HandlerFunc) http.HandlerFunc {
+	stored := s.withEndpoint(h)
+	return func(w http.ResponseWriter, r *http.Request) {
+		if s.cfg.TestEndpoint != nil {
+			if e, ok := s.cfg.TestEndpoint(mux.Vars(r)["endpointId"]); ok {
+				h(w, withValue(r, epCtxKey{}, &e))
+				return
+			}
+		}
+		stored(w, r)
 	}
 }
 

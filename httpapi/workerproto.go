@@ -57,7 +57,7 @@ func (s *Server) WorkerRoutes() []WorkerRoute {
 // subrouter. Each route is named "worker:<op>".
 func (s *Server) workerProtocol(v2 *mux.Router) {
 	for _, rt := range s.workerRoutes() {
-		h := s.instrument(rt.Op, s.workerAuth(s.withEndpoint(s.polls.wrap(rt.Op, true, rt.h))))
+		h := s.instrument(rt.Op, s.workerAuth(s.withWorkerEndpoint(s.polls.wrap(rt.Op, true, rt.h))))
 		v2.Handle(rt.Path, h).Methods(rt.Method).Name("worker:" + rt.Op)
 	}
 }

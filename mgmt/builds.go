@@ -368,6 +368,24 @@ func (s *Service) UploadingBuild(id string) (store.Build, error) {
 	return b, err
 }
 
+// TestingBuild moves a BUILDING or UPLOADING build to TESTING: its image
+// runs its tests (.runpod/tests.json) on a test worker. A build already
+// ended is refused.
+func (s *Service) TestingBuild(id string) (store.Build, error) {
+	var b store.Build
+	err := s.cfg.Store.Update(func(tx *store.Tx) error {
+		if err := getOr404(tx, store.Builds, id, "build", &b); err != nil {
+			return err
+		}
+		if b.Status != store.BuildBuilding && b.Status != store.BuildUploading {
+			return conflict("build %s is %s, not BUILDING or UPLOADING", id, b.Status)
+		}
+		b.Status = store.BuildTesting
+		return tx.Apply(store.Put(store.Builds, id, b))
+	})
+	return b, err
+}
+
 // PushedBuild records where a running build's image was pushed: the
 // reference by digest (HOST/PREFIX/name@sha256:…), the digest and the
 // registry auth it was pushed with ("" anonymous). CompleteBuild then
