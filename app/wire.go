@@ -102,7 +102,7 @@ func New(cfg Config) (_ *App, err error) {
 	a.q = queue.New(a.db, qc)
 	a.lb = a.newBalancer(log.With("component", "lbproxy"), &sup, &api) // lb.go
 
-	a.tests = newTestWorkers(a)                                               // buildtests.go
+	a.tests = newTestWorkers(a)                                              // buildtests.go
 	if err := a.startRuntime(log.With("component", "runtime")); err != nil { // runtime.go
 		return nil, err
 	}

@@ -81,6 +81,7 @@ type Records interface {
 	GitCredential(id string) (store.GitCredential, error)
 	UploadingBuild(id string) (store.Build, error)
 	TestingBuild(id string) (store.Build, error)
+	HubBuild(id string, h mgmt.HubConfig) (store.Build, error)
 	PushedBuild(id, ref, digest, authID string) (store.Build, error)
 	BuildRegistryLogin(ctx context.Context, nameOrID string) (id, username, password string, err error)
 	BuildImagePrune(ctx context.Context, keep int, inUse map[string]bool) ([]mgmt.PruneImage, error)
@@ -303,6 +304,9 @@ type Options struct {
 	// SecretArgs are build args whose values never reach the record, an
 	// answer, the build's log or Berth's log.
 	SecretArgs map[string]string
+	// Given names the endpoint fields the command gave (hub.json's
+	// config does not override them: mgmt.ApplyHubDefaults).
+	Given []string
 }
 
 // Submit takes a build of endpointID from contextTar (an uncompressed tar
@@ -314,7 +318,7 @@ func (s *Service) Submit(ctx context.Context, endpointID string, o Options, cont
 	if err := s.canBuild(); err != nil {
 		return store.Build{}, err
 	}
-	in := mgmt.BuildInput{EndpointID: endpointID, Dockerfile: o.Dockerfile, Target: o.Target, BuildArgs: o.BuildArgs, SecretArgs: o.SecretArgs}
+	in := mgmt.BuildInput{EndpointID: endpointID, Dockerfile: o.Dockerfile, Target: o.Target, BuildArgs: o.BuildArgs, SecretArgs: o.SecretArgs, Given: o.Given}
 	df, err := mgmt.CheckBuildInput(in)
 	if err != nil {
 		return store.Build{}, err
@@ -565,7 +569,7 @@ func (s *Service) run(ctx context.Context, r *run, file string) {
 		defer os.Remove(file)
 		r.b = b
 	}
-	tests, msg := s.readTests(r, file)
+	tests, msg := s.readHubFiles(r, b.ID, file)
 	if msg != "" {
 		fail(store.BuildFailed, msg)
 		return

@@ -52,13 +52,24 @@ func hubFiles(file string) (map[string][]byte, error) {
 	}
 }
 
-// readTests finds and parses the context's tests.json: nil without one;
-// a message (the build fails with it) when it is malformed or this Berth
-// cannot run tests.
-func (s *Service) readTests(r *run, file string) (*mgmt.BuildTests, string) {
+// readHubFiles finds and parses the context's Hub files: hub.json's
+// config is recorded on the build (CompleteBuild applies it); the tests
+// of tests.json are returned (nil without one). A message (the build
+// fails with it) when one is malformed or this Berth cannot run tests.
+func (s *Service) readHubFiles(r *run, buildID, file string) (*mgmt.BuildTests, string) {
 	files, err := hubFiles(file)
 	if err != nil {
 		return nil, err.Error()
+	}
+	if raw, ok := files[mgmt.HubFile]; ok {
+		h, err := mgmt.ParseHub(raw)
+		if err != nil {
+			return nil, err.Error()
+		}
+		if _, err := s.cfg.Records.HubBuild(buildID, h); err != nil {
+			return nil, "record " + mgmt.HubFile + ": " + err.Error()
+		}
+		r.log.line("berth: " + mgmt.HubFile + ": its config gives the defaults of an endpoint deploy made, at its first release")
 	}
 	raw, ok := files[mgmt.TestsFile]
 	if !ok {

@@ -12,6 +12,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"sort"
 	"strconv"
 	"strings"
 	"time"
@@ -19,13 +20,16 @@ import (
 	"github.com/spf13/cobra"
 
 	"berth/builder"
+	"berth/mgmt"
 	"berth/v1input"
 )
 
 // placeholderImage is a new endpoint's image until its first build
 // releases one (docs/builds.md): the endpoint is made with workersMin 0,
 // so nothing runs it.
-const placeholderImage = "berth/pending-first-build:none"
+// The server knows it too: hub.json's config applies to such an endpoint
+// (mgmt.ApplyHubDefaults).
+const placeholderImage = mgmt.PendingBuildImage
 
 func deployCommand(a *app) *cobra.Command {
 	var fields *inputFlags
@@ -99,6 +103,18 @@ A failed build changes nothing that runs: its error names the failing step.`,
 				}
 				secrets[k] = v
 			}
+			// The endpoint fields given: hub.json's config does not
+			// override them.
+			var given []string
+			for k := range body {
+				if k != "name" {
+					given = append(given, k)
+				}
+			}
+			sort.Strings(given)
+			if len(given) > 0 {
+				q.Set("given", strings.Join(given, ","))
+			}
 			if gitSrc {
 				args := map[string]string{}
 				for _, kv := range q["buildArg"] {
@@ -106,7 +122,7 @@ A failed build changes nothing that runs: its error names the failing step.`,
 					args[k] = v
 				}
 				gb := map[string]any{"git": map[string]any{"url": dir, "ref": ref, "contextPath": contextPath, "credentialId": gitCred},
-					"dockerfile": dockerfile, "target": target, "buildArgs": args, "secretBuildArgs": secrets}
+					"dockerfile": dockerfile, "target": target, "buildArgs": args, "secretBuildArgs": secrets, "given": given}
 				return a.deployGit(cmd.Context(), dir, body, gb, timeout, buildLog)
 			}
 			return a.deploy(cmd.Context(), dir, body, q, secrets, timeout, buildLog)

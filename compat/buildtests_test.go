@@ -181,3 +181,77 @@ func deref(s *string) string {
 	return *s
 }
 
+
+// TestDeployHubDefaults is .runpod/hub.json's config through berth serve:
+// the endpoint deploy makes takes its settings where the command gives
+// none (a CPU endpoint, its flavour, the template's disk, env reaching the
+// worker), and the flags given win over it.
+func TestDeployHubDefaults(t *testing.T) {
+	base := sdkBaseImage(t)
+	s := startBerth(t)
+	dir := filepath.Join(t.TempDir(), "hub")
+	if _, errOut, code := s.cli("init", dir); code != 0 {
+		t.Fatalf("berth init: exit %d: %s", code, errOut)
+	}
+	h := filepath.Join(dir, "handler.py")
+	src, _ := os.ReadFile(h)
+	changed := bytes.Replace(src, []byte(`    return {"greeting": f"Hello, {name}!"}`),
+		[]byte(`    import os
+    return {"greeting": f"Hello, {name}!", "hubVar": os.environ.get("HUB_VAR", "")}`), 1)
+	if bytes.Equal(changed, src) {
+		t.Fatal("the handler's lines moved: the test cannot change them")
+	}
+	os.WriteFile(h, changed, 0o644)
+	os.MkdirAll(filepath.Join(dir, ".runpod"), 0o755)
+	os.WriteFile(filepath.Join(dir, ".runpod", "hub.json"), []byte(`{"title": "hub test", "type": "serverless", "category": "language",
+	  "config": {"runsOn": "CPU", "containerDiskInGb": 7, "cpuFlavor": "cpu5c",
+	  "env": [{"key": "HUB_VAR", "input": {"name": "v", "type": "string", "default": "from-hub"}}]}}`), 0o644)
+
+	for _, c := range []struct {
+		name                    string
+		flags                   []string
+		computeType, flavor, hv string
+		applied                 string
+	}{
+		{name: "defaults", flags: nil, computeType: "CPU", flavor: "cpu5c", hv: "from-hub", applied: "computeType cpuFlavorIds env containerDiskInGb"},
+		{name: "flags win", flags: []string{"--compute-type", "CPU", "--cpu-flavor-ids", "cpu3g", "--env", "HUB_VAR=from-flag"},
+			computeType: "CPU", flavor: "cpu3g", hv: "from-flag", applied: "containerDiskInGb"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			var id string
+			removeBuiltImages(t, s, &id)
+			name := dockertest.Unique("hub-")
+			args := append([]string{"deploy", dir, "--name", name, "--idle-timeout", "60", "-o", "json",
+				"--build-arg", "BASE_IMAGE=" + base, "--build-arg", "PIP_INSTALL=no"}, c.flags...)
+			out, errOut, code := s.cli(args...)
+			if code != 0 {
+				t.Fatalf("berth deploy: exit %d\n%s\n%s", code, out, errOut)
+			}
+			var ep struct {
+				ID, ComputeType, TemplateID string
+				CPUFlavorIDs                []string `json:"cpuFlavorIds"`
+				Env                         map[string]string
+			}
+			if err := json.Unmarshal([]byte(out), &ep); err != nil {
+				t.Fatalf("%v: %s", err, out)
+			}
+			id = ep.ID
+			s.rest("GET", "/v1/endpoints/"+id, nil, 200, &ep)
+			var tpl struct{ ContainerDiskInGb int }
+			s.rest("GET", "/v1/templates/"+ep.TemplateID, nil, 200, &tpl)
+			if ep.ComputeType != c.computeType || len(ep.CPUFlavorIDs) != 1 || ep.CPUFlavorIDs[0] != c.flavor || ep.Env["HUB_VAR"] != c.hv || tpl.ContainerDiskInGb != 7 {
+				t.Errorf("endpoint %+v, template disk %d: want %s %s HUB_VAR=%s disk 7", ep, tpl.ContainerDiskInGb, c.computeType, c.flavor, c.hv)
+			}
+			var bd struct{ HubApplied []string }
+			bs := s.builds(t, id)
+			s.rest("GET", "/v2/serverless/"+id+"/builds/"+bs[0].ID, nil, 200, &bd)
+			if got := strings.Join(bd.HubApplied, " "); got != c.applied {
+				t.Errorf("hubApplied %q, want %q", got, c.applied)
+			}
+			var o struct{ Greeting, HubVar string }
+			if json.Unmarshal(s.runsync(t, id, map[string]any{"name": "Hub"}), &o); o.HubVar != c.hv || o.Greeting != "Hello, Hub!" {
+				t.Errorf("the worker's answer %+v: want HUB_VAR %s", o, c.hv)
+			}
+		})
+	}
+}

@@ -53,9 +53,17 @@ type BuildInput struct {
 	ContextBytes  int64
 	// Git is a git build's source (nil: an uploaded context).
 	Git *GitSource
+	// Given names the endpoint fields the command gave (berth deploy's
+	// flags): hub.json's config does not override them
+	// (ApplyHubDefaults).
+	Given []string
 }
 
 var (
+	// fieldNameRe is an endpoint field's name (given).
+	fieldNameRe = regexp.MustCompile(`^[A-Za-z][A-Za-z0-9]*$`)
+	// hubFields are the endpoint fields hub.json's config sets.
+	hubFields  = []string{"computeType", "type", "containerDiskInGb", "cpuFlavorIds", "gpuCount", "gpuTypeIds", "allowedCudaVersions", "env"}
 	buildArgRe = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
 	targetRe   = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]*$`)
 )
@@ -104,6 +112,16 @@ func CheckBuildInput(in BuildInput) (string, error) {
 	if in.Git != nil {
 		if _, err := CheckGitSource(*in.Git); err != nil {
 			return "", err
+		}
+	}
+	if len(in.Given) > 64 {
+		return "", invalid("given", "given: over 64 fields")
+	}
+	for _, g := range in.Given {
+		if !slices.Contains(hubFields, g) {
+			if len(g) > 64 || CheckText("given", g, false) != nil || !fieldNameRe.MatchString(g) {
+				return "", invalid("given", "given: %s is not an endpoint field name", quote(ShortID(g)))
+			}
 		}
 	}
 	return df, nil
@@ -205,7 +223,7 @@ func (s *Service) CreateBuild(ctx context.Context, in BuildInput) (store.Build, 
 	if err != nil {
 		return store.Build{}, err
 	}
-	b := store.Build{ID: "build_" + queue.NewID(12), EndpointID: in.EndpointID, Status: store.BuildPending,
+	b := store.Build{ID: "build_" + queue.NewID(12), EndpointID: in.EndpointID, Status: store.BuildPending, Given: in.Given,
 		Source: store.BuildSourceUpload, Dockerfile: df, Target: in.Target, BuildArgs: in.BuildArgs, ContextBytes: in.ContextBytes, CreatedAt: s.now()}
 	if in.Git != nil {
 		// The image is named once the clone has made the context
@@ -386,6 +404,23 @@ func (s *Service) TestingBuild(id string) (store.Build, error) {
 	return b, err
 }
 
+// HubBuild records on a running build its source's hub.json config,
+// which CompleteBuild applies (ApplyHubDefaults).
+func (s *Service) HubBuild(id string, h HubConfig) (store.Build, error) {
+	var b store.Build
+	err := s.cfg.Store.Update(func(tx *store.Tx) error {
+		if err := getOr404(tx, store.Builds, id, "build", &b); err != nil {
+			return err
+		}
+		if store.BuildDone(b.Status) {
+			return conflict("build %s is already %s", id, b.Status)
+		}
+		b.Hub = &h
+		return tx.Apply(store.Put(store.Builds, id, b))
+	})
+	return b, err
+}
+
 // PushedBuild records where a running build's image was pushed: the
 // reference by digest (HOST/PREFIX/name@sha256:…), the digest and the
 // registry auth it was pushed with ("" anonymous). CompleteBuild then
@@ -481,9 +516,24 @@ func (s *Service) CompleteBuild(ctx context.Context, id string, reused bool, log
 		}
 		now := s.now()
 		b.Status, b.CompletedAt, b.Reused = store.BuildCompleted, &now, reused
-		if after := buildTemplate(t, b); after.ImageName != t.ImageName || after.ContainerRegistryAuthID != t.ContainerRegistryAuthID {
+		before := t
+		if b.Hub != nil {
+			// hub.json's defaults, on an endpoint deploy made (its first
+			// release), where the command gave none: the one rule.
+			applied, err := ApplyHubDefaults(*b.Hub, b.Given, &e, &t)
+			if err != nil {
+				return fmt.Errorf("%s: %w", HubFile, err)
+			}
+			if len(applied) > 0 {
+				b.HubApplied = applied
+				if err := tx.Apply(store.Put(store.Endpoints, e.ID, e)); err != nil {
+					return err
+				}
+			}
+		}
+		if after := buildTemplate(t, b); after.ImageName != before.ImageName || after.ContainerRegistryAuthID != before.ContainerRegistryAuthID {
 			var err error
-			rolled, err = s.rollUsers(tx, t.ID, "", store.Release{CreatedAt: now, Diff: templateDiff(t, after), Source: ReleaseGitBuild, BuildID: b.ID})
+			rolled, err = s.rollUsers(tx, t.ID, "", store.Release{CreatedAt: now, Diff: templateDiff(before, after), Source: ReleaseGitBuild, BuildID: b.ID})
 			if err != nil {
 				return err
 			}

@@ -375,3 +375,206 @@ func (s *Service) TestWorker(ctx context.Context, b store.Build, c TestConfig) (
 	te, tt := TestEndpoint(e, t, b, c)
 	return te, tt, nil
 }
+
+// PendingBuildImage is the image of an endpoint `berth deploy` made,
+// until its first build releases one (its workersMin is 0 meanwhile: it
+// never runs). hub.json's config is applied to such an endpoint only.
+const PendingBuildImage = "berth/pending-first-build:none"
+
+// HubConfig is hub.json's config: a new endpoint's defaults (stored on
+// the build that read it).
+type HubConfig = store.HubConfig
+
+// ParseHub parses hub.json (RunPod's Hub format); only config is read
+// (title, description, … are the Hub listing's). Every refusal names the
+// file and the field. gpuIds is RunPod's comma-separated pools and GPU
+// ids; a "-id" negation is dropped (Berth's gpuTypeIds is a list of what
+// may be chosen). An env entry's value is its value, or its input's
+// default.
+func ParseHub(data []byte) (HubConfig, error) {
+	const f = HubFile
+	var h HubConfig
+	if len(data) > MaxHubFileBytes {
+		return h, fileErr(f, "", "over %d KiB", MaxHubFileBytes>>10)
+	}
+	data = bytes.TrimSpace(data)
+	if !json.Valid(data) {
+		var v any
+		err := json.Unmarshal(data, &v)
+		return h, fileErr(f, "", "not valid JSON: %v", err)
+	}
+	top, err := object(f, "", data)
+	if err != nil {
+		return h, err
+	}
+	cfg, err := object(f, "config", top["config"])
+	if err != nil {
+		return h, err
+	}
+	s, err := jsonString(f, "config.runsOn", cfg["runsOn"])
+	if err != nil {
+		return h, err
+	}
+	switch strings.ToUpper(s) {
+	case "":
+	case "GPU", "CPU":
+		h.RunsOn = strings.ToUpper(s)
+	default:
+		return h, fileErr(f, "config.runsOn", "want GPU or CPU, got %s", quote(ShortID(s)))
+	}
+	if s, err = jsonString(f, "config.endpointType", cfg["endpointType"]); err != nil {
+		return h, err
+	}
+	switch strings.ToUpper(s) {
+	case "":
+	case "QB", "QUEUE":
+		h.EndpointType = store.EndpointQueue
+	case "LB", "LOAD_BALANCER":
+		h.EndpointType = store.EndpointLoadBalancer
+	default:
+		return h, fileErr(f, "config.endpointType", "want QB (queue) or LB (load balancer), got %s", quote(ShortID(s)))
+	}
+	n, err := jsonInt(f, "config.containerDiskInGb", cfg["containerDiskInGb"], 1, 1000)
+	if err != nil {
+		return h, err
+	}
+	if n != nil {
+		v := int(*n)
+		h.ContainerDiskInGb = &v
+	}
+	if s, err = jsonString(f, "config.cpuFlavor", cfg["cpuFlavor"]); err != nil {
+		return h, err
+	}
+	if s != "" {
+		h.CPUFlavorIDs = SplitList(s)
+		if err := checkCPUFlavors("cpuFlavor", h.CPUFlavorIDs); err != nil {
+			return h, fileErr(f, "config.cpuFlavor", "%v", err)
+		}
+	}
+	if n, err = jsonInt(f, "config.gpuCount", cfg["gpuCount"], 1, 8); err != nil {
+		return h, err
+	}
+	if n != nil {
+		v := int(*n)
+		h.GPUCount = &v
+	}
+	if s, err = jsonString(f, "config.gpuIds", cfg["gpuIds"]); err != nil {
+		return h, err
+	}
+	for _, id := range SplitList(s) {
+		if !strings.HasPrefix(id, "-") {
+			h.GPUTypeIDs = append(h.GPUTypeIDs, id)
+		}
+	}
+	if _, err := CheckGPUIDs("gpuIds", h.GPUTypeIDs); err != nil {
+		return h, fileErr(f, "config.gpuIds", "%v", err)
+	}
+	if h.AllowedCudaVersions, err = jsonStrings(f, "config.allowedCudaVersions", cfg["allowedCudaVersions"]); err != nil {
+		return h, err
+	}
+	if h.Env, err = envList(f, "config.env", cfg["env"]); err != nil {
+		return h, err
+	}
+	if h.RunsOn == "CPU" && (len(h.GPUTypeIDs) > 0 || h.GPUCount != nil) {
+		return h, fileErr(f, "config", "runsOn CPU with gpuIds or gpuCount: a CPU endpoint has no GPUs")
+	}
+	if h.RunsOn == "GPU" && len(h.CPUFlavorIDs) > 0 {
+		return h, fileErr(f, "config", "runsOn GPU with cpuFlavor: cpuFlavor is for CPU endpoints")
+	}
+	return h, nil
+}
+
+// SplitList splits a comma-separated list, dropping blanks.
+func SplitList(s string) []string {
+	var out []string
+	for _, p := range strings.Split(s, ",") {
+		if p = strings.TrimSpace(p); p != "" {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// ApplyHubDefaults is the one rule of hub.json's defaults: on an endpoint
+// `berth deploy` made (its template still runs PendingBuildImage) each
+// field of config is applied unless the command gave it (given: the
+// endpoint fields of deploy's flags, or of apply's file): runsOn →
+// computeType, endpointType → type, containerDiskInGb (the template's),
+// cpuFlavor → cpuFlavorIds, gpuCount, gpuIds → gpuTypeIds,
+// allowedCudaVersions; env entries are added whose key the endpoint's and
+// the template's env do not hold. An endpoint that ran an image before is
+// left as it is: its settings are what its commands made them. It returns
+// the fields applied, in a stable order; e and t are changed only when
+// the result passes every rule of an endpoint.
+func ApplyHubDefaults(h HubConfig, given []string, e *store.Endpoint, t *store.Template) ([]string, error) {
+	if t.ImageName != PendingBuildImage {
+		return nil, nil
+	}
+	gave := map[string]bool{}
+	for _, g := range given {
+		gave[g] = true
+	}
+	ne, nt := *e, *t
+	var applied []string
+	var in EndpointInput
+	if h.RunsOn != "" && !gave["computeType"] && h.RunsOn != computeType(&ne) {
+		ne.ComputeType = h.RunsOn
+		if h.RunsOn == "CPU" && !gave["gpuTypeIds"] {
+			ne.GPUTypeIDs = []string{}
+		}
+		applied = append(applied, "computeType")
+	}
+	if h.EndpointType != "" && !gave["type"] && h.EndpointType != endpointType(&ne) {
+		ne.Type = h.EndpointType
+		if h.EndpointType == store.EndpointLoadBalancer {
+			ne.ScalerType = "REQUEST_COUNT" // as creation does
+		}
+		applied = append(applied, "type")
+	}
+	if h.CPUFlavorIDs != nil && !gave["cpuFlavorIds"] {
+		in.CPUFlavorIDs = h.CPUFlavorIDs
+		applied = append(applied, "cpuFlavorIds")
+	}
+	if h.GPUCount != nil && !gave["gpuCount"] {
+		in.GPUCount = h.GPUCount
+		applied = append(applied, "gpuCount")
+	}
+	if h.GPUTypeIDs != nil && !gave["gpuTypeIds"] {
+		in.GPUTypeIDs = h.GPUTypeIDs
+		applied = append(applied, "gpuTypeIds")
+	}
+	if h.AllowedCudaVersions != nil && !gave["allowedCudaVersions"] && computeType(&ne) == "GPU" {
+		in.AllowedCudaVersions = h.AllowedCudaVersions
+		applied = append(applied, "allowedCudaVersions")
+	}
+	if len(h.Env) > 0 {
+		env := maps.Clone(ne.Env)
+		if env == nil {
+			env = map[string]string{}
+		}
+		added := false
+		for k, v := range h.Env {
+			_, inEp := env[k]
+			_, inTpl := nt.Env[k]
+			if !inEp && !inTpl {
+				env[k], added = v, true
+			}
+		}
+		if added {
+			in.Env = env
+			applied = append(applied, "env")
+		}
+	}
+	if err := ApplyEndpoint(&ne, in, false); err != nil {
+		return nil, err
+	}
+	if err := checkCompute(&ne, in); err != nil {
+		return nil, err
+	}
+	if h.ContainerDiskInGb != nil && !gave["containerDiskInGb"] && *h.ContainerDiskInGb != nt.ContainerDiskInGb {
+		nt.ContainerDiskInGb = *h.ContainerDiskInGb
+		applied = append(applied, "containerDiskInGb")
+	}
+	*e, *t = ne, nt
+	return applied, nil
+}

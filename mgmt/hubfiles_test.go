@@ -139,3 +139,146 @@ func TestTestEndpoint(t *testing.T) {
 		})
 	}
 }
+
+func TestParseHub(t *testing.T) {
+	for _, c := range []struct {
+		name, in string
+		err      string
+		check    func(t *testing.T, h mgmt.HubConfig)
+	}{
+		{name: "RunPod's template", in: `{"title": "T", "description": "D", "type": "serverless", "category": "language",
+		  "config": {"runsOn": "GPU", "containerDiskInGb": 20, "gpuCount": 1, "gpuIds": "RTX A4000,-NVIDIA RTX 4090",
+		  "allowedCudaVersions": ["12.8", "12.7"], "presets": [{"name": "p", "defaults": {"X": 1}}],
+		  "env": [{"key": "STATIC", "value": "static_value"},
+		          {"key": "STRING", "input": {"name": "n", "type": "string", "default": "default value"}},
+		          {"key": "NUM", "input": {"type": "number", "default": 50}},
+		          {"key": "NODEFAULT", "input": {"type": "string"}}]}}`,
+			check: func(t *testing.T, h mgmt.HubConfig) {
+				if h.RunsOn != "GPU" || *h.ContainerDiskInGb != 20 || *h.GPUCount != 1 || len(h.GPUTypeIDs) != 1 || h.GPUTypeIDs[0] != "RTX A4000" ||
+					len(h.AllowedCudaVersions) != 2 || h.Env["STATIC"] != "static_value" || h.Env["STRING"] != "default value" ||
+					h.Env["NUM"] != "50" || h.Env["NODEFAULT"] != "" {
+					t.Errorf("parsed %+v", h)
+				}
+			}},
+		{name: "CPU load balancer", in: `{"config": {"runsOn": "cpu", "endpointType": "LB", "cpuFlavor": "cpu3c,cpu5c"}}`,
+			check: func(t *testing.T, h mgmt.HubConfig) {
+				if h.RunsOn != "CPU" || h.EndpointType != "LOAD_BALANCER" || len(h.CPUFlavorIDs) != 2 {
+					t.Errorf("parsed %+v", h)
+				}
+			}},
+		{name: "no config", in: `{"title": "x"}`, check: func(t *testing.T, h mgmt.HubConfig) {
+			if h.RunsOn != "" || h.Env != nil {
+				t.Errorf("parsed %+v", h)
+			}
+		}},
+		{name: "not JSON", in: `{`, err: ".runpod/hub.json: not valid JSON"},
+		{name: "config not an object", in: `{"config": []}`, err: ".runpod/hub.json: config: want an object"},
+		{name: "runsOn", in: `{"config": {"runsOn": "TPU"}}`, err: ".runpod/hub.json: config.runsOn: want GPU or CPU"},
+		{name: "endpointType", in: `{"config": {"endpointType": "X"}}`, err: ".runpod/hub.json: config.endpointType: want QB"},
+		{name: "disk a string", in: `{"config": {"containerDiskInGb": "20"}}`, err: ".runpod/hub.json: config.containerDiskInGb: want an integer"},
+		{name: "disk zero", in: `{"config": {"containerDiskInGb": 0}}`, err: ".runpod/hub.json: config.containerDiskInGb: 0 is out of range"},
+		{name: "cpu flavour", in: `{"config": {"cpuFlavor": "cpu9z"}}`, err: ".runpod/hub.json: config.cpuFlavor"},
+		{name: "gpu count", in: `{"config": {"gpuCount": 1.5}}`, err: ".runpod/hub.json: config.gpuCount: want an integer"},
+		{name: "gpu ids a list", in: `{"config": {"gpuIds": ["ADA_24"]}}`, err: ".runpod/hub.json: config.gpuIds: want a string"},
+		{name: "env", in: `{"config": {"env": [{"key": "A", "input": 3}]}}`, err: ".runpod/hub.json: config.env[0].input: want an object"},
+		{name: "cpu with gpus", in: `{"config": {"runsOn": "CPU", "gpuCount": 1}}`, err: ".runpod/hub.json: config: runsOn CPU with gpuIds or gpuCount"},
+		{name: "gpu with cpu flavour", in: `{"config": {"runsOn": "GPU", "cpuFlavor": "cpu3c"}}`, err: ".runpod/hub.json: config: runsOn GPU with cpuFlavor"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			h, err := mgmt.ParseHub([]byte(c.in))
+			switch {
+			case c.err == "" && err != nil:
+				t.Fatalf("refused: %v", err)
+			case c.err != "" && err == nil:
+				t.Fatalf("accepted, want %q", c.err)
+			case c.err != "":
+				if !strings.Contains(err.Error(), c.err) || mgmt.KindOf(err) != mgmt.Invalid {
+					t.Fatalf("error %q (%v), want Invalid containing %q", err, mgmt.KindOf(err), c.err)
+				}
+			default:
+				c.check(t, h)
+			}
+		})
+	}
+}
+
+// TestApplyHubDefaults is the one rule of hub.json's defaults: applied to
+// an endpoint deploy made, where the command gave nothing.
+func TestApplyHubDefaults(t *testing.T) {
+	seven, two := 7, 2
+	hub := mgmt.HubConfig{RunsOn: "CPU", ContainerDiskInGb: &seven, CPUFlavorIDs: []string{"cpu5c"}, Env: map[string]string{"HUB": "hub", "KEEP": "hub"}}
+	newEp := func() (store.Endpoint, store.Template) {
+		e := mgmt.NewEndpointDefaults()
+		e.ID, e.Name, e.TemplateID = "ep1", "hello", "tpl1"
+		e.Env = map[string]string{"KEEP": "flag"}
+		return e, store.Template{ID: "tpl1", ImageName: mgmt.PendingBuildImage, ContainerDiskInGb: 5, Env: map[string]string{"TPL": "t"}}
+	}
+	for _, c := range []struct {
+		name    string
+		hub     mgmt.HubConfig
+		given   []string
+		image   string
+		applied string
+		err     string
+		check   func(t *testing.T, e store.Endpoint, tpl store.Template)
+	}{
+		{name: "nothing given: every field", hub: hub, applied: "computeType cpuFlavorIds env containerDiskInGb",
+			check: func(t *testing.T, e store.Endpoint, tpl store.Template) {
+				if e.ComputeType != "CPU" || e.CPUFlavorIDs[0] != "cpu5c" || e.Env["HUB"] != "hub" || e.Env["KEEP"] != "flag" || tpl.ContainerDiskInGb != 7 {
+					t.Errorf("endpoint %+v template %+v", e, tpl)
+				}
+			}},
+		{name: "given fields win", hub: hub, given: []string{"cpuFlavorIds", "env"}, applied: "computeType env containerDiskInGb",
+			check: func(t *testing.T, e store.Endpoint, _ store.Template) {
+				if len(e.CPUFlavorIDs) != 0 || e.Env["KEEP"] != "flag" || e.Env["HUB"] != "hub" {
+					t.Errorf("endpoint %+v", e)
+				}
+			}},
+		{name: "computeType given", hub: mgmt.HubConfig{RunsOn: "CPU"}, given: []string{"computeType"}, applied: "",
+			check: func(t *testing.T, e store.Endpoint, _ store.Template) {
+				if e.ComputeType != "GPU" {
+					t.Errorf("endpoint %+v", e)
+				}
+			}},
+		{name: "an endpoint that ran an image: untouched", hub: hub, image: "berth/hello:abc", applied: "",
+			check: func(t *testing.T, e store.Endpoint, tpl store.Template) {
+				if e.ComputeType != "GPU" || tpl.ContainerDiskInGb != 5 || e.Env["HUB"] != "" {
+					t.Errorf("endpoint %+v template %+v", e, tpl)
+				}
+			}},
+		{name: "GPUs and a load balancer", hub: mgmt.HubConfig{RunsOn: "GPU", EndpointType: "LOAD_BALANCER", GPUCount: &two, GPUTypeIDs: []string{"ADA_24"}, AllowedCudaVersions: []string{"12.4"}},
+			applied: "type gpuCount gpuTypeIds allowedCudaVersions",
+			check: func(t *testing.T, e store.Endpoint, _ store.Template) {
+				if e.Type != "LOAD_BALANCER" || e.ScalerType != "REQUEST_COUNT" || e.GPUCount != 2 || e.GPUTypeIDs[0] != "ADA_24" || e.AllowedCudaVersions[0] != "12.4" {
+					t.Errorf("endpoint %+v", e)
+				}
+			}},
+		{name: "a GPU hub on a CPU endpoint the command made: refused, nothing changed", hub: mgmt.HubConfig{GPUTypeIDs: []string{"ADA_24"}}, given: []string{"computeType"},
+			err: "gpuTypeIds"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			e, tpl := newEp()
+			if c.name == "a GPU hub on a CPU endpoint the command made: refused, nothing changed" {
+				e.ComputeType = "CPU"
+			}
+			if c.image != "" {
+				tpl.ImageName = c.image
+			}
+			e0, t0 := e.ComputeType, tpl.ContainerDiskInGb
+			applied, err := mgmt.ApplyHubDefaults(c.hub, c.given, &e, &tpl)
+			if c.err != "" {
+				if err == nil || !strings.Contains(err.Error(), c.err) || e.ComputeType != e0 || tpl.ContainerDiskInGb != t0 || len(e.GPUTypeIDs) != 0 {
+					t.Fatalf("err %v, endpoint %+v: want a refusal naming %s and nothing changed", err, e, c.err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := strings.Join(applied, " "); got != c.applied {
+				t.Errorf("applied %q, want %q", got, c.applied)
+			}
+			c.check(t, e, tpl)
+		})
+	}
+}

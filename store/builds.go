@@ -73,6 +73,26 @@ type Build struct {
 	// --build-images-kept); such a build is no longer rolled back to.
 	// Cleared when a later build makes the same image again.
 	ImagePrunedAt *time.Time `json:"imagePrunedAt,omitempty"`
+	// Given names the endpoint fields the command that asked for the
+	// build gave (berth deploy's flags): hub.json's config does not
+	// override them. Hub is the source's .runpod/hub.json config, once
+	// read; HubApplied the fields it set on the endpoint at the release.
+	Given      []string   `json:"given,omitempty"`
+	Hub        *HubConfig `json:"hub,omitempty"`
+	HubApplied []string   `json:"hubApplied,omitempty"`
+}
+
+// HubConfig is a .runpod/hub.json's config, in Berth's field names (mgmt
+// parses and applies it).
+type HubConfig struct {
+	RunsOn              string            `json:"runsOn,omitempty"`       // GPU or CPU: computeType
+	EndpointType        string            `json:"endpointType,omitempty"` // QUEUE or LOAD_BALANCER: type
+	ContainerDiskInGb   *int              `json:"containerDiskInGb,omitempty"`
+	CPUFlavorIDs        []string          `json:"cpuFlavorIds,omitempty"`
+	GPUCount            *int              `json:"gpuCount,omitempty"`
+	GPUTypeIDs          []string          `json:"gpuTypeIds,omitempty"`
+	AllowedCudaVersions []string          `json:"allowedCudaVersions,omitempty"`
+	Env                 map[string]string `json:"env,omitempty"`
 }
 
 // RunImage is the image a release of b runs: the pushed reference by

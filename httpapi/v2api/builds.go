@@ -64,6 +64,10 @@ type BuildView struct {
 	// (berth serve --build-images-kept); null while it is kept. A pruned
 	// build is not rolled back to.
 	ImagePrunedAt *time.Time `json:"imagePrunedAt"`
+	// HubApplied: the endpoint fields the source's .runpod/hub.json set
+	// at the release (an endpoint deploy made, fields its command did
+	// not give); null when none.
+	HubApplied []string `json:"hubApplied"`
 }
 
 // GitView is a git build's source as asked (the commit built is in
@@ -105,6 +109,7 @@ func viewBuild(b store.Build) BuildView {
 	if b.ReleaseVersion > 0 {
 		v.ReleaseVersion = ptr(b.ReleaseVersion)
 	}
+	v.HubApplied = b.HubApplied
 	if b.PushedImage != "" {
 		v.PushedImage, v.ImageDigest = ptr(b.PushedImage), ptr(b.ImageDigest)
 	}
@@ -183,6 +188,9 @@ type gitBuildBody struct {
 	// SecretBuildArgs are build args whose values are never stored,
 	// answered or logged.
 	SecretBuildArgs map[string]string `json:"secretBuildArgs"`
+	// Given names the endpoint fields the command gave: hub.json's
+	// config does not override them.
+	Given []string `json:"given"`
 }
 
 // createBuild takes the source as the body: an uncompressed tar
@@ -206,13 +214,16 @@ func (a *API) createBuild(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
 	for k := range q {
 		switch k {
-		case "dockerfile", "target", "buildArg":
+		case "dockerfile", "target", "buildArg", "given":
 		default:
-			a.fail(w, r, bad(k, "unknown parameter %q: dockerfile, target and buildArg are taken", mgmt.ShortID(k)))
+			a.fail(w, r, bad(k, "unknown parameter %q: dockerfile, target, buildArg and given are taken", mgmt.ShortID(k)))
 			return
 		}
 	}
 	o := builder.Options{Dockerfile: q.Get("dockerfile"), Target: q.Get("target"), BuildArgs: map[string]string{}}
+	for _, g := range q["given"] {
+		o.Given = append(o.Given, mgmt.SplitList(g)...)
+	}
 	for _, kv := range q["buildArg"] {
 		k, v, ok := strings.Cut(kv, "=")
 		if !ok || k == "" {
@@ -268,7 +279,7 @@ func (a *API) createGitBuild(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	g := mgmt.GitSource{URL: body.Git.URL, Ref: body.Git.Ref, ContextPath: body.Git.ContextPath, CredentialID: body.Git.CredentialID}
-	b, err := a.cfg.Builds.SubmitGit(r.Context(), id, mgmt.BuildInput{Dockerfile: body.Dockerfile, Target: body.Target, BuildArgs: body.BuildArgs, SecretArgs: body.SecretBuildArgs, Git: &g})
+	b, err := a.cfg.Builds.SubmitGit(r.Context(), id, mgmt.BuildInput{Dockerfile: body.Dockerfile, Target: body.Target, BuildArgs: body.BuildArgs, SecretArgs: body.SecretBuildArgs, Git: &g, Given: body.Given})
 	a.answer(w, r, http.StatusAccepted, viewBuild(b), err)
 }
 

@@ -47,7 +47,7 @@ var ops = map[string]opSpec{
 	"listEndpointReleases": {"The endpoint's recorded versions, newest first", nil, 200, ReleaseList{}},
 	"getWorkerLogs":        {"A worker container's log as Server-Sent Events", nil, 200, sse{}},
 	"listEndpointBuilds":   {"The endpoint's image builds, newest first (limit ≤ 100, cursor)", nil, 200, BuildList{}},
-	"createEndpointBuild":  {"Build the endpoint's image from a tar of its source (application/x-tar; dockerfile, target, buildArg=K=V) or from a git repository (application/json: git {url, ref, contextPath, credentialId}, dockerfile, target, buildArgs)", nil, 202, BuildView{}},
+	"createEndpointBuild":  {"Build the endpoint's image from a tar of its source (application/x-tar; dockerfile, target, buildArg=K=V, given=FIELD,…) or from a git repository (application/json: git {url, ref, contextPath, credentialId}, dockerfile, target, buildArgs, given); given names the endpoint fields the command gave, which the source's .runpod/hub.json config does not override", nil, 202, BuildView{}},
 	"getEndpointBuild":     {"One build", nil, 200, BuildView{}},
 	"getEndpointBuildLogs": {"A build's log as Server-Sent Events, followed until the build ends", nil, 200, sse{}},
 	"cancelEndpointBuild":  {"Cancel a pending or running build; answers it once ended", nil, 200, BuildView{}},
