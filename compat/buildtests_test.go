@@ -181,7 +181,6 @@ func deref(s *string) string {
 	return *s
 }
 
-
 // TestDeployHubDefaults is .runpod/hub.json's config through berth serve:
 // the endpoint deploy makes takes its settings where the command gives
 // none (a CPU endpoint, its flavour, the template's disk, env reaching the
