@@ -147,16 +147,30 @@ func (r *testRun) Close() {
 		case <-ctx.Done():
 		}
 	}
-	list, err := a.backend.List(ctx)
-	if err != nil {
-		a.log.Warn("list a test worker's instances", "endpoint", r.id, "err", err)
-		return
-	}
-	for _, in := range list {
-		if in.Labels[runtime.LabelEndpoint] == r.id {
-			if err := a.backend.Remove(ctx, in.ID); err != nil && !runtime.IsNotFound(err) {
-				a.log.Warn("remove a test worker", "endpoint", r.id, "err", err)
+	// Whatever instance remains is removed, and Close returns once none
+	// is listed (a removal under way is still listed).
+	for ctx.Err() == nil {
+		list, err := a.backend.List(ctx)
+		if err != nil {
+			a.log.Warn("list a test worker's instances", "endpoint", r.id, "err", err)
+			return
+		}
+		left := 0
+		for _, in := range list {
+			if in.Labels[runtime.LabelEndpoint] == r.id {
+				left++
+				if err := a.backend.Remove(ctx, in.ID); err != nil && !runtime.IsNotFound(err) {
+					a.log.Debug("remove a test worker", "endpoint", r.id, "err", err)
+				}
 			}
 		}
+		if left == 0 {
+			return
+		}
+		select {
+		case <-tick.C:
+		case <-ctx.Done():
+		}
 	}
+	a.log.Warn("a test worker is still listed after a minute", "endpoint", r.id)
 }
