@@ -1,6 +1,6 @@
 // Command berth runs the RunPod serverless platform on one machine. The
 // command line is package cli; the server is package app (the composition),
-// which wire.go configures from serve's flags.
+// which serve.go configures from serve's flags.
 package main
 
 import (

@@ -2,7 +2,7 @@
 // queue, the container runtime, the management rules, the HTTP API with its
 // surfaces, the worker-protocol-only listener containers reach, the
 // load-balancing proxy, metrics, the webhook guard and the operator's key.
-// `berth serve` runs one (main's wire.go translates its flags into a
+// `berth serve` runs one (main's serve.go translates its flags into a
 // Config), and so does every end-to-end test, with test settings passed
 // through the same Config: there is no other wiring of the product.
 //

@@ -90,7 +90,7 @@ type env struct {
 	inst  string
 	image string // echoworker
 	// metrics are fed by the Supervisor (OnScale) and Docker (OnPull)
-	// and served on /metrics, as in wire.go.
+	// and served on /metrics, as in app/wire.go.
 	prom *httpapi.Metrics
 	seen seen
 }
