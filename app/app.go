@@ -30,6 +30,7 @@ import (
 	"berth/httpapi"
 	"berth/httplimit"
 	"berth/lbproxy"
+	"berth/metrics"
 	"berth/mgmt"
 	"berth/queue"
 	"berth/runtime"
@@ -133,7 +134,7 @@ type App struct {
 	log *slog.Logger
 
 	db      *store.DB
-	metrics *httpapi.Metrics
+	metrics *metrics.Metrics
 	series  *series.Series
 	hooks   *queue.WebhookGuard
 	q       *queue.Service

@@ -15,6 +15,7 @@ import (
 
 	"berth/gpu"
 	"berth/httpapi"
+	"berth/metrics"
 	"berth/mgmt"
 	"berth/queue"
 	"berth/runtime"
@@ -61,7 +62,7 @@ func New(cfg Config) (_ *App, err error) {
 	if a.hooks, err = queue.NewWebhookGuard(queue.WebhookPolicy{Allow: cfg.WebhookAllow}); err != nil {
 		return nil, err
 	}
-	a.metrics = httpapi.NewMetrics()
+	a.metrics = metrics.New()
 	var api atomic.Pointer[httpapi.Server]
 	a.series = newSeries(cfg, &a.db, &api)
 	if a.db, err = store.Open(filepath.Join(cfg.DataDir, "berth.db"), store.Options{OnCommit: a.metrics.Commit, Logger: log.With("component", "store")}); err != nil {

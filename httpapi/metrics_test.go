@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"berth/httpapi"
+	"berth/metrics"
 	"berth/queue"
 	"berth/store"
 )
@@ -27,7 +28,7 @@ type metricsEnv struct {
 }
 
 func newMetricsEnv(t *testing.T, mods ...func(*httpapi.Config)) *metricsEnv {
-	m := httpapi.NewMetrics()
+	m := metrics.New()
 	db, err := store.Open(filepath.Join(t.TempDir(), "berth.db"), store.Options{OnCommit: m.Commit})
 	if err != nil {
 		t.Fatal(err)

@@ -8,7 +8,6 @@ package httpapi
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"io"
 	"log/slog"
@@ -19,9 +18,6 @@ import (
 
 	"github.com/gorilla/mux"
 	"github.com/jonboulle/clockwork"
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/collectors"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"berth/dashboard"
 	"berth/gpu"
@@ -30,6 +26,7 @@ import (
 	"berth/httpapi/v1api"
 	"berth/httpapi/v2api"
 	"berth/httplimit"
+	"berth/metrics"
 	"berth/mgmt"
 	"berth/queue"
 	"berth/series"
@@ -136,9 +133,9 @@ type Config struct {
 	// names none). Optional.
 	Models func(e store.Endpoint) []mgmt.ModelStatus
 
-	// Metrics holds the series other packages feed (NewMetrics; pass the
+	// Metrics holds the series other packages feed (metrics.New; pass the
 	// one whose hooks were wired). Optional: New makes one.
-	Metrics *Metrics
+	Metrics *metrics.Metrics
 	// GPUUsage samples the GPUs for /metrics. Optional: nil (no GPUs)
 	// leaves the GPU series out.
 	GPUUsage func() ([]gpu.Usage, error)
@@ -150,11 +147,10 @@ type Config struct {
 
 // Server is Berth's HTTP API.
 type Server struct {
-	cfg     Config
-	router  *mux.Router
-	limits  *limiter
-	polls   *pollLimits
-	metrics *metrics
+	cfg    Config
+	router *mux.Router
+	limits *limiter
+	polls  *pollLimits
 
 	epMu    sync.RWMutex
 	epCache map[string]*store.Endpoint
@@ -228,7 +224,7 @@ func New(cfg Config) *Server {
 	s.v2 = s.newV2()
 	s.limits = newLimiter(cfg.RateLimits, cfg.RequestsPerWorker, s.workerCount)
 	s.polls = newPollLimits(cfg.MaxLongPollsPerWorker, cfg.MaxLongPollsPerKey)
-	s.metrics = newMetrics(s)
+	s.watchMetrics()
 	s.routes()
 	return s
 }
@@ -288,7 +284,7 @@ func (s *Server) routes() {
 
 	// Routes are matched in order: the hot paths (worker protocol, run)
 	// come first; gorilla/mux tries one regexp per route.
-	r.Handle("/metrics", promhttp.HandlerFor(s.metrics.reg, promhttp.HandlerOpts{})).Methods(http.MethodGet)
+	r.Handle("/metrics", s.cfg.Metrics.Handler()).Methods(http.MethodGet)
 	// REST v2 management (/v2/pods, /v2/serverless…), before the job API
 	// so its names are not taken for endpoint ids.
 	s.v2.Mount(r)
@@ -502,30 +498,14 @@ func (s *Server) workerCount(endpointID string) int {
 
 // ---- metrics ----
 
-type metrics struct {
-	reg      *prometheus.Registry
-	requests *prometheus.CounterVec
-	duration *prometheus.HistogramVec
-}
-
-func newMetrics(s *Server) *metrics {
+// watchMetrics registers the series /metrics reads from this server at
+// scrape time (package metrics).
+func (s *Server) watchMetrics() {
 	if s.cfg.Metrics == nil {
-		s.cfg.Metrics = NewMetrics()
+		s.cfg.Metrics = metrics.New()
 	}
-	m := &metrics{reg: s.cfg.Metrics.reg}
-	m.requests = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "berth_http_requests_total", Help: "HTTP requests by route and status code.",
-	}, []string{"route", "code"})
-	m.duration = prometheus.NewHistogramVec(prometheus.HistogramOpts{
-		Name: "berth_http_request_duration_seconds", Help: "HTTP request latency by route (long polls included).",
-		Buckets: []float64{.0005, .001, .0025, .005, .01, .05, .25, 1, 5, 30, 90},
-	}, []string{"route"})
-	held := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-		Name: "berth_long_polls", Help: "Long polls (job-take, job-stop, runsync, status-sync, stream) being held.",
-	}, func() float64 { return float64(s.polls.Held()) })
-	m.reg.MustRegister(m.requests, m.duration, held, &queueCollector{s: s}, &hostCollector{s: s},
-		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	return m
+	s.cfg.Metrics.Watch(metrics.Sources{Store: s.cfg.Store, Queue: s.cfg.Queue, Health: s.health,
+		LongPolls: s.polls.Held, GPUUsage: s.cfg.GPUUsage, Logger: s.cfg.Logger})
 }
 
 type statusRecorder struct {
@@ -547,57 +527,13 @@ func (r *statusRecorder) Flush() {
 	}
 }
 
-var codeText sync.Map
-
-func codeLabel(c int) string {
-	if v, ok := codeText.Load(c); ok {
-		return v.(string)
-	}
-	b, _ := json.Marshal(c)
-	codeText.Store(c, string(b))
-	return string(b)
-}
-
 func (s *Server) instrument(route string, h http.Handler) http.Handler {
-	hist := s.metrics.duration.WithLabelValues(route)
+	series := s.cfg.Metrics.Route(route)
 	gated := s.gateList(route, h)
-	var counters sync.Map // status code → counter: no label hashing per request
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
 		rec := &statusRecorder{ResponseWriter: w, code: 200}
 		gated.ServeHTTP(rec, r)
-		hist.Observe(time.Since(start).Seconds())
-		c, ok := counters.Load(rec.code)
-		if !ok {
-			c, _ = counters.LoadOrStore(rec.code, s.metrics.requests.WithLabelValues(route, codeLabel(rec.code)))
-		}
-		c.(prometheus.Counter).Inc()
+		series.Observe(rec.code, time.Since(start))
 	})
-}
-
-// queueCollector reports queue depth per endpoint at scrape time.
-type queueCollector struct{ s *Server }
-
-var (
-	queueDepthDesc = prometheus.NewDesc("berth_queue_jobs", "Jobs per endpoint and state.", []string{"endpoint", "state"}, nil)
-	workersDesc    = prometheus.NewDesc("berth_workers", "Workers per endpoint and state.", []string{"endpoint", "state"}, nil)
-)
-
-func (c *queueCollector) Describe(ch chan<- *prometheus.Desc) {
-	ch <- queueDepthDesc
-	ch <- workersDesc
-}
-
-func (c *queueCollector) Collect(ch chan<- prometheus.Metric) {
-	var ids []string
-	c.s.cfg.Store.Scan(store.Endpoints, func(key string, _ []byte) error { ids = append(ids, key); return nil })
-	for _, id := range ids {
-		h := c.s.health(id)
-		for state, n := range map[string]int{"in_queue": h.Jobs.InQueue, "in_progress": h.Jobs.InProgress, "completed": h.Jobs.Completed, "failed": h.Jobs.Failed} {
-			ch <- prometheus.MustNewConstMetric(queueDepthDesc, prometheus.GaugeValue, float64(n), id, state)
-		}
-		for state, n := range map[string]int{"idle": h.Workers.Idle, "running": h.Workers.Running, "initializing": h.Workers.Initializing, "unhealthy": h.Workers.Unhealthy, "frozen": h.Workers.Frozen} {
-			ch <- prometheus.MustNewConstMetric(workersDesc, prometheus.GaugeValue, float64(n), id, state)
-		}
-	}
 }

@@ -22,6 +22,7 @@ import (
 	"berth/httpapi"
 	"berth/internal/dockertest"
 	"berth/internal/logtest"
+	"berth/metrics"
 	"berth/queue"
 	"berth/runtime"
 	"berth/runtime/docker"
@@ -91,7 +92,7 @@ type env struct {
 	image string // echoworker
 	// metrics are fed by the Supervisor (OnScale) and Docker (OnPull)
 	// and served on /metrics, as in app/wire.go.
-	prom *httpapi.Metrics
+	prom *metrics.Metrics
 	seen seen
 }
 
@@ -184,7 +185,7 @@ func newEnvAt(t testing.TB, host string, opts ...envOpt) *env {
 		t.Fatalf("docker.Connect: %v", err)
 	}
 	e.d = d
-	e.prom = httpapi.NewMetrics()
+	e.prom = metrics.New()
 	d.OnPull = e.prom.Pull
 	t.Cleanup(func() { _ = d.Close() })
 	e.image = dockertest.BuildGoImage(t, echoWorker)

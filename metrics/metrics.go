@@ -1,22 +1,31 @@
-package httpapi
+// Package metrics is Berth's Prometheus registry: the series the other
+// packages feed through plain hooks (queue OnJobFinished and OnWebhook,
+// runtime OnScale, Docker.OnPull, store OnCommit, cleaner OnRun, builder
+// OnPrune; wired in app/wire.go), the HTTP request series httpapi
+// observes, and the collectors that read the store, the queue and the GPUs
+// at scrape time (Watch). httpapi serves it on /metrics (Handler); none of
+// the feeding packages imports Prometheus.
+package metrics
 
 import (
-	"os"
-	"strconv"
+	"encoding/json"
+	"net/http"
 	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"berth/store"
 )
 
-// Metrics are the Prometheus series fed by the other packages' hooks (queue
-// OnJobFinished and OnWebhook, runtime OnScale and Docker.OnPull, store
-// OnCommit; wired in app/wire.go) and served on /metrics with the HTTP and
-// queue series. One Metrics serves one Server.
+// Metrics are the series of one Berth, on their own registry. One Metrics
+// serves one httpapi.Server (Watch registers its collectors once).
 type Metrics struct {
 	reg      *prometheus.Registry
+	requests *prometheus.CounterVec
+	duration *prometheus.HistogramVec
 	delay    *prometheus.HistogramVec
 	exec     *prometheus.HistogramVec
 	scale    *prometheus.CounterVec
@@ -36,8 +45,9 @@ type Metrics struct {
 // jobBuckets span a fast handler (10 ms) to an hour-long job.
 var jobBuckets = []float64{.01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800, 3600}
 
-// NewMetrics makes the series, registered on their own registry.
-func NewMetrics() *Metrics {
+// New makes the series, registered on their own registry with the Go
+// runtime's and the process's.
+func New() *Metrics {
 	m := &Metrics{reg: prometheus.NewRegistry(), endpoints: map[string]bool{}}
 	m.delay = prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Name: "berth_job_delay_seconds", Help: "Jobs' delayTime: from submission to a worker taking the job, by endpoint (observed when the job ends).",
@@ -74,7 +84,16 @@ func NewMetrics() *Metrics {
 	m.pruned = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "berth_build_images_pruned_total", Help: "Build images removed from the daemon because no endpoint keeps them (berth serve --build-images-kept), by result: removed, failed (the daemon refused; logged).",
 	}, []string{"result"})
-	m.reg.MustRegister(m.delay, m.exec, m.scale, m.webhooks, m.pulls, m.pullTime, m.commit, m.writes, m.cleaned, m.pruned)
+	m.requests = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "berth_http_requests_total", Help: "HTTP requests by route and status code.",
+	}, []string{"route", "code"})
+	m.duration = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name: "berth_http_request_duration_seconds", Help: "HTTP request latency by route (long polls included).",
+		Buckets: []float64{.0005, .001, .0025, .005, .01, .05, .25, 1, 5, 30, 90},
+	}, []string{"route"})
+	m.reg.MustRegister(m.delay, m.exec, m.scale, m.webhooks, m.pulls, m.pullTime, m.commit, m.writes, m.cleaned, m.pruned,
+		m.requests, m.duration,
+		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	for _, r := range []string{"removed", "failed"} {
 		m.pruned.WithLabelValues(r)
 	}
@@ -82,6 +101,44 @@ func NewMetrics() *Metrics {
 		m.pulls.WithLabelValues(r) // present from the start, so rate() works from the first pull
 	}
 	return m
+}
+
+// Handler serves the registry in Prometheus' text format (GET /metrics).
+func (m *Metrics) Handler() http.Handler { return promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{}) }
+
+// Route is one route's request series; httpapi makes one per route, so a
+// request hashes no label.
+type Route struct {
+	m        *Metrics
+	route    string
+	hist     prometheus.Observer
+	counters sync.Map // status code → counter
+}
+
+// Route returns the series of route (its pattern, e.g. "GET /v2/{id}/run").
+func (m *Metrics) Route(route string) *Route {
+	return &Route{m: m, route: route, hist: m.duration.WithLabelValues(route)}
+}
+
+// Observe counts one request answered code after took.
+func (r *Route) Observe(code int, took time.Duration) {
+	r.hist.Observe(took.Seconds())
+	c, ok := r.counters.Load(code)
+	if !ok {
+		c, _ = r.counters.LoadOrStore(code, r.m.requests.WithLabelValues(r.route, codeLabel(code)))
+	}
+	c.(prometheus.Counter).Inc()
+}
+
+var codeText sync.Map
+
+func codeLabel(c int) string {
+	if v, ok := codeText.Load(c); ok {
+		return v.(string)
+	}
+	b, _ := json.Marshal(c)
+	codeText.Store(c, string(b))
+	return string(b)
 }
 
 // seen notes an endpoint with series.
@@ -169,69 +226,4 @@ func (m *Metrics) BuildImagePruned(result string) {
 func (m *Metrics) Commit(took time.Duration, writes int) {
 	m.commit.Observe(took.Seconds())
 	m.writes.Observe(float64(writes))
-}
-
-var (
-	oldestDesc   = prometheus.NewDesc("berth_queue_oldest_job_age_seconds", "Age of the oldest queued job (not low priority) per endpoint; 0 when none waits.", []string{"endpoint"}, nil)
-	dbSizeDesc   = prometheus.NewDesc("berth_store_file_bytes", "Size of berth.db on disk.", nil, nil)
-	wfailDesc    = prometheus.NewDesc("berth_store_write_failures_total", "Writes that failed (each is also logged); kept: \"true\" for changes already made in memory, kept and written again once the disk takes writes.", []string{"kept"}, nil)
-	wretryDesc   = prometheus.NewDesc("berth_store_writes_retrying", "Failed writes (by key) waiting to be written again.", nil, nil)
-	wpendDesc    = prometheus.NewDesc("berth_store_writes_pending", "Writes queued for the group commit.", nil, nil)
-	damagedDesc  = prometheus.NewDesc("berth_store_damaged", "1 when a damaged page was found while serving: writes are refused until a restart on a checked file.", nil, nil)
-	streamDesc   = prometheus.NewDesc("berth_stream_buffered_bytes", "Unread stream chunks held, all jobs (capped: see the README).", nil, nil)
-	droppedDesc  = prometheus.NewDesc("berth_stream_chunks_dropped_total", "Stream chunks dropped because a job's (or every job's) unread buffer was full.", nil, nil)
-	dmgRecDesc   = prometheus.NewDesc("berth_store_damaged_records", "Damaged records (checksum mismatch, or not decodable) and broken pages found by reads or by the background check, each counted once and logged with its bucket and key.", nil, nil)
-	gpuMemDesc   = prometheus.NewDesc("berth_gpu_memory_used_bytes", "GPU memory in use (NVML), by GPU.", []string{"gpu", "uuid", "name"}, nil)
-	gpuTotalDesc = prometheus.NewDesc("berth_gpu_memory_total_bytes", "GPU memory size (NVML), by GPU.", []string{"gpu", "uuid", "name"}, nil)
-	gpuUtilDesc  = prometheus.NewDesc("berth_gpu_utilization_ratio", "Fraction of the last sample period the GPU was busy (NVML), by GPU.", []string{"gpu", "uuid", "name"}, nil)
-)
-
-// hostCollector reports, at scrape time, what is read rather than counted:
-// queue ages, the database file's size and GPU usage.
-type hostCollector struct{ s *Server }
-
-func (c *hostCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{oldestDesc, dbSizeDesc, wfailDesc, wretryDesc, wpendDesc, damagedDesc, dmgRecDesc, streamDesc, droppedDesc, gpuMemDesc, gpuTotalDesc, gpuUtilDesc} {
-		ch <- d
-	}
-}
-
-func (c *hostCollector) Collect(ch chan<- prometheus.Metric) {
-	s := c.s
-	var ids []string
-	s.cfg.Store.Scan(store.Endpoints, func(key string, _ []byte) error { ids = append(ids, key); return nil })
-	for _, id := range ids {
-		ch <- prometheus.MustNewConstMetric(oldestDesc, prometheus.GaugeValue, s.cfg.Queue.Stats(id).OldestWait.Seconds(), id)
-	}
-	if fi, err := os.Stat(s.cfg.Store.Path()); err == nil {
-		ch <- prometheus.MustNewConstMetric(dbSizeDesc, prometheus.GaugeValue, float64(fi.Size()))
-	}
-	ws := s.cfg.Store.Stats()
-	ch <- prometheus.MustNewConstMetric(wfailDesc, prometheus.CounterValue, float64(ws.Kept), "true")
-	ch <- prometheus.MustNewConstMetric(wfailDesc, prometheus.CounterValue, float64(ws.Failed-ws.Kept), "false")
-	ch <- prometheus.MustNewConstMetric(wretryDesc, prometheus.GaugeValue, float64(ws.Retrying))
-	ch <- prometheus.MustNewConstMetric(wpendDesc, prometheus.GaugeValue, float64(ws.Pending))
-	damaged := 0.0
-	if ws.Damaged {
-		damaged = 1
-	}
-	ch <- prometheus.MustNewConstMetric(damagedDesc, prometheus.GaugeValue, damaged)
-	ch <- prometheus.MustNewConstMetric(dmgRecDesc, prometheus.GaugeValue, float64(ws.DamagedRecords))
-	ss := s.cfg.Queue.StreamStats()
-	ch <- prometheus.MustNewConstMetric(streamDesc, prometheus.GaugeValue, float64(ss.BufferedBytes))
-	ch <- prometheus.MustNewConstMetric(droppedDesc, prometheus.CounterValue, float64(ss.Dropped))
-	if s.cfg.GPUUsage == nil {
-		return
-	}
-	us, err := s.cfg.GPUUsage()
-	if err != nil {
-		s.cfg.Logger.Warn("GPU usage for /metrics", "err", err)
-		return
-	}
-	for _, u := range us {
-		l := []string{strconv.Itoa(u.Index), u.UUID, u.Name}
-		ch <- prometheus.MustNewConstMetric(gpuMemDesc, prometheus.GaugeValue, float64(u.MemoryUsedBytes), l...)
-		ch <- prometheus.MustNewConstMetric(gpuTotalDesc, prometheus.GaugeValue, float64(u.MemoryTotalBytes), l...)
-		ch <- prometheus.MustNewConstMetric(gpuUtilDesc, prometheus.GaugeValue, u.Utilization, l...)
-	}
 }
