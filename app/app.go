@@ -7,8 +7,9 @@
 // through the same Config: there is no other wiring of the product.
 //
 // New assembles (opens the database, binds the listeners, connects to
-// Docker); Start starts the services and serves; Stop stops them, leaving
-// worker and pod containers running for the next Start to adopt.
+// Docker); Start starts the services in order and serves; Stop stops them
+// in reverse, leaving worker and pod containers running for the next
+// Start to adopt (services.go, App.newServices).
 package app
 
 import (
@@ -158,15 +159,13 @@ type App struct {
 	verifyStop context.CancelFunc // the background check of the file
 	verified   chan struct{}
 
-	ln, workerLn     net.Listener // workerLn: nil when Addr listens on every interface, or without Docker
-	srv, workerSrv   *httplimit.Server
-	failed           chan error
-	startMu          sync.Mutex
-	started, stopped bool
-	qRunning, lbRun  bool
-	buildsRun        bool
-	closers          []func()       // undo New, last first
-	podExits         sync.WaitGroup // pod exits being recorded (runtime.go)
+	ln, workerLn   net.Listener // workerLn: nil when Addr listens on every interface, or without Docker
+	srv, workerSrv *httplimit.Server
+	failed         chan error
+	services       *services      // Start and Stop (newServices)
+	closers        []func()       // undo New, last first
+	closed         sync.Once      // Stop's undoing of New
+	podExits       sync.WaitGroup // pod exits being recorded (runtime.go)
 }
 
 // Addr is the API's address (the port chosen when Addr ends in ":0").
@@ -208,49 +207,95 @@ func (a *App) Instance() string { return a.inst }
 // Failed delivers a listener's failure while the App runs.
 func (a *App) Failed() <-chan error { return a.failed }
 
-// Start starts the queue, the balancer and the runtime (which adopts the
-// containers a previous run left), then serves. ctx bounds the start-up
-// only.
-func (a *App) Start(ctx context.Context) error {
-	a.startMu.Lock()
-	defer a.startMu.Unlock()
-	if a.started || a.stopped {
-		return errors.New("app: already started")
+// Start starts the services in order (newServices), ending by serving;
+// when one fails, those already started are stopped, last first, and the
+// error returned (Stop then only undoes New). ctx bounds the start-up only.
+func (a *App) Start(ctx context.Context) error { return a.services.Start(ctx) }
+
+// newServices is a Berth's services in the order they start; they stop in
+// reverse. The order is the shutdown's: the listeners stop accepting last,
+// after the queue (whose Stop wakes every long poll, so the drain does not
+// wait for them), and their drain is the front's, whose place in the list
+// is early although it starts serving last (serve); the database closes
+// after every service (Stop).
+func (a *App) newServices() *services {
+	l := []service{
+		// The balancer's health checks (a pool still empty) and the
+		// listeners' drain: requests are answered until everything after
+		// has stopped.
+		{name: "front", start: func(context.Context) error { a.lb.Start(); return nil }, stop: a.stopListeners},
+		// The dashboard's series: restored before the first job ends,
+		// saved once the queue stopped (no job ends after).
+		{name: "series", start: func(context.Context) error { a.restoreSeries(); return nil }, // series.go
+			stop: func(context.Context) error {
+				// What changed since the last minute's save.
+				if err := a.saveSeries(false); err != nil {
+					a.log.Warn("the dashboard's series of the last minute are lost", "err", err)
+				}
+				return nil
+			}},
+		{name: "queue", start: a.q.Start, stop: func(context.Context) error { a.q.Stop(); return nil }},
+		// The sampler reads the queue: its first sample sees the jobs loaded.
+		{name: "sampler", start: func(context.Context) error { a.series.Start(); return nil },
+			stop: func(context.Context) error { a.series.Stop(); return nil }},
 	}
-	a.started = true
-	a.restoreSeries() // series.go
-	if err := a.q.Start(ctx); err != nil {
-		return err
-	}
-	a.qRunning = true
-	a.lb.Start()
-	a.lbRun = true
-	a.series.Start()
 	if a.sup != nil || a.cfg.Docker == DockerOff {
 		// Before the runtime adopts what runs: close what stopped meanwhile.
-		if err := a.repairUsage(ctx, a.backend); err != nil {
-			a.log.Error("repair open usage intervals", "err", err)
-		}
+		l = append(l, service{name: "usage repair", start: func(ctx context.Context) error {
+			if err := a.repairUsage(ctx, a.backend); err != nil {
+				a.log.Error("repair open usage intervals", "err", err)
+			}
+			return nil
+		}})
 	}
 	if a.sup != nil {
-		if err := a.sup.Start(ctx); err != nil {
-			return fmt.Errorf("start the container runtime: %w", err)
-		}
+		// Stopped before the queue (runtime.Supervisor.Stop); its
+		// containers keep running for the next start to adopt.
+		l = append(l, service{name: "runtime",
+			start: func(ctx context.Context) error {
+				if err := a.sup.Start(ctx); err != nil {
+					return fmt.Errorf("start the container runtime: %w", err)
+				}
+				return nil
+			},
+			stop: func(ctx context.Context) error {
+				a.sup.Stop()
+				a.podExits.Wait()
+				if a.cfg.RemoveContainersOnStop {
+					return a.removeContainers(ctx)
+				}
+				return nil
+			}})
 	}
-	a.cleaner.Start(context.Background())
 	if a.models != nil {
-		a.models.start()
+		l = append(l, service{name: "models", start: func(context.Context) error { a.models.start(); return nil },
+			stop: func(context.Context) error { a.models.stop(); return nil }})
 	}
-	if err := a.builds.Start(); err != nil {
-		return err
-	}
-	a.buildsRun = true
-	a.verifyInBackground()
+	l = append(l,
+		// Its loop outlives the start's ctx; its last word is the stop time.
+		service{name: "cleaner", start: func(context.Context) error { return a.cleaner.Start(context.Background()) },
+			stop: func(context.Context) error {
+				a.cleaner.Stop()
+				if err := store.StampAlive(a.db, a.cfg.Clock.Now()); err != nil {
+					a.log.Warn("stamp the stop time", "err", err)
+				}
+				return nil
+			}},
+		service{name: "builds", start: func(context.Context) error { return a.builds.Start() },
+			stop: func(context.Context) error { a.builds.Stop(); return nil }},
+		service{name: "verify", start: func(context.Context) error { a.verifyInBackground(); return nil },
+			stop: func(context.Context) error { a.verifyStop(); <-a.verified; return nil }},
+	)
 	if a.cfg.BeforeServe != nil {
-		if err := a.cfg.BeforeServe(ctx, a); err != nil {
-			return err
-		}
+		l = append(l, service{name: "before serve", start: func(ctx context.Context) error { return a.cfg.BeforeServe(ctx, a) }})
 	}
+	// Accepting is last; stopping is the front's (above).
+	l = append(l, service{name: "serve", start: a.startServing})
+	return &services{list: l}
+}
+
+// startServing accepts on the listeners and keeps a generated key.
+func (a *App) startServing(context.Context) error {
 	if a.workerLn != nil {
 		a.log.Info("worker protocol for containers", "addr", a.workerLn.Addr().String())
 		go a.serve(a.workerSrv, a.workerLn)
@@ -265,6 +310,22 @@ func (a *App) Start(ctx context.Context) error {
 		a.keepKey = nil
 	}
 	a.log.Info("berth serving", "addr", a.ln.Addr().String(), "data", a.cfg.DataDir, "version", a.cfg.Version, "rateLimits", a.cfg.RateLimits)
+	return nil
+}
+
+// stopListeners stops the servers, waiting for their requests until ctx
+// ends — then cancelling the work of those still running and closing
+// their connections rather than waiting for it — and then the balancer.
+func (a *App) stopListeners(ctx context.Context) error {
+	c, ab := a.srv.Stop(ctx)
+	if a.workerSrv != nil {
+		wc, wab := a.workerSrv.Stop(ctx)
+		c, ab = c+wc, ab+wab
+	}
+	if c > 0 {
+		a.log.Warn("requests still running at shutdown were cancelled", "requests", c, "abandoned", ab)
+	}
+	a.lb.Stop()
 	return nil
 }
 
@@ -321,74 +382,23 @@ func (a *App) serve(srv *httplimit.Server, ln net.Listener) {
 	}
 }
 
-// Stop stops the runtime (its containers keep running), the queue (which
-// wakes every long poll), then the servers, waiting for their requests
-// until ctx ends — then cancelling the work of those still running and
-// closing their connections rather than waiting for it — and closes the
-// database. It undoes New too, so it is
-// the one call after New whether or not Start ran.
+// Stop stops the services that started, in reverse (newServices): the
+// runtime (its containers keep running), the queue (which wakes every long
+// poll), then the servers, waiting for their requests until ctx ends — and
+// closes the database. It undoes New too, so it is the one call after New
+// whether or not Start ran, or failed; a second Stop does nothing.
 func (a *App) Stop(ctx context.Context) error {
-	a.startMu.Lock()
-	defer a.startMu.Unlock()
-	if a.stopped {
-		return nil
-	}
-	a.stopped = true
-	var errs []error
-	if a.verifyStop != nil {
-		a.verifyStop()
-		<-a.verified
-	}
-	if a.buildsRun {
-		a.builds.Stop()
-	}
-	if a.started {
-		a.cleaner.Stop()
-		if err := store.StampAlive(a.db, a.cfg.Clock.Now()); err != nil {
-			a.log.Warn("stamp the stop time", "err", err)
+	err := a.services.Stop(ctx)
+	a.closed.Do(func() {
+		// Requests are over: the keys' last uses are written before the
+		// file closes (a write a request started would race the close).
+		a.mg.StopKeyUses()
+		for i := len(a.closers) - 1; i >= 0; i-- {
+			a.closers[i]()
 		}
-	}
-	if a.models != nil {
-		a.models.stop()
-	}
-	if a.sup != nil {
-		a.sup.Stop()
-		a.podExits.Wait()
-		if a.cfg.RemoveContainersOnStop {
-			errs = append(errs, a.removeContainers(ctx))
-		}
-	}
-	if a.qRunning {
-		a.q.Stop()
-	}
-	a.series.Stop()
-	if a.started {
-		// What changed since the last minute's save (series.go).
-		if err := a.saveSeries(false); err != nil {
-			a.log.Warn("the dashboard's series of the last minute are lost", "err", err)
-		}
-	}
-	if a.started {
-		c, ab := a.srv.Stop(ctx)
-		if a.workerSrv != nil {
-			wc, wab := a.workerSrv.Stop(ctx)
-			c, ab = c+wc, ab+wab
-		}
-		if c > 0 {
-			a.log.Warn("requests still running at shutdown were cancelled", "requests", c, "abandoned", ab)
-		}
-	}
-	if a.lbRun {
-		a.lb.Stop()
-	}
-	// Requests are over: the keys' last uses are written before the file
-	// closes (a write a request started would race the close).
-	a.mg.StopKeyUses()
-	for i := len(a.closers) - 1; i >= 0; i-- {
-		a.closers[i]()
-	}
-	errs = append(errs, a.db.Close())
-	return errors.Join(errs...)
+		err = errors.Join(err, a.db.Close())
+	})
+	return err
 }
 
 // removeContainers removes every container labelled with this instance.

@@ -168,6 +168,7 @@ func New(cfg Config) (_ *App, err error) {
 		a.hooks.DenyListener(a.workerLn.Addr())
 		a.workerSrv = newHTTPServer(cfg.Conn, a.api.WorkerHandler())
 	}
+	a.services = a.newServices() // app.go
 	return a, nil
 }
 
