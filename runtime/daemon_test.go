@@ -176,8 +176,7 @@ func TestFlashBootDaemonReconnect(t *testing.T) {
 	s := e.start()
 	e.waitCompleted(ep.ID, e.run(ep.ID, `{"echo": "cold"}`))
 	e.workerIn(ep.ID, runtime.StateIdle)
-	clock.Advance(6 * time.Second)
-	w := e.workerIn(ep.ID, runtime.StateFrozen)
+	w := e.idleUntilFrozen(ep.ID, clock)
 	e.eventually("paused", func() bool { return e.paused(w.ContainerID) })
 
 	proxy.cut()

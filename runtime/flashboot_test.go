@@ -62,6 +62,30 @@ func (e *env) workerIn(epID, state string) runtime.WorkerInfo {
 	return w
 }
 
+// idleUntilFrozen moves the fake clock past the idle timeout (5 s) until
+// the endpoint's one worker is frozen. One step is not always enough: a
+// pass that sees the worker's last job still counted as running (a late
+// heartbeat under load) starts its idle time again after the step, and the
+// fake clock would not move again. Steps stop once it is frozen, so its
+// frozen time (FlashMaxFrozen) is not advanced.
+func (e *env) idleUntilFrozen(epID string, clock *clockwork.FakeClock) runtime.WorkerInfo {
+	e.t.Helper()
+	var w runtime.WorkerInfo
+	e.eventually("a worker of "+epID+" frozen after its idle timeout", func() bool {
+		ws := e.sv().Workers(epID)
+		if len(ws) == 1 && ws[0].State == runtime.StateFrozen {
+			w = ws[0]
+			return true
+		}
+		if len(ws) == 1 && ws[0].State == runtime.StateIdle {
+			clock.Advance(6 * time.Second)
+		}
+		e.sv().Notify(epID)
+		return false
+	})
+	return w
+}
+
 func (e *env) paused(cid string) bool {
 	e.t.Helper()
 	info, err := e.d.Inspect(context.Background(), cid)
@@ -107,8 +131,7 @@ func TestFlashBoot(t *testing.T) {
 		t.Fatalf("cold output %q", out)
 	}
 	w := e.workerIn(ep.ID, runtime.StateIdle)
-	clock.Advance(6 * time.Second)
-	w2 := e.workerIn(ep.ID, runtime.StateFrozen)
+	w2 := e.idleUntilFrozen(ep.ID, clock)
 	if w2.WorkerID != w.WorkerID {
 		t.Fatalf("frozen worker %+v, want %s", w2, w.WorkerID)
 	}
@@ -146,8 +169,7 @@ func TestFlashBoot(t *testing.T) {
 
 	// Idle again: refrozen. A restart of Berth keeps it frozen.
 	e.workerIn(ep.ID, runtime.StateIdle)
-	clock.Advance(6 * time.Second)
-	e.workerIn(ep.ID, runtime.StateFrozen)
+	e.idleUntilFrozen(ep.ID, clock)
 	e.eventually("the refrozen worker's container is paused", func() bool { return e.paused(w.ContainerID) })
 	s.Stop()
 	e.sup.Store(nil)
@@ -167,8 +189,7 @@ func TestFlashBoot(t *testing.T) {
 
 	// Frozen past FlashMaxFrozen: stopped, and the endpoint is at zero.
 	e.workerIn(ep.ID, runtime.StateIdle)
-	clock.Advance(6 * time.Second)
-	e.workerIn(ep.ID, runtime.StateFrozen)
+	e.idleUntilFrozen(ep.ID, clock)
 	clock.Advance(11 * time.Minute)
 	e.eventually("the worker evicted after FlashMaxFrozen", func() bool {
 		s2.Notify("")
