@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	goruntime "runtime"
@@ -91,7 +92,9 @@ func applyAtStart(ctx context.Context, a *app.App, o cli.ServeOptions) error {
 		}
 		opts.Contexts[*e.Name] = c
 	}
+	stopExtending := extendStartTimeout(o.Logger)
 	res, err := apply.Apply(ctx, a.Mgmt(), file, opts)
+	stopExtending()
 	for _, act := range res.Actions {
 		o.Logger.Info("apply", "action", act.String())
 	}
@@ -99,6 +102,38 @@ func applyAtStart(ctx context.Context, a *app.App, o cli.ServeOptions) error {
 		return fmt.Errorf("--apply %s: %w", o.Apply, err)
 	}
 	return nil
+}
+
+// extendStartTimeout tells systemd, while --apply's builds run, that the
+// start is still making progress (EXTEND_TIMEOUT_USEC, systemd ≥ 236): a
+// first build can take longer than the unit's start timeout (90 s by
+// default), which would otherwise kill a start that is working. Each
+// message gives two minutes more; they stop with the apply. A no-op
+// outside systemd.
+func extendStartTimeout(log *slog.Logger) (stop func()) {
+	const every, extend = time.Minute, 2 * time.Minute
+	notify := func() {
+		if _, err := daemon.SdNotify(false, fmt.Sprintf("EXTEND_TIMEOUT_USEC=%d", extend.Microseconds())); err != nil {
+			log.Warn("sd_notify", "err", err)
+		}
+	}
+	done := make(chan struct{})
+	finished := make(chan struct{})
+	go func() {
+		defer close(finished)
+		notify()
+		t := time.NewTicker(every)
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-t.C:
+				notify()
+			}
+		}
+	}()
+	return func() { close(done); <-finished }
 }
 
 // stop gives requests in flight 10 s to finish.
