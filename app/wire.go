@@ -135,7 +135,7 @@ func New(cfg Config) (_ *App, err error) {
 	hc.Pushes = a.newPushes() // builds.go
 	hc.Store, hc.Queue, hc.Mgmt, hc.Clock, hc.Logger = a.db, a.q, a.mg, cfg.Clock, log.With("component", "http")
 	hc.APIKeyHash, hc.DataDir, hc.RateLimits, hc.Version = keyHash, cfg.DataDir, cfg.RateLimits, cfg.Version
-	hc.WebhookURL, hc.Metrics, hc.Pods = a.hooks.CheckURL, a.metrics, pods
+	hc.WebhookURL, hc.Metrics = a.hooks.CheckURL, a.metrics
 	hc.Series = a.series.View
 	if hc.PingInterval <= 0 {
 		hc.PingInterval = PingInterval
@@ -155,7 +155,9 @@ func New(cfg Config) (_ *App, err error) {
 	if a.models != nil {
 		hc.Models = a.models.statuses // models.go
 	}
-	a.api = httpapi.New(hc)
+	if a.api, err = httpapi.New(hc); err != nil {
+		return nil, err
+	}
 	api.Store(a.api)
 	a.cleaner = a.newCleaner(log.With("component", "cleaner")) // clean.go
 

@@ -15,7 +15,7 @@ import (
 // the image the context's digest names; a part naming no built endpoint,
 // a missing file part or a file refused is 400, and nothing is made.
 func TestApplyMultipart(t *testing.T) {
-	e := newEnv(t, func(e *env) { e.raw = true })
+	e := newEnv(t, func(e *testEnv) { e.raw = true })
 	file := `{"endpoints": [{"name": "mp", "workersMax": 1, "build": {"context": "w"}}, {"name": "plain", "template": "mp-other"}],
 		"templates": [{"name": "mp-other", "imageName": "me/x:1", "isServerless": true}]}`
 	post := func(parts ...[2]string) (int, string) {
@@ -66,7 +66,7 @@ func TestApplyMultipart(t *testing.T) {
 			t.Errorf("%v: %d %s, want 400 naming %q", c.parts, code, body, c.want)
 		}
 	}
-	if r := e.call("GET", "/v1/endpoints", "Bearer "+adminKey, nil); strings.Contains(string(r.body), `"mp"`) {
+	if r := e.do("GET", "/v1/endpoints", "Bearer "+adminKey, nil); strings.Contains(string(r.body), `"mp"`) {
 		t.Errorf("a refused or dry apply made the endpoint: %s", r.body)
 	}
 }

@@ -2,20 +2,18 @@ package httpapi_test
 
 import (
 	"net/http/httptest"
-	"path/filepath"
 	"slices"
 	"testing"
 
 	"berth/httpapi"
-	"berth/queue"
-	"berth/store"
+	"berth/internal/apptest"
 )
 
 // TestEveryRouteHasAnAccessRule walks the router: a route × method without
 // an access rule fails here (and is refused 403 when served), and a rule
 // naming no route is stale.
 func TestEveryRouteHasAnAccessRule(t *testing.T) {
-	s := httpapi.New(httpapi.Config{Logger: quietLog})
+	s := apptest.Start(t, apptest.Config(t, testKey)).API()
 	served := map[string]bool{}
 	for _, ra := range s.RouteAccess() {
 		served[ra.Method+" "+ra.Path] = true
@@ -40,14 +38,9 @@ func TestEveryRouteHasAnAccessRule(t *testing.T) {
 // per-key bucket — through the router to GET /v2/{id}/health of an
 // unknown endpoint (404 after the check), with an All and a Restricted key.
 func BenchmarkKeyCheck(b *testing.B) {
-	db, err := store.Open(filepath.Join(b.TempDir(), "b.db"), store.Options{})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer db.Close()
-	q := queue.New(db, queue.Config{Logger: quietLog})
-	api := httpapi.New(httpapi.Config{Store: db, Queue: q, Logger: quietLog, APIKeyHash: httpapi.HashKey("bench-all"), KeyRequestsPer10s: 1 << 30})
-	h := api.Handler()
+	cfg := apptest.Config(b, "bench-all")
+	cfg.HTTP.KeyRequestsPer10s = 1 << 30
+	h := apptest.Start(b, cfg).API().Handler()
 	for _, c := range []struct{ name, key string }{{"all", "bench-all"}, {"none", ""}} {
 		b.Run(c.name, func(b *testing.B) {
 			req := httptest.NewRequest("GET", "/v2/nosuchendpoint/health", nil)

@@ -5,10 +5,8 @@ import (
 	"context"
 	"encoding/json"
 	"io"
-	"log/slog"
 	"net/http"
 	"net/http/httptest"
-	"path/filepath"
 	goruntime "runtime"
 	"sort"
 	"sync"
@@ -16,8 +14,7 @@ import (
 	"testing"
 	"time"
 
-	"berth/httpapi"
-	"berth/queue"
+	"berth/internal/apptest"
 	"berth/store"
 )
 
@@ -30,22 +27,13 @@ type benchServer struct {
 }
 
 func newBenchServer(b *testing.B) *benchServer {
-	db, err := store.Open(filepath.Join(b.TempDir(), "berth.db"), store.Options{})
-	if err != nil {
-		b.Fatal(err)
-	}
-	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
-	q := queue.New(db, queue.Config{Logger: quiet})
-	if err := q.Start(context.Background()); err != nil {
-		b.Fatal(err)
-	}
-	api := httpapi.New(httpapi.Config{Store: db, Queue: q, Logger: quiet, APIKeyHash: httpapi.HashKey(adminKey)})
+	// Berth as app composes it, its API handler served by an httptest
+	// server (the benchmarks' client settings, no connection limits).
+	api := apptest.Start(b, apptest.Config(b, adminKey)).API()
 	bs := &benchServer{srv: httptest.NewServer(api.Handler()), client: benchClient()}
 	b.Cleanup(func() {
-		q.Stop()
 		bs.srv.CloseClientConnections()
 		bs.srv.Close()
-		db.Close()
 	})
 	var tpl, ep map[string]any
 	bs.do(b, "POST", "/v1/templates", []byte(`{"name":"bench","imageName":"x"}`), &tpl)

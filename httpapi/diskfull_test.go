@@ -12,10 +12,6 @@ import (
 	"berth/internal/disktest"
 )
 
-func withDataDir(dir string) envOpt {
-	return func(e *env) { e.cfg.DataDir = dir }
-}
-
 // A full disk while clients submit and two workers run jobs: /run is
 // refused with a retryable 503 (Retry-After, the cause named), not a 500;
 // the failures are counted on /metrics; once space frees everything goes
@@ -29,7 +25,7 @@ func TestE2EDiskFullLosesNothing(t *testing.T) {
 	var acked []string
 	submit := func() resp {
 		input := fmt.Sprintf(`{"n":%d,"pad":"%s"}`, len(acked), strings.Repeat("x", 2000))
-		r := e.call("POST", "/v2/"+ep+"/run", "Bearer "+adminKey, `{"input":`+input+`}`)
+		r := e.do("POST", "/v2/"+ep+"/run", "Bearer "+adminKey, `{"input":`+input+`}`)
 		if r.code == 200 {
 			acked = append(acked, r.json(t)["id"].(string))
 		}
@@ -75,7 +71,7 @@ func TestE2EDiskFullLosesNothing(t *testing.T) {
 	if msg := refused.json(t)["error"].(string); !strings.Contains(msg, "no space left on device") {
 		t.Errorf("error %q does not say why", msg)
 	}
-	m := string(e.call("GET", "/metrics", "Bearer "+adminKey, nil).body)
+	m := string(e.do("GET", "/metrics", "Bearer "+adminKey, nil).body)
 	if strings.Contains(m, `berth_store_write_failures_total{kept="false"} 0`) {
 		t.Errorf("/metrics does not count the failed writes:\n%s", grepLines(m, "berth_store_write"))
 	}
@@ -126,8 +122,7 @@ func TestE2EDiskFullLosesNothing(t *testing.T) {
 		w.cmd.Process.Kill()
 		w.cmd.Wait()
 	}
-	e.stop()
-	e.start()
+	e.restart()
 	for _, id := range acked {
 		r := e.admin("GET", "/v2/"+ep+"/status/"+id, nil, 200)
 		if r["status"] != "COMPLETED" || fmt.Sprint(r["output"]) != seen[id] {

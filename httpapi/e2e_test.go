@@ -6,8 +6,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
-	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -18,14 +16,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jonboulle/clockwork"
-
-	"berth/app"
 	"berth/httpapi"
-	"berth/httplimit"
-	"berth/internal/apptest"
 	"berth/queue"
-	"berth/store"
 )
 
 // echoworkerBin is the test worker program, built once per test binary.
@@ -48,130 +40,7 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-const adminKey = testKey // the key loadDoc reads the document with
-
-// env is a Berth as berth serve composes it (package app), without Docker
-// (workers are echoworker processes attached with worker-env), on a fake
-// clock; every exchange is held to the OpenAPI document it serves unless
-// the env is raw.
-type env struct {
-	t       *testing.T
-	clock   *clockwork.FakeClock
-	berth   *apptest.Berth
-	app     *app.App
-	db      *store.DB
-	q       *queue.Service
-	base    string // http://127.0.0.1:PORT
-	stopPod chan string
-	cfg     app.Config // the settings of every start
-	raw     bool       // no validating wrapper: tests of the connection itself
-}
-
-type envOpt func(*env)
-
-func withRateLimits(perWorker int) envOpt {
-	return func(e *env) { e.cfg.RateLimits, e.cfg.HTTP.RequestsPerWorker = true, perWorker }
-}
-
-// withLoopbackWebhooks lets webhooks reach httptest receivers on 127.0.0.1,
-// which the default webhook policy forbids.
-func withLoopbackWebhooks(e *env) { e.cfg.WebhookAllow = []string{"127.0.0.0/8"} }
-
-// rawHTTP changes the HTTP settings and serves without the validating
-// wrapper, so the tests reach the real connection and its deadlines.
-func rawHTTP(mod func(*httpapi.Config)) envOpt {
-	return func(e *env) { mod(&e.cfg.HTTP); e.raw = true }
-}
-
-// rawConn sets the connection limits (package httplimit) and serves
-// without the validating wrapper.
-func rawConn(l httplimit.Limits) envOpt {
-	return func(e *env) { e.cfg.Conn = l; e.raw = true }
-}
-
-func newEnv(t *testing.T, opts ...envOpt) *env {
-	e := &env{t: t, clock: clockwork.NewFakeClock(), stopPod: make(chan string, 10)}
-	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
-	e.cfg = apptest.Config(t, adminKey)
-	e.cfg.Logger, e.cfg.Clock = quiet, e.clock
-	e.cfg.Queue.WorkerTimeout = time.Minute
-	e.cfg.Queue.OnStopPod = func(ep, w string) { e.stopPod <- w }
-	e.cfg.HTTP.PingInterval = time.Second
-	for _, o := range opts {
-		o(e)
-	}
-	e.start()
-	t.Cleanup(e.stop)
-	return e
-}
-
-func (e *env) start() {
-	cfg := e.cfg
-	if !e.raw {
-		// Every request and response of these tests is checked against the
-		// OpenAPI document Berth serves.
-		cfg.WrapHandler = func(h http.Handler) http.Handler {
-			return validating(e.t, loadDoc(e.t, h, "/v1/openapi.json"), h)
-		}
-	}
-	b := apptest.Start(e.t, cfg)
-	e.berth, e.app, e.db, e.q, e.base = b, b.App, b.Store(), b.Queue(), b.URL()
-}
-
-func (e *env) stop() {
-	if e.berth != nil {
-		e.berth.Stop()
-	}
-}
-
-type resp struct {
-	code int
-	hdr  http.Header
-	body []byte
-}
-
-func (r resp) json(t *testing.T) map[string]any {
-	t.Helper()
-	var m map[string]any
-	if err := json.Unmarshal(r.body, &m); err != nil {
-		t.Fatalf("response %d is not a JSON object: %q", r.code, r.body)
-	}
-	return m
-}
-
-func (e *env) call(method, path, auth string, body any) resp {
-	e.t.Helper()
-	req, _ := http.NewRequest(method, e.base+path, bodyReader(e.t, body))
-	if auth != "" {
-		req.Header.Set("Authorization", auth)
-	}
-	req.Header.Set("Content-Type", "application/json")
-	res, err := http.DefaultClient.Do(req)
-	if err != nil {
-		e.t.Fatalf("%s %s: %v", method, path, err)
-	}
-	defer res.Body.Close()
-	b, _ := io.ReadAll(res.Body)
-	return resp{code: res.StatusCode, hdr: res.Header, body: b}
-}
-
-// admin calls with the operator's key and expects want.
-func (e *env) admin(method, path string, body any, want int) map[string]any {
-	e.t.Helper()
-	r := e.call(method, path, "Bearer "+adminKey, body)
-	if r.code != want {
-		e.t.Fatalf("%s %s: %d %s, want %d", method, path, r.code, r.body, want)
-	}
-	if r.code == http.StatusNoContent {
-		return nil
-	}
-	if ct := r.hdr.Get("Content-Type"); ct != "application/json" {
-		e.t.Fatalf("%s %s: content type %q", method, path, ct)
-	}
-	return r.json(e.t)
-}
-
-func (e *env) endpoint(extra map[string]any) string {
+func (e *testEnv) endpoint(extra map[string]any) string {
 	e.t.Helper()
 	tpl := e.admin("POST", "/v1/templates", map[string]any{"name": "t-" + queue.NewID(6), "imageName": "echo:latest", "isServerless": true}, 200)
 	body := map[string]any{"templateId": tpl["id"]}
@@ -182,7 +51,7 @@ func (e *env) endpoint(extra map[string]any) string {
 	return ep["id"].(string)
 }
 
-func (e *env) run(ep string, input string) string {
+func (e *testEnv) run(ep string, input string) string {
 	e.t.Helper()
 	m := e.admin("POST", "/v2/"+ep+"/run", `{"input":`+input+`}`, 200)
 	if m["status"] != "IN_QUEUE" {
@@ -216,7 +85,7 @@ func (l *lockedBuffer) String() string {
 	return l.b.String()
 }
 
-func (e *env) workerEnv(ep string) map[string]string {
+func (e *testEnv) workerEnv(ep string) map[string]string {
 	e.t.Helper()
 	m := e.admin("GET", "/v1/endpoints/"+ep+"/worker-env", nil, 200)
 	out := map[string]string{}
@@ -226,7 +95,7 @@ func (e *env) workerEnv(ep string) map[string]string {
 	return out
 }
 
-func (e *env) startWorker(ep string, extraEnv ...string) *workerProc {
+func (e *testEnv) startWorker(ep string, extraEnv ...string) *workerProc {
 	e.t.Helper()
 	wenv := e.workerEnv(ep)
 	w := &workerProc{id: wenv["RUNPOD_POD_ID"], env: wenv, logs: &lockedBuffer{}}
@@ -251,7 +120,7 @@ func (e *env) startWorker(ep string, extraEnv ...string) *workerProc {
 
 // waitStatus waits for the job to reach want, reading /status after each
 // change the queue signals.
-func (e *env) waitStatus(ep, id, want string) map[string]any {
+func (e *testEnv) waitStatus(ep, id, want string) map[string]any {
 	e.t.Helper()
 	deadline := time.Now().Add(60 * time.Second)
 	for time.Now().Before(deadline) {
@@ -317,7 +186,7 @@ func TestE2EEveryJobOperation(t *testing.T) {
 		e.waitStatus(ep, id, "FAILED")
 		done := e.run(ep, `{"echo":1}`)
 		e.waitStatus(ep, done, "COMPLETED")
-		bad := e.call("POST", "/v2/"+ep+"/retry/"+done, adminKey, nil)
+		bad := e.do("POST", "/v2/"+ep+"/retry/"+done, adminKey, nil)
 		if bad.code != 400 || !strings.Contains(string(bad.body), "only FAILED or TIMED_OUT") {
 			t.Fatalf("retry of a completed job: %d %s", bad.code, bad.body)
 		}
@@ -393,7 +262,7 @@ func TestE2EEveryJobOperation(t *testing.T) {
 // watch returns a function that blocks until the job has changed since
 // watch was called (or 30 s pass): call watch before looking at the job, so
 // a change in between is not missed.
-func (e *env) watch(ep, id string) func() {
+func (e *testEnv) watch(ep, id string) func() {
 	ch, err := e.q.Watch(ep, id)
 	return func() {
 		if err != nil {
@@ -437,7 +306,7 @@ func TestE2ECancelQueuedAndPurge(t *testing.T) {
 		t.Fatal(m)
 	}
 	for _, id := range []string{b, c} {
-		if r := e.call("GET", "/v2/"+ep+"/status/"+id, adminKey, nil); r.code != 404 {
+		if r := e.do("GET", "/v2/"+ep+"/status/"+id, adminKey, nil); r.code != 404 {
 			t.Fatalf("purged job: %d %s", r.code, r.body)
 		}
 	}
@@ -451,7 +320,7 @@ func TestE2ERunsyncWaitElapses(t *testing.T) {
 	ep := e.endpoint(nil)
 	got := make(chan map[string]any)
 	go func() {
-		r := e.call("POST", "/v2/"+ep+"/runsync?wait=1000", adminKey, `{"input":{}}`)
+		r := e.do("POST", "/v2/"+ep+"/runsync?wait=1000", adminKey, `{"input":{}}`)
 		var m map[string]any
 		json.Unmarshal(r.body, &m)
 		got <- m
@@ -504,7 +373,7 @@ func TestE2EExecutionTimeoutAndTTL(t *testing.T) {
 	ch, _ = e.q.Watch(ep, short)
 	e.clock.Advance(10 * time.Second)
 	<-ch
-	if r := e.call("GET", "/v2/"+ep+"/status/"+short, adminKey, nil); r.code != 404 || r.json(t)["error"] == nil {
+	if r := e.do("GET", "/v2/"+ep+"/status/"+short, adminKey, nil); r.code != 404 || r.json(t)["error"] == nil {
 		t.Fatalf("expired job: %d %s", r.code, r.body)
 	}
 }
@@ -580,8 +449,7 @@ func TestE2ERestartKeepsQueuedJobs(t *testing.T) {
 	e := newEnv(t)
 	ep := e.endpoint(nil)
 	ids := []string{e.run(ep, `{"echo":1}`), e.run(ep, `{"echo":2}`)}
-	e.stop()
-	e.start()
+	e.restart()
 	e.startWorker(ep)
 	for i, id := range ids {
 		if m := e.waitStatus(ep, id, "COMPLETED"); m["output"] != float64(i+1) {
@@ -619,7 +487,7 @@ func TestE2EAuth(t *testing.T) {
 		{"no key on worker route", "GET", "/v2/" + ep + "/ping/" + wid, "", 401},
 	}
 	for _, tt := range tests {
-		r := e.call(tt.method, tt.path, tt.auth, nil)
+		r := e.do(tt.method, tt.path, tt.auth, nil)
 		if r.code != tt.want {
 			t.Errorf("%s: %d %s, want %d", tt.name, r.code, r.body, tt.want)
 			continue
@@ -660,7 +528,7 @@ func TestE2EBadInputChangesNothing(t *testing.T) {
 		{"runsync wait malformed", "/runsync?wait=soon", `{"input":{}}`, "wait", 400},
 	}
 	for _, tt := range tests {
-		r := e.call("POST", "/v2/"+ep+tt.path, adminKey, tt.body)
+		r := e.do("POST", "/v2/"+ep+tt.path, adminKey, tt.body)
 		if r.code != tt.want {
 			t.Errorf("%s: %d %s", tt.name, r.code, r.body)
 			continue
@@ -670,7 +538,7 @@ func TestE2EBadInputChangesNothing(t *testing.T) {
 		}
 	}
 	for _, p := range []string{"/status/x?ttl=5", "/status/x?ttl=abc", "/stream/x?wait=-1", "/status-sync/x?wait=0"} {
-		if r := e.call("GET", "/v2/"+ep+p, adminKey, nil); r.code != 400 {
+		if r := e.do("GET", "/v2/"+ep+p, adminKey, nil); r.code != 400 {
 			t.Errorf("%s: %d %s", p, r.code, r.body)
 		}
 	}
@@ -683,7 +551,7 @@ func TestE2EBadInputChangesNothing(t *testing.T) {
 		t.Fatalf("lowPriority not exposed to the scaler: %+v", st)
 	}
 	wenv := e.workerEnv(ep)
-	take := e.call("GET", "/v2/"+ep+"/job-take/"+wenv["RUNPOD_POD_ID"]+"?gpu=&job_in_progress=0", wenv["RUNPOD_AI_API_KEY"], nil)
+	take := e.do("GET", "/v2/"+ep+"/job-take/"+wenv["RUNPOD_POD_ID"]+"?gpu=&job_in_progress=0", wenv["RUNPOD_AI_API_KEY"], nil)
 	job := take.json(t)
 	if take.hdr.Get("Content-Type") != "application/json" || job["s3Config"] == nil || job["policy"] == nil || job["input"] == nil {
 		t.Fatalf("taken job %d %v", take.code, job)
@@ -698,17 +566,17 @@ func TestE2ENotFound(t *testing.T) {
 		if strings.HasSuffix(p, "run") {
 			method = "POST"
 		}
-		if r := e.call(method, p, adminKey, `{"input":{}}`); r.code != 404 || !strings.Contains(string(r.body), "endpoint") {
+		if r := e.do(method, p, adminKey, `{"input":{}}`); r.code != 404 || !strings.Contains(string(r.body), "endpoint") {
 			t.Errorf("%s: %d %s", p, r.code, r.body)
 		}
 	}
 	for _, op := range []string{"status", "status-sync", "stream", "cancel", "retry"} {
 		method := "POST"
-		if r := e.call(method, "/v2/"+ep+"/"+op+"/nosuchjob", adminKey, nil); r.code != 404 || r.json(t)["error"] == nil {
+		if r := e.do(method, "/v2/"+ep+"/"+op+"/nosuchjob", adminKey, nil); r.code != 404 || r.json(t)["error"] == nil {
 			t.Errorf("%s: %d %s", op, r.code, r.body)
 		}
 	}
-	if r := e.call("GET", "/v1/endpoints/nosuch", adminKey, nil); r.code != 404 || r.json(t)["message"] == nil {
+	if r := e.do("GET", "/v1/endpoints/nosuch", adminKey, nil); r.code != 404 || r.json(t)["message"] == nil {
 		t.Errorf("management 404: %d %s", r.code, r.body)
 	}
 }
@@ -720,11 +588,11 @@ func TestE2EPayloadLimits(t *testing.T) {
 	e := newEnv(t, rawHTTP(func(*httpapi.Config) {}))
 	ep := e.endpoint(nil)
 	big := func(n int) string { return `{"input":{"b":"` + strings.Repeat("x", n) + `"}}` }
-	if r := e.call("POST", "/v2/"+ep+"/run", adminKey, big(10<<20)); r.code != 413 || r.json(t)["error"] == nil {
+	if r := e.do("POST", "/v2/"+ep+"/run", adminKey, big(10<<20)); r.code != 413 || r.json(t)["error"] == nil {
 		t.Fatalf("11 MB /run: %d", r.code)
 	}
 	e.admin("POST", "/v2/"+ep+"/run", big(9<<20), 200)
-	if r := e.call("POST", "/v2/"+ep+"/runsync?wait=1000", adminKey, big(20<<20)); r.code != 413 {
+	if r := e.do("POST", "/v2/"+ep+"/runsync?wait=1000", adminKey, big(20<<20)); r.code != 413 {
 		t.Fatalf("21 MB /runsync: %d", r.code)
 	}
 }
@@ -732,7 +600,7 @@ func TestE2EPayloadLimits(t *testing.T) {
 func TestE2ERateLimits(t *testing.T) {
 	e := newEnv(t, withRateLimits(3))
 	ep := e.endpoint(nil)
-	purge := func() resp { return e.call("POST", "/v2/"+ep+"/purge-queue", adminKey, nil) }
+	purge := func() resp { return e.do("POST", "/v2/"+ep+"/purge-queue", adminKey, nil) }
 	for i := 0; i < 2; i++ {
 		if r := purge(); r.code != 200 {
 			t.Fatalf("purge %d: %d", i, r.code)
@@ -746,11 +614,11 @@ func TestE2ERateLimits(t *testing.T) {
 	other := e.endpoint(nil)
 	for i := 0; i < 2; i++ {
 		wenv := e.workerEnv(other)
-		e.call("GET", "/v2/"+other+"/ping/"+wenv["RUNPOD_POD_ID"], wenv["RUNPOD_AI_API_KEY"], nil)
+		e.do("GET", "/v2/"+other+"/ping/"+wenv["RUNPOD_POD_ID"], wenv["RUNPOD_AI_API_KEY"], nil)
 	}
 	n := 0
 	for i := 0; i < 10; i++ {
-		if e.call("POST", "/v2/"+other+"/purge-queue", adminKey, nil).code == 200 {
+		if e.do("POST", "/v2/"+other+"/purge-queue", adminKey, nil).code == 200 {
 			n++
 		}
 	}
@@ -758,7 +626,7 @@ func TestE2ERateLimits(t *testing.T) {
 		t.Fatalf("%d purges allowed with 2 workers, want 6", n)
 	}
 	// Limits are per endpoint and operation: health is not limited.
-	if r := e.call("GET", "/v2/"+ep+"/health", adminKey, nil); r.code != 200 {
+	if r := e.do("GET", "/v2/"+ep+"/health", adminKey, nil); r.code != 200 {
 		t.Fatal(r.code)
 	}
 }
@@ -781,7 +649,7 @@ func TestE2EWorkerEnvTemplates(t *testing.T) {
 	if again := e.workerEnv(ep); again["RUNPOD_POD_ID"] == wenv["RUNPOD_POD_ID"] || again["RUNPOD_AI_API_KEY"] == wenv["RUNPOD_AI_API_KEY"] {
 		t.Fatal("worker-env reused an identity")
 	}
-	if r := e.call("GET", "/v1/endpoints/nosuch/worker-env", adminKey, nil); r.code != 404 {
+	if r := e.do("GET", "/v1/endpoints/nosuch/worker-env", adminKey, nil); r.code != 404 {
 		t.Fatal(r.code)
 	}
 }
@@ -790,7 +658,7 @@ func TestE2EMetrics(t *testing.T) {
 	e := newEnv(t)
 	ep := e.endpoint(nil)
 	e.run(ep, `{}`)
-	r := e.call("GET", "/metrics", adminKey, nil)
+	r := e.do("GET", "/metrics", adminKey, nil)
 	sc := bufio.NewScanner(bytes.NewReader(r.body))
 	found := false
 	for sc.Scan() {
@@ -834,20 +702,20 @@ func TestE2EConcurrencyCap(t *testing.T) {
 	// task — so the count only says most holds are in; the last few may
 	// still be on their way: ask until the cap answers, within a deadline.)
 	e.clock.BlockUntilContext(context.Background(), 402)
-	r := e.call("GET", "/v2/"+ep+"/stream/"+id+"?wait=0", adminKey, nil)
+	r := e.do("GET", "/v2/"+ep+"/stream/"+id+"?wait=0", adminKey, nil)
 	for deadline := time.Now().Add(30 * time.Second); r.code == 200 && time.Now().Before(deadline); {
-		r = e.call("GET", "/v2/"+ep+"/stream/"+id+"?wait=0", adminKey, nil)
+		r = e.do("GET", "/v2/"+ep+"/stream/"+id+"?wait=0", adminKey, nil)
 	}
 	if r.code != 429 || r.hdr.Get("Retry-After") != "1" || !strings.Contains(string(r.body), "concurrent") {
 		t.Fatalf("401st stream: %d %v %s", r.code, r.hdr, r.body)
 	}
 	// Other operations have their own caps.
-	if r := e.call("GET", "/v2/"+ep+"/status/"+id, adminKey, nil); r.code != 200 {
+	if r := e.do("GET", "/v2/"+ep+"/status/"+id, adminKey, nil); r.code != 200 {
 		t.Fatalf("status while streams are held: %d", r.code)
 	}
 	cancel()
 	held.Wait()
-	if r := e.call("GET", "/v2/"+ep+"/stream/"+id+"?wait=0", adminKey, nil); r.code != 200 {
+	if r := e.do("GET", "/v2/"+ep+"/stream/"+id+"?wait=0", adminKey, nil); r.code != 200 {
 		t.Fatalf("stream after release: %d %s", r.code, r.body)
 	}
 }

@@ -15,7 +15,6 @@ import (
 	"time"
 
 	"berth/gpu"
-	"berth/httpapi"
 	"berth/mgmt"
 )
 
@@ -27,7 +26,6 @@ import (
 // logs by "endpoint/worker" or pod id, and endpoint statuses.
 type fakeRuntime struct {
 	mu     sync.Mutex
-	gpus   []gpu.Status
 	logs   map[string]string         // container → its log so far
 	live   map[string]*io.PipeReader // container → what it writes next (follow)
 	status map[string]any            // endpoint → EndpointStatus
@@ -36,24 +34,23 @@ type fakeRuntime struct {
 }
 
 func newFakeRuntime() *fakeRuntime {
-	return &fakeRuntime{
-		gpus: []gpu.Status{
-			{Device: gpu.Device{Index: 0, UUID: "GPU-0000", Name: "NVIDIA GeForce RTX 4090", TypeID: "NVIDIA GeForce RTX 4090", MemoryMiB: 24564, PCIBusID: "00000000:01:00.0"}, Holder: "wkr1"},
-			{Device: gpu.Device{Index: 1, UUID: "GPU-0001", Name: "NVIDIA GeForce RTX 4090", TypeID: "NVIDIA GeForce RTX 4090", MemoryMiB: 24564, PCIBusID: "00000000:02:00.0"}},
-		},
-		logs: map[string]string{}, live: map[string]*io.PipeReader{}, status: map[string]any{},
-	}
+	return &fakeRuntime{logs: map[string]string{}, live: map[string]*io.PipeReader{}, status: map[string]any{}}
 }
 
-// withFakeRuntime sets the Config's GPUs, WorkerLogs, PodLogs and
-// EndpointStatus from f.
-func withFakeRuntime(f *fakeRuntime) func(*httpapi.Config) {
-	return func(c *httpapi.Config) {
-		c.GPUs = func() []gpu.Status {
-			f.mu.Lock()
-			defer f.mu.Unlock()
-			return f.gpus
-		}
+// fakeGPUs are the GPUs withFakeRuntime's Berth finds.
+var fakeGPUs = []gpu.Device{
+	{Index: 0, UUID: "GPU-0000", Name: "NVIDIA GeForce RTX 4090", TypeID: "NVIDIA GeForce RTX 4090", MemoryMiB: 24564, PCIBusID: "00000000:01:00.0"},
+	{Index: 1, UUID: "GPU-0001", Name: "NVIDIA GeForce RTX 4090", TypeID: "NVIDIA GeForce RTX 4090", MemoryMiB: 24564, PCIBusID: "00000000:02:00.0"},
+}
+
+// withFakeRuntime gives the API f's WorkerLogs, PodLogs and
+// EndpointStatus (Berth has no runtime of its own without Docker), and
+// Berth two GPUs found at start, the first held by worker wkr1.
+func withFakeRuntime(f *fakeRuntime) envOpt {
+	return func(e *testEnv) {
+		e.cfg.DiscoverGPUs = func() ([]gpu.Device, error) { return fakeGPUs, nil }
+		e.holders = map[string][]string{"wkr1": {fakeGPUs[0].UUID}}
+		c := &e.cfg.HTTP
 		c.WorkerLogs = func(ctx context.Context, ep, w string, follow bool, tail int, job string) (io.ReadCloser, error) {
 			return f.open(fmt.Sprintf("worker %s/%s follow=%v tail=%d job=%s", ep, w, follow, tail, job), ep+"/"+w, follow, tail, job,
 				fmt.Errorf("worker %s: %w", w, mgmt.ErrNoSuchWorker))
@@ -155,7 +152,7 @@ func TestGPUs(t *testing.T) {
 	}
 
 	// No GPUs, or no GPU source at all: a bare empty array.
-	f.set(func(f *fakeRuntime) { f.gpus = nil })
+	e.app.GPUs().SetDevices(nil)
 	if out := e.must(200, "GET", "/v1/gpus", nil, nil); string(out) != "[]" {
 		t.Errorf("GET /v1/gpus without GPUs: %s, want []", out)
 	}
@@ -194,7 +191,7 @@ plain print from the handler
 // getText answers a text route: status, Content-Type and body.
 func (e *testEnv) getText(path string) (int, string, string) {
 	e.t.Helper()
-	req, _ := http.NewRequest("GET", e.srv.URL+path, nil)
+	req, _ := http.NewRequest("GET", e.base+path, nil)
 	req.Header.Set("Authorization", "Bearer "+testKey)
 	res, err := http.DefaultClient.Do(req)
 	if err != nil {
@@ -287,7 +284,7 @@ func TestContainerLogsWithoutRuntime(t *testing.T) {
 // openFollow starts a follow request; the answer's headers are in.
 func openFollow(t *testing.T, ctx context.Context, e *testEnv, path string) (*http.Response, *bufio.Reader) {
 	t.Helper()
-	req, _ := http.NewRequestWithContext(ctx, "GET", e.srv.URL+path, nil)
+	req, _ := http.NewRequestWithContext(ctx, "GET", e.base+path, nil)
 	req.Header.Set("Authorization", "Bearer "+testKey)
 	// The headers must come before the first line does.
 	c := &http.Client{Transport: &http.Transport{ResponseHeaderTimeout: 30 * time.Second}}

@@ -2,22 +2,16 @@ package httpapi_test
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
-	"io"
-	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
-	"berth/httpapi"
+	"berth/internal/apptest"
 	"berth/queue"
-	"berth/series"
-	"berth/store"
 )
 
 // Fuzz targets for every parser of client input, driven through the real
@@ -43,23 +37,15 @@ type fuzzAPI struct {
 }
 
 func newFuzzAPI(f testing.TB) *fuzzAPI {
-	db, err := store.Open(filepath.Join(f.TempDir(), "berth.db"), store.Options{NoSync: true})
-	if err != nil {
-		f.Fatal(err)
-	}
-	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
-	// A real clock and a 1 ms job-take hold: a fuzzed long poll returns at
-	// once instead of holding the run.
-	q := queue.New(db, queue.Config{Logger: quiet, TakeHold: time.Millisecond})
-	if err := q.Start(context.Background()); err != nil {
-		f.Fatal(err)
-	}
-	f.Cleanup(func() { q.Stop(); db.Close() })
-	hc := httpapi.Config{Store: db, Queue: q, Logger: quiet, APIKeyHash: httpapi.HashKey(adminKey), DataDir: f.TempDir(),
-		Series: series.New(series.Config{}).View}
-	withFakePods(newFakePods())(&hc)
-	withFakeRuntime(newFakeRuntime())(&hc)
-	a := &fuzzAPI{h: httpapi.New(hc).Handler(), q: q, auth: "Bearer " + adminKey}
+	// Berth as app composes it, served straight to a recorder (no
+	// listener round trip per input). A 1 ms job-take hold: a fuzzed long
+	// poll returns at once instead of holding the run.
+	e := &testEnv{cfg: apptest.Config(f, adminKey)}
+	e.cfg.Queue.TakeHold = time.Millisecond
+	withFakePods(newFakePods())(e)
+	withFakeRuntime(newFakeRuntime())(e)
+	b := apptest.Start(f, e.cfg)
+	a := &fuzzAPI{h: b.API().Handler(), q: b.Queue(), auth: "Bearer " + adminKey}
 	a.tpl = a.mustID(f, "POST", "/v1/templates", `{"name":"fuzz-tpl","imageName":"echo:latest","isServerless":true}`)
 	a.ep = a.mustID(f, "POST", "/v1/endpoints", `{"templateId":"`+a.tpl+`","name":"fuzz-ep"}`)
 	a.job = a.mustID(f, "POST", "/v2/"+a.ep+"/run", `{"input":{"seed":true}}`)

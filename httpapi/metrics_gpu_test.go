@@ -21,9 +21,9 @@ func TestMetricsGPUSeries(t *testing.T) {
 			return nvml.Utilization{Gpu: uint32(i * 10)}, nvml.SUCCESS
 		}
 	}
-	e := newMetricsEnv(t, func(c *httpapi.Config) {
+	e := newMetricsEnv(t, withHTTP(func(c *httpapi.Config) {
 		c.GPUUsage = func() ([]gpu.Usage, error) { return gpu.Sample(lib) }
-	})
+	}))
 	text := e.scrape()
 	uuid := lib.Devices[3].(*dgxa100.Device).UUID
 	if v := metric(text, "berth_gpu_utilization_ratio", "gpu", "3", "uuid", uuid); v != 0.3 {

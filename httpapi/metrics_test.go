@@ -2,50 +2,30 @@ package httpapi_test
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"io"
 	"net/http"
 	"net/http/httptest"
-	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
-
-	"berth/httpapi"
-	"berth/metrics"
-	"berth/queue"
-	"berth/store"
 )
 
-// metricsEnv is a Berth whose store, queue and server feed one Metrics, as
-// app/wire.go wires them.
+// metricsEnv is a Berth (app's composition: its store, queue and server
+// feed one Metrics) whose webhooks may reach loopback receivers.
 type metricsEnv struct {
-	t   *testing.T
-	srv *httptest.Server
+	t    *testing.T
+	base string
 }
 
-func newMetricsEnv(t *testing.T, mods ...func(*httpapi.Config)) *metricsEnv {
-	m := metrics.New()
-	db, err := store.Open(filepath.Join(t.TempDir(), "berth.db"), store.Options{OnCommit: m.Commit})
-	if err != nil {
-		t.Fatal(err)
-	}
-	q := queue.New(db, queue.Config{Logger: quietLog, TakeHold: 100 * time.Millisecond,
-		WebhookClient: &http.Client{Timeout: 30 * time.Second}, // the receiver is on loopback
-		OnJobFinished: m.JobFinished, OnWebhook: m.Webhook})
-	if err := q.Start(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	cfg := httpapi.Config{Store: db, Queue: q, Logger: quietLog, APIKeyHash: httpapi.HashKey(testKey), Metrics: m}
-	for _, mod := range mods {
-		mod(&cfg)
-	}
-	srv := httptest.NewServer(httpapi.New(cfg).Handler())
-	t.Cleanup(func() { srv.Close(); q.Stop(); db.Close() })
-	return &metricsEnv{t: t, srv: srv}
+func newMetricsEnv(t *testing.T, opts ...envOpt) *metricsEnv {
+	// The real clock: the job histograms measure real time.
+	e := newTestEnvConfig(t)
+	e.cfg.Queue.TakeHold = 100 * time.Millisecond
+	e.startWith(append([]envOpt{withLoopbackWebhooks, func(e *testEnv) { e.raw = true }}, opts...))
+	return &metricsEnv{t: t, base: e.base}
 }
 
 func (e *metricsEnv) do(method, path, key string, body any, out any) {
@@ -55,7 +35,7 @@ func (e *metricsEnv) do(method, path, key string, body any, out any) {
 		b, _ := json.Marshal(body)
 		rd = bytes.NewReader(b)
 	}
-	req, _ := http.NewRequest(method, e.srv.URL+path, rd)
+	req, _ := http.NewRequest(method, e.base+path, rd)
 	req.Header.Set("Authorization", key)
 	req.Header.Set("Content-Type", "application/json")
 	resp, err := http.DefaultClient.Do(req)
@@ -73,7 +53,7 @@ func (e *metricsEnv) do(method, path, key string, body any, out any) {
 }
 
 func (e *metricsEnv) scrape() string {
-	req, _ := http.NewRequest("GET", e.srv.URL+"/metrics", nil)
+	req, _ := http.NewRequest("GET", e.base+"/metrics", nil)
 	req.Header.Set("Authorization", "Bearer "+testKey)
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {

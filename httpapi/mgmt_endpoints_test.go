@@ -71,11 +71,11 @@ func TestEndpointCreateValidation(t *testing.T) {
 }
 
 func TestEndpointListGetIncludes(t *testing.T) {
-	e := newValidatingServer(t, func(c *httpapi.Config) {
+	e := newValidatingServer(t, withHTTP(func(c *httpapi.Config) {
 		c.WorkerInfo = func(ep string) []mgmt.WorkerInfo {
 			return []mgmt.WorkerInfo{{ID: "aaaaworker0001", State: "unhealthy", ImageName: "alpine:3", Version: 1, Message: "exit 1"}}
 		}
-	})
+	}))
 	tpl := e.newTemplate("t", "alpine:3", nil)
 	a := e.newEndpoint(tpl.ID, J{"name": "first", "gpuTypeIds": []string{"NVIDIA A40"}, "workersMax": 5})
 	b := e.newEndpoint(tpl.ID, nil)
@@ -121,9 +121,9 @@ func TestEndpointListGetIncludes(t *testing.T) {
 func TestEndpointUpdate(t *testing.T) {
 	var mu sync.Mutex
 	var changed []string
-	e := newValidatingServer(t, func(c *httpapi.Config) {
+	e := newValidatingServer(t, withHTTP(func(c *httpapi.Config) {
 		c.EndpointChanged = func(id string) { mu.Lock(); changed = append(changed, id); mu.Unlock() }
-	})
+	}))
 	t1 := e.newTemplate("t1", "alpine:3", nil)
 	t2 := e.newTemplate("t2", "alpine:4", nil)
 	ep := e.newEndpoint(t1.ID, J{"env": J{"A": "1"}})
@@ -186,7 +186,7 @@ func TestEndpointUpdate(t *testing.T) {
 
 func TestEndpointDelete(t *testing.T) {
 	var deleted []string
-	e := newValidatingServer(t, func(c *httpapi.Config) { c.EndpointDeleted = func(id string) { deleted = append(deleted, id) } })
+	e := newValidatingServer(t, withHTTP(func(c *httpapi.Config) { c.EndpointDeleted = func(id string) { deleted = append(deleted, id) } }))
 	tpl := e.newTemplate("t", "alpine:3", nil)
 	ep := e.newEndpoint(tpl.ID, nil)
 	other := e.newEndpoint(tpl.ID, nil)

@@ -26,8 +26,9 @@ type fakePods struct {
 
 func newFakePods() *fakePods { return &fakePods{containers: map[string]string{}} }
 
-func withFakePods(f *fakePods) func(*httpapi.Config) {
-	return func(c *httpapi.Config) { c.Pods = f }
+// withFakePods runs pods on f instead of the runtime (app.Config.Pods).
+func withFakePods(f *fakePods) envOpt {
+	return func(e *testEnv) { e.cfg.Pods = f }
 }
 
 var fakeStart = time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
@@ -374,11 +375,11 @@ func TestPodUpdate(t *testing.T) {
 
 func TestPodListAndIncludes(t *testing.T) {
 	f := newFakePods()
-	e := newValidatingServer(t, withFakePods(f), func(c *httpapi.Config) {
+	e := newValidatingServer(t, withFakePods(f), withHTTP(func(c *httpapi.Config) {
 		c.WorkerInfo = func(ep string) []mgmt.WorkerInfo {
 			return []mgmt.WorkerInfo{{ID: "wrk" + ep[:4], State: "initializing", ImageName: "w:1", Version: 1, Message: "pulling"}}
 		}
-	})
+	}))
 	vol := e.newVolume("data", 10)
 	tpl := e.newTemplate("t", "alpine:3", nil)
 	gpu := e.newPod(J{"imageName": "alpine:3", "name": "gpu", "networkVolumeId": vol.ID, "gpuTypeIds": []string{"NVIDIA GeForce RTX 4090"}})

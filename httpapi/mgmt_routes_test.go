@@ -83,7 +83,7 @@ func (w *testWorker) req(method, path, body string) (int, []byte, error) {
 	if body != "" {
 		rd = strings.NewReader(body)
 	}
-	r, err := http.NewRequest(method, w.e.srv.URL+"/v2/"+w.ep+path, rd)
+	r, err := http.NewRequest(method, w.e.base+"/v2/"+w.ep+path, rd)
 	if err != nil {
 		return 0, nil, err
 	}
@@ -125,11 +125,11 @@ func (w *testWorker) take() string {
 func TestEveryRoute(t *testing.T) {
 	f := newFakePods()
 	rt := newFakeRuntime()
-	e := newValidatingServer(t, withFakePods(f), withFakeRuntime(rt), func(c *httpapi.Config) {
+	e := newValidatingServer(t, withFakePods(f), withFakeRuntime(rt), withHTTP(func(c *httpapi.Config) {
 		c.WorkerInfo = func(string) []mgmt.WorkerInfo {
 			return []mgmt.WorkerInfo{{ID: "zzzzcontainer1", State: "running", ImageName: "alpine:3", Version: 1, GPUTypeID: "NVIDIA A40", GPUCount: 1, LastStartedAt: fakeStart}}
 		}
-	})
+	}))
 	// Docs and metrics.
 	e.must(200, "GET", "/v1/openapi.json", nil, nil)
 	e.must(200, "GET", "/v2/openapi.json", nil, nil)

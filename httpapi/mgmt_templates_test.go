@@ -200,7 +200,7 @@ func TestTemplateUpdate(t *testing.T) {
 
 func TestTemplateUpdateTellsRuntime(t *testing.T) {
 	var changed []string
-	e := newValidatingServer(t, func(c *httpapi.Config) { c.EndpointChanged = func(id string) { changed = append(changed, id) } })
+	e := newValidatingServer(t, withHTTP(func(c *httpapi.Config) { c.EndpointChanged = func(id string) { changed = append(changed, id) } }))
 	tpl := e.newTemplate("base", "alpine:3", nil)
 	ep := e.newEndpoint(tpl.ID, nil)
 	changed = nil

@@ -8,29 +8,22 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
-	"path/filepath"
 	"reflect"
 	"slices"
 	"sort"
 	"strings"
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/getkin/kin-openapi/openapi3"
 	"github.com/getkin/kin-openapi/openapi3filter"
 	"github.com/getkin/kin-openapi/routers/gorillamux"
 	"github.com/gorilla/mux"
-
-	"berth/httpapi"
-	"berth/queue"
-	"berth/store"
 )
 
-// This file holds the OpenAPI checks and the test server every httpapi_test
-// can reuse: newValidatingServer builds Berth over a real bbolt file behind
-// validating, which checks each request and response against the served
-// OpenAPI document.
+// This file holds the OpenAPI checks the test harness (harness_test.go)
+// wraps around Berth's handler: validating checks each request and
+// response against the served OpenAPI document.
 
 func init() {
 	// runpod-python posts job-done and job-stream bodies as JSON under
@@ -133,62 +126,7 @@ func (r *teeRecorder) Flush() {
 	}
 }
 
-const testKey = "test-operator-key"
-
 var quietLog = slog.New(slog.NewTextHandler(io.Discard, nil))
-
-// testEnv is a Berth server over a real bbolt file behind validating.
-type testEnv struct {
-	t    *testing.T
-	dir  string // data dir: berth.db, volumes/, prices.json
-	mods []func(*httpapi.Config)
-	doc  *openapi3.T
-
-	db  *store.DB
-	q   *queue.Service
-	api *httpapi.Server
-	srv *httptest.Server
-
-	mu   sync.Mutex
-	seen map[string]int // operation ids validated
-
-	client *http.Client // nil: http.DefaultClient (conformant sets one)
-}
-
-// newValidatingServer starts Berth on a fresh data dir; mods adjust the
-// httpapi.Config (Pods, WorkerInfo, hooks…). The document is read from the
-// server itself and must load and validate.
-func newValidatingServer(t *testing.T, mods ...func(*httpapi.Config)) *testEnv {
-	t.Helper()
-	e := &testEnv{t: t, dir: t.TempDir(), mods: mods, seen: map[string]int{}}
-	e.open()
-	// Every exchange is also held to RunPod's documents (conformance_test.go).
-	e.conformant(false)
-	t.Cleanup(e.close)
-	return e
-}
-
-func (e *testEnv) open() {
-	t := e.t
-	t.Helper()
-	db, err := store.Open(filepath.Join(e.dir, "berth.db"), store.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	q := queue.New(db, queue.Config{TakeHold: 100 * time.Millisecond, Logger: quietLog})
-	if err := q.Start(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	cfg := httpapi.Config{Store: db, Queue: q, Logger: quietLog, APIKeyHash: httpapi.HashKey(testKey), StreamHold: 50 * time.Millisecond, Version: "test"}
-	for _, m := range e.mods {
-		m(&cfg)
-	}
-	e.db, e.q, e.api = db, q, httpapi.New(cfg)
-	if e.doc == nil {
-		e.doc = loadDoc(t, e.api.Handler(), "/v1/openapi.json")
-	}
-	e.srv = httptest.NewServer(validatingSeen(t, e.doc, e.api.Handler(), e.saw, routerOf(e.api.V2Routes())))
-}
 
 // routerOf matches the routes given as "METHOD /path".
 func routerOf(routes map[string]string) *mux.Router {
@@ -198,34 +136,6 @@ func routerOf(routes map[string]string) *mux.Router {
 		r.Handle(path, http.NotFoundHandler()).Methods(method)
 	}
 	return r
-}
-
-func (e *testEnv) close() {
-	if e.srv == nil {
-		return
-	}
-	e.srv.Close()
-	e.q.Stop()
-	if err := e.db.Check(); err != nil {
-		e.t.Errorf("db check: %v", err)
-	}
-	if err := e.db.Close(); err != nil {
-		e.t.Errorf("db close: %v", err)
-	}
-	e.srv = nil
-}
-
-// restart closes the server, queue and database and opens them again on
-// the same files.
-func (e *testEnv) restart() {
-	e.close()
-	e.open()
-}
-
-func (e *testEnv) saw(op string) {
-	e.mu.Lock()
-	e.seen[op]++
-	e.mu.Unlock()
 }
 
 // loadDoc fetches the document from h and checks it loads and validates.
@@ -257,42 +167,6 @@ func loadDoc(t *testing.T, h http.Handler, path string) *openapi3.T {
 // that takes seconds under -race on a busy machine, and most tests of the
 // package are served the same document.
 var loadedDocs sync.Map
-
-// call sends a request with the operator's key. body may be nil, a string
-// or []byte (sent as is) or any value (sent as JSON).
-func (e *testEnv) call(method, path string, body any) (int, []byte) {
-	return e.callWith(method, path, body, map[string]string{"Authorization": "Bearer " + testKey})
-}
-
-func (e *testEnv) callWith(method, path string, body any, headers map[string]string) (int, []byte) {
-	e.t.Helper()
-	rd := bodyReader(e.t, body)
-	ct := "application/json"
-	req, err := http.NewRequest(method, e.srv.URL+path, rd)
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	if rd != nil {
-		req.Header.Set("Content-Type", ct)
-	}
-	for k, v := range headers {
-		req.Header.Set(k, v)
-	}
-	client := e.client
-	if client == nil {
-		client = http.DefaultClient
-	}
-	res, err := client.Do(req)
-	if err != nil {
-		e.t.Fatalf("%s %s: %v", method, path, err)
-	}
-	defer res.Body.Close()
-	out, err := io.ReadAll(res.Body)
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	return res.StatusCode, out
-}
 
 // must sends a request and fails unless it answers want; it decodes the
 // JSON answer into v when v is not nil.
@@ -422,25 +296,5 @@ func TestOpenAPIDocument(t *testing.T) {
 		if !strings.Contains(page, "<code>"+r+"</code>") {
 			t.Errorf("GET /v1/docs does not list %s", r)
 		}
-	}
-}
-
-// bodyReader turns a test's request body (nil, string, []byte or a value
-// to encode as JSON) into a reader.
-func bodyReader(t *testing.T, body any) io.Reader {
-	t.Helper()
-	switch b := body.(type) {
-	case nil:
-		return nil
-	case string:
-		return strings.NewReader(b)
-	case []byte:
-		return bytes.NewReader(b)
-	default:
-		raw, err := json.Marshal(b)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return bytes.NewReader(raw)
 	}
 }

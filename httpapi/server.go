@@ -37,10 +37,9 @@ import (
 type Config struct {
 	Store *store.DB
 	Queue *queue.Service
-	// Mgmt is the management rules every surface calls. Optional: New
-	// makes one over Store with the hooks below, DataDir and Pods; one
-	// made by the caller must send its endpoint hooks to EndpointChanged
-	// and EndpointDeleted.
+	// Mgmt is the management rules every surface calls. Required (app
+	// makes it); its endpoint hooks must reach the Server's
+	// EndpointChanged and EndpointDeleted.
 	Mgmt   *mgmt.Service
 	Logger *slog.Logger
 	Clock  clockwork.Clock
@@ -66,9 +65,6 @@ type Config struct {
 	// DataDir holds network volumes (volumes/<id>) and the price table
 	// (prices.json). Optional: defaults to the database file's directory.
 	DataDir string
-	// Pods runs pod containers. Optional: without it pods cannot be
-	// created or started (503) and the records say why.
-	Pods mgmt.PodRuntime
 	// WorkerInfo is the runtime's worker containers of an endpoint, shown
 	// by every management surface. Optional.
 	WorkerInfo func(endpointID string) []mgmt.WorkerInfo
@@ -171,8 +167,12 @@ func HashKey(key string) string { return mgmt.HashKey(key) }
 // is on and no other is given.
 const DefaultKeyRequestsPer10s = 5000
 
-// New builds the Server and its routes.
-func New(cfg Config) *Server {
+// New builds the Server and its routes. Store, Queue and Mgmt are
+// required: the composition (package app) makes them.
+func New(cfg Config) (*Server, error) {
+	if cfg.Store == nil || cfg.Queue == nil || cfg.Mgmt == nil {
+		return nil, errors.New("httpapi: Config.Store, Queue and Mgmt are required (package app composes them)")
+	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
@@ -202,14 +202,6 @@ func New(cfg Config) *Server {
 	}
 	s := &Server{cfg: cfg, epCache: map[string]*store.Endpoint{}, lists: newListGate(cfg.ListShares)}
 	s.mg = cfg.Mgmt
-	if s.mg == nil {
-		var jobs mgmt.EndpointJobs
-		if cfg.Queue != nil {
-			jobs = cfg.Queue
-		}
-		s.mg = mgmt.New(mgmt.Config{Store: cfg.Store, Clock: cfg.Clock, Logger: cfg.Logger, DataDir: cfg.DataDir,
-			Pods: cfg.Pods, Jobs: jobs, EndpointChanged: s.EndpointChanged, EndpointDeleted: s.EndpointDeleted})
-	}
 	if cfg.APIKeyHash != "" {
 		if err := s.mg.SetupKeys(cfg.APIKeyHash, ""); err != nil {
 			cfg.Logger.Error("API keys not loaded", "err", err)
@@ -226,7 +218,7 @@ func New(cfg Config) *Server {
 	s.polls = newPollLimits(cfg.MaxLongPollsPerWorker, cfg.MaxLongPollsPerKey)
 	s.watchMetrics()
 	s.routes()
-	return s
+	return s, nil
 }
 
 // Handler returns the root handler.

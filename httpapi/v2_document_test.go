@@ -171,7 +171,7 @@ func TestV2AsTheDocumentSays(t *testing.T) {
 		pw := rt.follow(pod.ID)
 		ctx, cancel := context.WithCancel(context.Background())
 		defer cancel()
-		req, _ := http.NewRequestWithContext(ctx, "GET", e.srv.URL+"/v2/pods/"+pod.ID+"/logs", nil)
+		req, _ := http.NewRequestWithContext(ctx, "GET", e.base+"/v2/pods/"+pod.ID+"/logs", nil)
 		req.Header.Set("Authorization", "Bearer "+testKey)
 		res, err := (&http.Client{Transport: &http.Transport{ResponseHeaderTimeout: 5 * time.Second}}).Do(req)
 		if err != nil || res.StatusCode != 200 || res.Header.Get("Content-Type") != "text/event-stream" {

@@ -201,11 +201,11 @@ type httpapiProblem struct {
 func TestRunPodV2Conformance(t *testing.T) {
 	f := newFakePods()
 	rt := newFakeRuntime()
-	e := newValidatingServer(t, withFakePods(f), withFakeRuntime(rt), func(c *httpapi.Config) {
+	e := newValidatingServer(t, withFakePods(f), withFakeRuntime(rt), withHTTP(func(c *httpapi.Config) {
 		c.WorkerInfo = func(string) []mgmt.WorkerInfo {
 			return []mgmt.WorkerInfo{{ID: "zzzzcontainer1", State: "running", ImageName: "alpine:3", Version: 1, GPUTypeID: "NVIDIA GeForce RTX 4090", GPUCount: 1, LastStartedAt: fakeStart}}
 		}
-	})
+	}))
 	c := e.conformant(true)
 	c.own = loadV2Doc(t, e)
 
@@ -259,7 +259,7 @@ func TestRunPodV2Conformance(t *testing.T) {
 		"gpu": J{"pools": []string{"ADA_24"}, "count": 1}, "scaling": J{"type": "QUEUE_DELAY", "queueDelay": 4},
 		"workers": J{"min": 0, "max": 2, "idleTimeout": 5}, "dataCenterIds": []string{"EU-RO-1"}, "networkVolumes": []string{vol.ID},
 		"flashboot": "FLASHBOOT", "timeout": 600000}, &ep)
-	if ep.RequestURLs["run"] != e.srv.URL+"/v2/"+ep.ID+"/run" || ep.Flashboot != "FLASHBOOT" || ep.Workers.Max != 2 ||
+	if ep.RequestURLs["run"] != e.base+"/v2/"+ep.ID+"/run" || ep.Flashboot != "FLASHBOOT" || ep.Workers.Max != 2 ||
 		len(ep.NetworkVolumes) != 1 || ep.Type != "QUEUE" || ep.Timeout != 600000 {
 		t.Errorf("endpoint %+v", ep)
 	}
@@ -505,14 +505,14 @@ func TestV2LiberalIDs(t *testing.T) {
 // TestV2FrozenWorkersAreIdle: a FlashBoot worker frozen by Berth is listed
 // by v2 (which has no frozen state) as IDLE, not dropped.
 func TestV2FrozenWorkersAreIdle(t *testing.T) {
-	e := newValidatingServer(t, func(c *httpapi.Config) {
+	e := newValidatingServer(t, withHTTP(func(c *httpapi.Config) {
 		c.WorkerInfo = func(string) []mgmt.WorkerInfo {
 			return []mgmt.WorkerInfo{
 				{ID: "frozenworker01", State: "frozen", ImageName: "alpine:3", Version: 1, LastStartedAt: fakeStart},
 				{ID: "runningworker1", State: "running", ImageName: "alpine:3", Version: 1, LastStartedAt: fakeStart},
 			}
 		}
-	})
+	}))
 	var tpl v2Template
 	e.must(201, "POST", "/v2/templates", J{"name": "worker", "image": "alpine:3"}, &tpl)
 	var ep v2Endpoint

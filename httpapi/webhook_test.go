@@ -17,7 +17,7 @@ func TestRunRefusesForbiddenWebhookLiteral(t *testing.T) {
 		{"http://localhost/hook", "loopback"},
 		{"http://169.254.169.254/latest/meta-data/", "metadata"},
 	} {
-		r := e.call("POST", "/v2/"+ep+"/run", "Bearer "+adminKey, map[string]any{"input": map[string]any{}, "webhook": tc.hook})
+		r := e.do("POST", "/v2/"+ep+"/run", "Bearer "+adminKey, map[string]any{"input": map[string]any{}, "webhook": tc.hook})
 		if r.code != 400 || !strings.Contains(string(r.body), "webhook") || !strings.Contains(string(r.body), tc.why) {
 			t.Errorf("%s: %d %s, want 400 naming the webhook and %s", tc.hook, r.code, r.body, tc.why)
 		}

@@ -3,21 +3,16 @@ package httpapi_test
 import (
 	"context"
 	"encoding/json"
-	"io"
-	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
-	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
 
 	"github.com/gorilla/mux"
 
-	"berth/httpapi"
-	"berth/queue"
-	"berth/store"
+	"berth/internal/apptest"
 	"berth/worker"
 )
 
@@ -26,18 +21,8 @@ import (
 // key through is served by both, WorkerHandler serves nothing else, and
 // every URL a worker is given resolves there.
 func TestWorkerRoutesServedByBothListeners(t *testing.T) {
-	db, err := store.Open(filepath.Join(t.TempDir(), "berth.db"), store.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
-	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
-	q := queue.New(db, queue.Config{Logger: quiet})
-	if err := q.Start(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	defer q.Stop()
-	api := httpapi.New(httpapi.Config{Store: db, Queue: q, Logger: quiet, APIKeyHash: httpapi.HashKey(testKey)})
+	b := apptest.Start(t, apptest.Config(t, testKey))
+	api, q := b.API(), b.Queue()
 	main, wk := api.Handler(), api.WorkerHandler()
 
 	do := func(h http.Handler, method, path, key string) int {

@@ -23,6 +23,7 @@ import (
 	"berth/internal/dockertest"
 	"berth/internal/logtest"
 	"berth/metrics"
+	"berth/mgmt"
 	"berth/queue"
 	"berth/runtime"
 	"berth/runtime/docker"
@@ -214,13 +215,22 @@ func newEnvAt(t testing.TB, host string, opts ...envOpt) *env {
 	}
 	t.Cleanup(e.q.Stop)
 
-	api := httpapi.New(httpapi.Config{Store: db, Queue: e.q, Logger: e.log, APIKeyHash: httpapi.HashKey(apiKey), Metrics: e.prom,
+	// httpapi needs the management rules; their endpoint hooks reach the
+	// API made just below.
+	var api *httpapi.Server
+	mg := mgmt.New(mgmt.Config{Store: db, Logger: e.log, DataDir: filepath.Dir(db.Path()), Jobs: e.q,
+		EndpointChanged: func(id string) { api.EndpointChanged(id) },
+		EndpointDeleted: func(id string) { api.EndpointDeleted(id) }})
+	api, err = httpapi.New(httpapi.Config{Store: db, Queue: e.q, Mgmt: mg, Logger: e.log, APIKeyHash: httpapi.HashKey(apiKey), Metrics: e.prom,
 		Workers: func(id string) queue.WorkerCounts {
 			if s := e.sup.Load(); s != nil {
 				return s.WorkerCounts(id)
 			}
 			return queue.WorkerCounts{}
 		}})
+	if err != nil {
+		t.Fatal(err)
+	}
 	// Containers reach it through the bridge gateway
 	// (host.docker.internal:host-gateway): bind on every interface, or on
 	// the gateway's address only.
