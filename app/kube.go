@@ -59,6 +59,13 @@ type Kubernetes struct {
 	// naming the field. "": the defaults only (docs/kubernetes.md,
 	// "Operator Pod template").
 	PodTemplate string
+	// ModelsImage runs the model download Jobs (Berth's own image); "":
+	// Berth's own container's when it runs in the cluster (SelfPod).
+	// ModelsStorageClass ("": StorageClass) and ModelsAccessMode ("":
+	// ReadWriteMany) are the models claim's (docs/models.md).
+	ModelsImage        string
+	ModelsStorageClass string
+	ModelsAccessMode   string
 }
 
 // RESTConfig is the cluster configuration k names: REST, or the kubeconfig
@@ -130,6 +137,7 @@ func (a *App) startKubernetes(log *slog.Logger) error {
 	}
 	a.closers = append(a.closers, kb.Close)
 	a.backend = kb
+	a.startKubeModels(kb, log) // before the supervisor: Caps.Models
 	devs, _ := kb.Devices(ctx)
 	a.gpus = gpu.NewAllocator(devs)
 	kb.OnCluster(a.gpus.SetCluster)
@@ -203,4 +211,18 @@ func (a *App) volumeClaim(id string) (mgmt.VolumeClaim, bool) {
 	}
 	c, ok := kb.NetworkVolumeClaim(id)
 	return mgmt.VolumeClaim{Name: c.Name, Status: c.Phase, Reason: c.Reason}, ok
+}
+
+// startKubeModels fills the models claim with the endpoints' models, one
+// Job each (runtime/kube's Models), for the same model sync as Docker's.
+func (a *App) startKubeModels(kb *kube.Backend, log *slog.Logger) {
+	k, m := a.cfg.Kubernetes, a.cfg.Models
+	gb := int((m.MaxBytes + 1<<30 - 1) >> 30)
+	km := kb.StartModels(kube.ModelsConfig{
+		Image: k.ModelsImage, Hub: m.Endpoint, Token: a.hfToken, ClaimGB: gb,
+		StorageClass: k.ModelsStorageClass, AccessMode: corev1.PersistentVolumeAccessMode(k.ModelsAccessMode),
+		Slots: m.Slots, BytesPerSecond: m.BytesPerSecond, MinBackoff: m.MinBackoff,
+	})
+	a.closers = append(a.closers, km.Close)
+	a.newModelSync(km, log)
 }

@@ -34,12 +34,36 @@ type Models struct {
 // modelSync keeps the cache's wanted models equal to what the endpoints
 // name: once a second, and at once when an endpoint changes.
 type modelSync struct {
-	cache     *hfcache.Cache
+	cache     modelCache
 	endpoints func() ([]store.Endpoint, error)
 	log       *slog.Logger
 	kickCh    chan struct{}
 	done      chan struct{}
 	wg        sync.WaitGroup
+}
+
+// modelCache is where models are downloaded: hfcache.Cache (Docker: the
+// data folder) or kube.Models (Kubernetes: Jobs filling a claim).
+type modelCache interface {
+	Sync(refs []hfcache.Ref)
+	Status(ref hfcache.Ref) (hfcache.Progress, bool)
+	Touch(ref hfcache.Ref)
+	RetryNow()
+}
+
+// newModelSync follows the endpoints' models into cache.
+func (a *App) newModelSync(cache modelCache, log *slog.Logger) {
+	a.models = &modelSync{cache: cache, log: log, kickCh: make(chan struct{}, 1), done: make(chan struct{})}
+	a.models.endpoints = a.listEndpoints
+}
+
+// hfToken is the token models are downloaded with: the stored one, else
+// the environment's.
+func (a *App) hfToken() string {
+	if t := a.mg.HFToken(); t != "" {
+		return t
+	}
+	return a.cfg.Models.Token
 }
 
 // newModels opens the model cache and returns its folder.
@@ -60,8 +84,7 @@ func (a *App) newModels(log *slog.Logger) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	a.models = &modelSync{cache: cache, log: log, kickCh: make(chan struct{}, 1), done: make(chan struct{})}
-	a.models.endpoints = a.listEndpoints
+	a.newModelSync(cache, log)
 	a.closers = append(a.closers, cache.Close)
 	return cache.Dir(), nil
 }

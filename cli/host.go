@@ -298,6 +298,11 @@ default socket). Every flag has an environment variable (in brackets).`,
 			default:
 				return usageErr("--volume-access-mode must be ReadWriteMany, ReadWriteOnce, ReadWriteOncePod or ReadOnlyMany, got %q", o.VolumeAccessMode)
 			}
+			switch o.ModelsAccessMode {
+			case "ReadWriteMany", "ReadWriteOnce", "ReadWriteOncePod":
+			default:
+				return usageErr("--models-access-mode must be ReadWriteMany, ReadWriteOnce or ReadWriteOncePod (the download Job writes the claim), got %q", o.ModelsAccessMode)
+			}
 			switch o.ServiceType {
 			case "NodePort", "LoadBalancer", "ClusterIP":
 			default:
@@ -370,6 +375,9 @@ default socket). Every flag has an environment variable (in brackets).`,
 	f.StringVar(&o.VolumeAccessMode, "volume-access-mode", env("BERTH_VOLUME_ACCESS_MODE", "ReadWriteMany"), "kubernetes: access mode of a network volume's claim (shared by an endpoint's workers) [BERTH_VOLUME_ACCESS_MODE]")
 	f.StringVar(&o.ServiceType, "service-type", env("BERTH_SERVICE_TYPE", "NodePort"), "kubernetes: Service type of a pod's ports: NodePort, LoadBalancer or ClusterIP [BERTH_SERVICE_TYPE]")
 	f.StringVar(&o.KubePodTemplate, "kube-pod-template", env("BERTH_KUBE_POD_TEMPLATE", ""), "kubernetes: a Pod template file (YAML or JSON) merged into every worker and pod Pod: runtimeClassName, priorityClassName, tolerations, nodeSelector, affinity, labels, annotations, securityContext, imagePullPolicy, volumes (docs/kubernetes.md) [BERTH_KUBE_POD_TEMPLATE]")
+	f.StringVar(&o.ModelsImage, "models-image", env("BERTH_MODELS_IMAGE", ""), "kubernetes: the image of the model download Jobs (Berth's own: they run berth models-fetch); empty: Berth's own container's when it runs in the cluster [BERTH_MODELS_IMAGE]")
+	f.StringVar(&o.ModelsStorageClass, "models-storage-class", env("BERTH_MODELS_STORAGE_CLASS", ""), "kubernetes: storage class of the model cache's claim berth-models (sized by --models-max-gb, 100 GB without); empty: --storage-class's [BERTH_MODELS_STORAGE_CLASS]")
+	f.StringVar(&o.ModelsAccessMode, "models-access-mode", env("BERTH_MODELS_ACCESS_MODE", "ReadWriteMany"), "kubernetes: access mode of the model cache's claim (the download Job writes it, workers on any node read it); ReadWriteOnce on one-node clusters or with workers pinned to one node (docs/models.md) [BERTH_MODELS_ACCESS_MODE]")
 	f.IntVar(&o.BuildMaxContextMiB, "build-max-context", envInt("BERTH_BUILD_MAX_CONTEXT", 256), "builds: the largest build context (source upload) in MiB; larger uploads get 413 [BERTH_BUILD_MAX_CONTEXT]")
 	f.DurationVar(&o.BuildStepTimeout, "build-step-timeout", envDur("BERTH_BUILD_STEP_TIMEOUT", 30*time.Minute), "builds: the image build step's time limit (RunPod's 30 min) [BERTH_BUILD_STEP_TIMEOUT]")
 	f.DurationVar(&o.BuildTimeout, "build-timeout", envDur("BERTH_BUILD_TIMEOUT", 160*time.Minute), "builds: a build's time limit from its start to its release (RunPod's 160 min) [BERTH_BUILD_TIMEOUT]")

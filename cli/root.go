@@ -207,6 +207,7 @@ unreachable.`,
 		c.GroupID = "host"
 		root.AddCommand(c)
 	}
+	root.AddCommand(modelsFetchCommand(a)) // hidden: the Kubernetes model download Job's program
 	return root
 }
 
@@ -276,7 +277,10 @@ type ServeOptions struct {
 	// KubePodTemplate is the operator's Pod template file (app.Kubernetes'
 	// PodTemplate).
 	KubePodTemplate string
-	Logger          *slog.Logger
+	// The models claim on Kubernetes: the download Job's image, the
+	// claim's storage class and access mode (app.Kubernetes').
+	ModelsImage, ModelsStorageClass, ModelsAccessMode string
+	Logger                                            *slog.Logger
 	// KeyNotice receives the API key generated on the first successful
 	// start (the command's stderr).
 	KeyNotice io.Writer

@@ -90,6 +90,9 @@ func (p Progress) String() string {
 		return fmt.Sprintf("downloading %s failed (attempt %d, tried again at %s): %s", p.Ref.Short(), p.Attempts,
 			p.RetryAt.UTC().Format("15:04:05Z"), p.Error)
 	default:
+		if p.Error != "" { // why it waits (Kubernetes: its download Job's Pod)
+			return "waiting to download " + p.Ref.Short() + ": " + p.Error
+		}
 		return "waiting to download " + p.Ref.Short()
 	}
 }

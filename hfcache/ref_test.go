@@ -3,6 +3,7 @@ package hfcache
 import (
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestParseRef(t *testing.T) {
@@ -77,5 +78,22 @@ func TestProgressString(t *testing.T) {
 		if got := tc.p.String(); got != tc.want {
 			t.Errorf("%+v: %q, want %q", tc.p, got, tc.want)
 		}
+	}
+}
+
+// TestProgressLine: a download program's progress line reads back as the
+// progress it wrote; lines about another model or of other output are
+// skipped.
+func TestProgressLine(t *testing.T) {
+	r, _ := ParseRef("https://huggingface.co/acme/tiny")
+	other, _ := ParseRef("https://huggingface.co/acme/other")
+	p := Progress{Ref: r, State: Failed, Done: 5, Total: 9, Error: "HTTP 401", Attempts: 2, RetryAt: time.Date(2026, 11, 28, 8, 0, 0, 0, time.UTC)}
+	log := "starting\n" + string(Progress{Ref: r, State: Pending}.Line()) + string(p.Line()) + string(Progress{Ref: other, State: Ready}.Line()) + "noise\n"
+	got, ok := LastLine(strings.NewReader(log), r)
+	if !ok || got != p {
+		t.Fatalf("got %+v %v, want %+v", got, ok, p)
+	}
+	if _, ok := LastLine(strings.NewReader("nothing\n"), r); ok {
+		t.Error("a log without a line read as one")
 	}
 }

@@ -134,6 +134,8 @@ type Backend struct {
 	// owner is the owner reference of worker Pods (Berth's StatefulSet),
 	// nil when there is none; set by New.
 	owner *metav1.OwnerReference
+	// models fills the models claim (StartModels; nil: no model cache).
+	models *Models
 }
 
 // strandedGrace is how long a worker Pod's node must be missing before
@@ -281,7 +283,10 @@ func (b *Backend) Name() string { return "kubernetes" }
 
 // Caps implements runtime.Backend.
 func (b *Backend) Caps() runtime.Caps {
-	return runtime.Caps{Pause: false, Restart: false, NetworkVolumes: true, Place: "the cluster"}
+	b.mu.Lock()
+	models := b.models != nil
+	b.mu.Unlock()
+	return runtime.Caps{Pause: false, Restart: false, NetworkVolumes: true, Models: models, Place: "the cluster"}
 }
 
 // Ping implements runtime.Backend: the API server's /version.

@@ -166,6 +166,15 @@ func (b *Backend) podFor(ctx context.Context, spec runtime.Spec) (*corev1.Pod, *
 		pod.Spec.ImagePullSecrets = []corev1.LocalObjectReference{{Name: name}}
 	}
 	for _, m := range spec.Mounts {
+		if m.Kind == runtime.MountModels {
+			// The models claim (made by StartModels' passes before any
+			// model is complete), read-only: workers never write the cache.
+			vol := "vol-" + strconv.Itoa(len(pod.Spec.Volumes))
+			pod.Spec.Volumes = append(pod.Spec.Volumes, corev1.Volume{Name: vol, VolumeSource: corev1.VolumeSource{
+				PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: ModelsClaim, ReadOnly: true}}})
+			c.VolumeMounts = append(c.VolumeMounts, corev1.VolumeMount{Name: vol, MountPath: m.Target, ReadOnly: true})
+			continue
+		}
 		claim, err := b.ensureClaim(ctx, m)
 		if err != nil {
 			return nil, nil, err
