@@ -177,55 +177,12 @@ var (
 
 // ApplyPodFields validates f and applies it to p.
 func ApplyPodFields(p *store.Pod, f PodFields) error {
-	if f.Name != nil {
-		if err := checkName(*f.Name); err != nil {
-			return err
-		}
-		p.Name = *f.Name
-	}
-	if f.ImageName != nil {
-		if err := checkImage(*f.ImageName); err != nil {
-			return err
-		}
-		p.ImageName = *f.ImageName
-	}
-	if f.DockerEntrypoint != nil {
-		if err := checkCmd("dockerEntrypoint", f.DockerEntrypoint); err != nil {
-			return err
-		}
-		p.DockerEntrypoint = f.DockerEntrypoint
-	}
-	if f.DockerStartCmd != nil {
-		if err := checkCmd("dockerStartCmd", f.DockerStartCmd); err != nil {
-			return err
-		}
-		p.DockerStartCmd = f.DockerStartCmd
-	}
-	if f.Env != nil {
-		if err := validateEnv(f.Env); err != nil {
-			return err
-		}
-		p.Env = f.Env
-	}
-	if f.Ports != nil {
-		if err := validatePorts(f.Ports); err != nil {
-			return err
-		}
-		p.Ports = append([]string{}, f.Ports...)
-	}
 	if f.VolumeInGb != nil && *f.VolumeInGb != 0 && p.ComputeType == "CPU" {
 		return invalid("volumeInGb", "volumeInGb: a CPU pod has no pod volume (container disk and network volumes only)")
 	}
-	if err := applyDisks(f.ContainerDiskInGb, f.VolumeInGb, f.VolumeMountPath, &p.ContainerDiskInGb, &p.VolumeInGb, &p.VolumeMountPath); err != nil {
+	if err := applyContainer(containerInput{f.Name, f.ImageName, f.DockerEntrypoint, f.DockerStartCmd, f.Env, f.Ports,
+		f.ContainerDiskInGb, f.VolumeInGb, f.VolumeMountPath, f.ContainerRegistryAuthID}, podContainer(p)); err != nil {
 		return err
-	}
-	if f.ContainerRegistryAuthID != nil {
-		if *f.ContainerRegistryAuthID != "" {
-			if err := checkID("containerRegistryAuthId", *f.ContainerRegistryAuthID); err != nil {
-				return err
-			}
-		}
-		p.ContainerRegistryAuthID = *f.ContainerRegistryAuthID
 	}
 	if f.GlobalNetworking != nil {
 		p.GlobalNetworking = *f.GlobalNetworking

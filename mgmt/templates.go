@@ -67,18 +67,6 @@ func NewTemplateDefaults() store.Template {
 
 // ApplyTemplate validates in and applies it to t (no store access).
 func ApplyTemplate(t *store.Template, in TemplateInput, create bool) error {
-	if in.Name != nil {
-		if err := checkName(*in.Name); err != nil {
-			return err
-		}
-		t.Name = *in.Name
-	}
-	if in.ImageName != nil {
-		if err := checkImage(*in.ImageName); err != nil {
-			return err
-		}
-		t.ImageName = *in.ImageName
-	}
 	if create {
 		if in.Name == nil {
 			return invalid("name", "name is required")
@@ -95,7 +83,8 @@ func ApplyTemplate(t *store.Template, in TemplateInput, create bool) error {
 	if in.IsServerless != nil {
 		t.IsServerless = *in.IsServerless
 	}
-	if err := applyDisks(in.ContainerDiskInGb, in.VolumeInGb, in.VolumeMountPath, &t.ContainerDiskInGb, &t.VolumeInGb, &t.VolumeMountPath); err != nil {
+	if err := applyContainer(containerInput{in.Name, in.ImageName, in.DockerEntrypoint, in.DockerStartCmd, in.Env, in.Ports,
+		in.ContainerDiskInGb, in.VolumeInGb, in.VolumeMountPath, in.ContainerRegistryAuthID}, templateContainer(t)); err != nil {
 		return err
 	}
 	if in.ShmSizeInMb != nil && *in.ShmSizeInMb != 0 {
@@ -105,30 +94,6 @@ func ApplyTemplate(t *store.Template, in TemplateInput, create bool) error {
 	}
 	if in.ShmSizeInMb != nil {
 		t.ShmSizeInMb = *in.ShmSizeInMb
-	}
-	if in.DockerEntrypoint != nil {
-		if err := checkCmd("dockerEntrypoint", in.DockerEntrypoint); err != nil {
-			return err
-		}
-		t.DockerEntrypoint = in.DockerEntrypoint
-	}
-	if in.DockerStartCmd != nil {
-		if err := checkCmd("dockerStartCmd", in.DockerStartCmd); err != nil {
-			return err
-		}
-		t.DockerStartCmd = in.DockerStartCmd
-	}
-	if in.Env != nil {
-		if err := validateEnv(in.Env); err != nil {
-			return err
-		}
-		t.Env = in.Env
-	}
-	if in.Ports != nil {
-		if err := validatePorts(in.Ports); err != nil {
-			return err
-		}
-		t.Ports = append([]string{}, in.Ports...)
 	}
 	if in.PortLabels != nil {
 		if err := validatePortLabels(in.PortLabels, t.Ports); err != nil {
@@ -155,14 +120,6 @@ func ApplyTemplate(t *store.Template, in TemplateInput, create bool) error {
 	}
 	if in.IsPublic != nil {
 		t.IsPublic = *in.IsPublic
-	}
-	if in.ContainerRegistryAuthID != nil {
-		if *in.ContainerRegistryAuthID != "" {
-			if err := checkID("containerRegistryAuthId", *in.ContainerRegistryAuthID); err != nil {
-				return err
-			}
-		}
-		t.ContainerRegistryAuthID = *in.ContainerRegistryAuthID
 	}
 	if in.StartSSH != nil {
 		t.StartSSH = *in.StartSSH
