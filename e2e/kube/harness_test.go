@@ -104,18 +104,25 @@ type kenv struct {
 	kl  *kubetest.Kubelet
 
 	dataDir     string
-	selfPod     string     // Berth's own Pod (POD_NAME), "" outside the cluster
-	class       string     // --storage-class, "" for none
-	podTemplate string     // --kube-pod-template, "" for none
-	registry    string     // --registry HOST[/PREFIX], "" for none
-	regAuth     string     // --registry-auth NAME, "" for none
-	logs        *logBuffer // Berth's log is written here too when not nil
-	addr        string     // 127.0.0.1:PORT: the API
-	workAddr    string     // 127.0.0.1:PORT2: --worker-addr, the worker protocol only
-	advertise   string     // http://localhost:PORT2: --advertise-url
-	berth       *apptest.Berth
-	app         *app.App
-	base        string
+	selfPod     string      // Berth's own Pod (POD_NAME), "" outside the cluster
+	class       string      // --storage-class, "" for none
+	podTemplate string      // --kube-pod-template, "" for none
+	registry    string      // --registry HOST[/PREFIX], "" for none
+	regAuth     string      // --registry-auth NAME, "" for none
+	logs        *logBuffer  // Berth's log is written here too when not nil
+	models      *app.Models // the model cache's settings, nil for the defaults
+	modelsImage string      // --models-image
+	// claimDirs are host directories standing for claims (by name): a
+	// Pod runPodWith runs that mounts one gets it bind-mounted at its
+	// mountPath (read-only when the mount says so) in a private mount
+	// namespace, as a kubelet mounts the claim's volume.
+	claimDirs map[string]string
+	addr      string // 127.0.0.1:PORT: the API
+	workAddr  string // 127.0.0.1:PORT2: --worker-addr, the worker protocol only
+	advertise string // http://localhost:PORT2: --advertise-url
+	berth     *apptest.Berth
+	app       *app.App
+	base      string
 
 	mu    sync.Mutex
 	procs []*workerProc
@@ -248,6 +255,10 @@ func (e *kenv) tryStart() error {
 		Kubernetes: &app.Kubernetes{REST: e.ns.Config, Namespace: e.ns.Name, AdvertiseURL: e.advertise, WorkerAddr: e.workAddr}}
 	cfg.Kubernetes.StorageClass, cfg.Kubernetes.PodTemplate = e.class, e.podTemplate
 	cfg.Builds.Registry, cfg.Builds.RegistryAuth = e.registry, e.regAuth
+	if e.models != nil {
+		cfg.Models = *e.models
+	}
+	cfg.Kubernetes.ModelsImage = e.modelsImage
 	if e.selfPod != "" {
 		cfg.Kubernetes.SelfPod, cfg.Kubernetes.SelfNamespace = e.selfPod, e.ns.Name
 	}
@@ -476,7 +487,8 @@ func (e *kenv) runPodWith(name, bin, podIP string, extraEnv ...string) *workerPr
 	if err := kubetest.CheckRunnable(p); err != nil {
 		e.t.Fatalf("pod %s: %v", name, err)
 	}
-	var env []string
+	var env, args []string
+	var mounts []corev1.VolumeMount
 	for _, c := range p.Spec.Containers {
 		if c.Name != container {
 			continue
@@ -486,9 +498,13 @@ func (e *kenv) runPodWith(name, bin, podIP string, extraEnv ...string) *workerPr
 			e.t.Fatalf("pod %s: %v", name, err)
 		}
 		env = append(env, cenv...)
+		args, mounts = c.Args, c.VolumeMounts // bin stands for the image's entrypoint
 	}
 	env = append(env, extraEnv...)
-	cmd := exec.Command(bin)
+	cmd := exec.Command(bin, args...)
+	if script := e.mountScript(p, mounts); script != "" {
+		cmd = exec.Command("unshare", append([]string{"--mount", "--propagation", "private", "/bin/sh", "-c", script, "sh", bin}, args...)...)
+	}
 	cmd.Env = env
 	logw := e.kl.Log(e.ns.Name, name, container)
 	cmd.Stdout, cmd.Stderr = logw, logw
@@ -661,4 +677,49 @@ func (l *logBuffer) String() string {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.b.String()
+}
+
+// mountScript is the shell script that bind-mounts, in the Pod's private
+// mount namespace, each claim of e.claimDirs the container mounts at its
+// mountPath (then read-only when the mount or the volume says so) and
+// execs the program: "" when it mounts none. Mount points missing on this
+// machine are made (empty directories, removed when the test ends).
+func (e *kenv) mountScript(p *corev1.Pod, mounts []corev1.VolumeMount) string {
+	var b strings.Builder
+	for _, m := range mounts {
+		for _, v := range p.Spec.Volumes {
+			if v.Name != m.Name || v.PersistentVolumeClaim == nil || e.claimDirs[v.PersistentVolumeClaim.ClaimName] == "" {
+				continue
+			}
+			e.mountPoint(m.MountPath)
+			fmt.Fprintf(&b, "/usr/bin/mount --bind '%s' '%s' && ", e.claimDirs[v.PersistentVolumeClaim.ClaimName], m.MountPath)
+			if m.ReadOnly || v.PersistentVolumeClaim.ReadOnly {
+				fmt.Fprintf(&b, "/usr/bin/mount -o remount,bind,ro '%s' && ", m.MountPath)
+			}
+		}
+	}
+	if b.Len() == 0 {
+		return ""
+	}
+	return b.String() + `exec "$@"`
+}
+
+// mountPoint makes dir (and its missing parents) on this machine, removed
+// (when empty) at the test's end.
+func (e *kenv) mountPoint(dir string) {
+	var made []string
+	for d := dir; d != "/"; d = filepath.Dir(d) {
+		if _, err := os.Stat(d); err == nil {
+			break
+		}
+		made = append(made, d)
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		e.t.Fatal(err)
+	}
+	e.t.Cleanup(func() {
+		for _, d := range made {
+			_ = os.Remove(d)
+		}
+	})
 }

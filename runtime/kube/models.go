@@ -129,7 +129,7 @@ func (b *Backend) StartModels(cfg ModelsConfig) *Models {
 		cfg.Token = func() string { return "" }
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	m := &Models{b: b, cfg: cfg, log: b.log.With("component", "models"), kick: make(chan struct{}, 1),
+	m := &Models{b: b, cfg: cfg, log: b.log, kick: make(chan struct{}, 1),
 		cancel: cancel, done: make(chan struct{}), status: map[hfcache.Ref]hfcache.Progress{},
 		attempts: map[hfcache.Ref]int{}, commits: map[string]string{}, image: cfg.Image}
 	b.mu.Lock()
