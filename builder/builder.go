@@ -588,29 +588,14 @@ func (s *Service) run(ctx context.Context, r *run, file string) {
 	if exists {
 		r.log.line("berth: the same source was built before: " + b.ImageName + " is reused, nothing is built")
 	} else {
-		f, err := os.Open(file)
-		if err != nil {
-			fail(store.BuildFailed, "read the build context: "+err.Error())
-			return
-		}
-		stepCtx, cancelStep := context.WithTimeoutCause(ctx, s.cfg.StepTimeout,
-			fmt.Errorf("build exceeded maximum time limit of %d seconds (%s)", int(s.cfg.StepTimeout.Seconds()), s.cfg.StepTimeout))
-		tracker := &stepTracker{}
 		// No labels: the classic builder adds each as a LABEL step after
 		// the Dockerfile's, a commit each that no cache can reuse (the
 		// step before changed); on a naive-diff storage driver
 		// (fuse-overlayfs) a commit walks the whole file system. The
 		// image's name (berth/ENDPOINT:DIGEST) and its build record say
 		// where it comes from.
-		err = s.cfg.Images.Build(stepCtx, f, Spec{Tag: b.ImageName, Dockerfile: b.Dockerfile, Target: b.Target, BuildArgs: buildArgs(b.BuildArgs, r.secrets)}, func(l string) {
-			tracker.see(l)
-			r.log.line(l)
-		})
-		cause := context.Cause(stepCtx)
-		cancelStep()
-		f.Close()
-		if err != nil {
-			fail(stepFailure(r, cause, err, tracker))
+		if status, msg := s.buildStep(ctx, r, b, file, s.cfg.Images.Build); status != "" {
+			fail(status, msg)
 			return
 		}
 	}
@@ -726,30 +711,18 @@ func (s *Service) runDirect(ctx context.Context, r *run, b store.Build, file str
 			return
 		}
 	} else {
-		f, err := os.Open(file)
-		if err != nil {
-			fail(store.BuildFailed, "read the build context: "+err.Error())
-			return
-		}
-		stepCtx, cancelStep := context.WithTimeoutCause(ctx, s.cfg.StepTimeout,
-			fmt.Errorf("build exceeded maximum time limit of %d seconds (%s)", int(s.cfg.StepTimeout.Seconds()), s.cfg.StepTimeout))
-		tracker := &stepTracker{}
-		r.log.line("berth: building and pushing " + remote)
-		digest, err = s.cfg.Direct.BuildPush(stepCtx, f, Spec{Tag: b.ImageName, Dockerfile: b.Dockerfile, Target: b.Target, BuildArgs: buildArgs(b.BuildArgs, r.secrets)}, remote, login,
-			func(l string) {
-				tracker.see(l)
-				r.log.line(l)
-			},
-			func() {
-				if _, err := s.cfg.Records.UploadingBuild(b.ID); err != nil {
-					s.log.Error("record a build's upload", "build", b.ID, "err", err)
-				}
-			})
-		cause := context.Cause(stepCtx)
-		cancelStep()
-		f.Close()
-		if err != nil {
-			fail(stepFailure(r, cause, err, tracker))
+		if status, msg := s.buildStep(ctx, r, b, file, func(stepCtx context.Context, f io.Reader, spec Spec, line func(string)) error {
+			r.log.line("berth: building and pushing " + remote)
+			var err error
+			digest, err = s.cfg.Direct.BuildPush(stepCtx, f, spec, remote, login, line,
+				func() {
+					if _, err := s.cfg.Records.UploadingBuild(b.ID); err != nil {
+						s.log.Error("record a build's upload", "build", b.ID, "err", err)
+					}
+				})
+			return err
+		}); status != "" {
+			fail(status, msg)
 			return
 		}
 	}
@@ -769,6 +742,31 @@ func (s *Service) runDirect(ctx context.Context, r *run, b store.Build, file str
 		return
 	}
 	s.log.Info("build completed", "build", done.ID, "endpoint", done.EndpointID, "image", done.PushedImage, "reused", reused, "release", done.ReleaseVersion)
+}
+
+// buildStep runs one build of b's context (file) under the step time
+// limit, logging and tracking the builder's lines; the Docker and the
+// direct (BuildKit) paths differ only in build. A failure is returned as
+// the status and message to fail the build with ("" when it built).
+func (s *Service) buildStep(ctx context.Context, r *run, b store.Build, file string, build func(stepCtx context.Context, f io.Reader, spec Spec, line func(string)) error) (string, string) {
+	f, err := os.Open(file)
+	if err != nil {
+		return store.BuildFailed, "read the build context: " + err.Error()
+	}
+	defer f.Close()
+	stepCtx, cancelStep := context.WithTimeoutCause(ctx, s.cfg.StepTimeout,
+		fmt.Errorf("build exceeded maximum time limit of %d seconds (%s)", int(s.cfg.StepTimeout.Seconds()), s.cfg.StepTimeout))
+	defer cancelStep()
+	tracker := &stepTracker{}
+	err = build(stepCtx, f, Spec{Tag: b.ImageName, Dockerfile: b.Dockerfile, Target: b.Target, BuildArgs: buildArgs(b.BuildArgs, r.secrets)}, func(l string) {
+		tracker.see(l)
+		r.log.line(l)
+	})
+	// The cause is read before the deferred cancel sets its own.
+	if err != nil {
+		return stepFailure(r, context.Cause(stepCtx), err, tracker)
+	}
+	return "", ""
 }
 
 // stepFailure is the status and error of a build step that failed: cause
