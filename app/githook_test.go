@@ -2,51 +2,16 @@ package app_test
 
 import (
 	"bytes"
-	"crypto/hmac"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
-	"io"
-	"net/http"
 	"strings"
 	"testing"
 	"time"
+
+	"berth/internal/gittest"
 )
 
-func hmacHex(secret string, body []byte) string {
-	m := hmac.New(sha256.New, []byte(secret))
-	m.Write(body)
-	return hex.EncodeToString(m.Sum(nil))
-}
-
-// deliver posts a webhook delivery as a forge does: no API key.
-func deliver(t *testing.T, url, event, delivery string, body []byte, hdr map[string]string) (int, map[string]any) {
-	t.Helper()
-	req, _ := http.NewRequest("POST", url, bytes.NewReader(body))
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("X-GitHub-Event", event)
-	if delivery != "" {
-		req.Header.Set("X-GitHub-Delivery", delivery)
-	}
-	for k, v := range hdr {
-		req.Header.Set(k, v)
-	}
-	res, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer res.Body.Close()
-	b, _ := io.ReadAll(res.Body)
-	var out map[string]any
-	json.Unmarshal(b, &out)
-	return res.StatusCode, out
-}
-
 func pushBody(ref, after string) []byte {
-	b, _ := json.Marshal(map[string]any{"ref": ref, "before": strings.Repeat("1", 40), "after": after,
-		"repository":  map[string]any{"full_name": "o/r", "clone_url": "https://git.example/o/r.git"},
-		"head_commit": map[string]any{"id": after, "message": "change", "timestamp": "2026-11-27T15:04:05+01:00"}})
-	return b
+	return gittest.PushBody(ref, after, "https://git.example/o/r.git")
 }
 
 // TestGitWebhook: an endpoint tracks a branch through REST v2; its webhook
@@ -120,7 +85,7 @@ func TestGitWebhook(t *testing.T) {
 	const sha = "0d1a26e67d8f5eaf1f6ba5c57fc3c7d91ac0fd1c"
 	good := pushBody("refs/heads/main", sha)
 	sig := func(body []byte) map[string]string {
-		return map[string]string{"X-Hub-Signature-256": "sha256=" + hmacHex(secret, body)}
+		return map[string]string{"X-Hub-Signature-256": "sha256=" + gittest.Sign(secret, body)}
 	}
 	big := append([]byte(`{"ref":"refs/heads/main","pad":"`), bytes.Repeat([]byte("x"), 3<<20)...)
 	big = append(big, '"', '}')
@@ -134,9 +99,9 @@ func TestGitWebhook(t *testing.T) {
 		result string
 	}{
 		{"no signature", hook, "push", good, nil, 401, ""},
-		{"wrong secret", hook, "push", good, map[string]string{"X-Hub-Signature-256": "sha256=" + hmacHex("not the secret at all", good)}, 401, ""},
+		{"wrong secret", hook, "push", good, map[string]string{"X-Hub-Signature-256": "sha256=" + gittest.Sign("not the secret at all", good)}, 401, ""},
 		{"signature of another body", hook, "push", good, sig(pushBody("refs/heads/main", strings.Repeat("2", 40))), 401, ""},
-		{"gitea's bare hex, wrong", hook, "push", good, map[string]string{"X-Gitea-Signature": hmacHex("not the secret at all", good)}, 401, ""},
+		{"gitea's bare hex, wrong", hook, "push", good, map[string]string{"X-Gitea-Signature": gittest.Sign("not the secret at all", good)}, 401, ""},
 		{"an API key is no signature", hook, "push", good, map[string]string{"Authorization": "Bearer " + envKey}, 401, ""},
 		{"unknown endpoint", e.a.URL() + "/v2/serverless/nosuchendpoint/webhooks/git", "push", good, sig(good), 404, ""},
 		{"malformed JSON", hook, "push", []byte(`{"ref": "refs/heads/main", `), sig([]byte(`{"ref": "refs/heads/main", `)), 400, ""},
@@ -148,7 +113,7 @@ func TestGitWebhook(t *testing.T) {
 		{"a good push, but this Berth has no Docker to build with", hook, "push", good, sig(good), 503, ""},
 		{"ping", hook, "ping", []byte(`{"zen":"Design for failure.","hook_id":1}`), sig([]byte(`{"zen":"Design for failure.","hook_id":1}`)), 200, "pong"},
 	} {
-		code, out := deliver(t, c.url, c.event, "d-"+c.name, c.body, c.hdr)
+		code, out := gittest.Deliver(t, c.url, c.event, "d-"+c.name, c.body, c.hdr)
 		if code != c.code || (c.result != "" && out["result"] != c.result) {
 			t.Errorf("%s: %d %v, want %d %s", c.name, code, out, c.code, c.result)
 		}
@@ -166,10 +131,10 @@ func TestGitWebhook(t *testing.T) {
 		t.Fatalf("rotated secret %q", rot.Git.WebhookSecret)
 	}
 	ping := []byte(`{"zen":"x"}`)
-	if code, _ := deliver(t, hook, "ping", "", ping, sig(ping)); code != 401 {
+	if code, _ := gittest.Deliver(t, hook, "ping", "", ping, sig(ping)); code != 401 {
 		t.Errorf("the old secret after a rotation: %d, want 401", code)
 	}
-	if code, out := deliver(t, hook, "ping", "", ping, map[string]string{"X-Forgejo-Signature": hmacHex(rot.Git.WebhookSecret, ping)}); code != 200 || out["result"] != "pong" {
+	if code, out := gittest.Deliver(t, hook, "ping", "", ping, map[string]string{"X-Forgejo-Signature": gittest.Sign(rot.Git.WebhookSecret, ping)}); code != 200 || out["result"] != "pong" {
 		t.Errorf("the new secret (Forgejo's header): %d %v", code, out)
 	}
 	// A secret of the user's choice is taken and not shown.
@@ -177,7 +142,7 @@ func TestGitWebhook(t *testing.T) {
 	if bytes.Contains(b, []byte("my-own-secret")) {
 		t.Errorf("a given secret is answered: %s", b)
 	}
-	if code, out := deliver(t, hook, "ping", "", ping, map[string]string{"X-Hub-Signature-256": "sha256=" + hmacHex("my-own-secret-0123456789", ping)}); code != 200 {
+	if code, out := gittest.Deliver(t, hook, "ping", "", ping, map[string]string{"X-Hub-Signature-256": "sha256=" + gittest.Sign("my-own-secret-0123456789", ping)}); code != 200 {
 		t.Errorf("the given secret: %d %v", code, out)
 	}
 	// null stops tracking: the webhook is then 404 whatever the signature.
@@ -185,7 +150,7 @@ func TestGitWebhook(t *testing.T) {
 	if bytes.Contains(b, []byte(`"git"`)) {
 		t.Errorf("after git null: %s", b)
 	}
-	if code, _ := deliver(t, hook, "ping", "", ping, map[string]string{"X-Hub-Signature-256": "sha256=" + hmacHex("my-own-secret-0123456789", ping)}); code != 404 {
+	if code, _ := gittest.Deliver(t, hook, "ping", "", ping, map[string]string{"X-Hub-Signature-256": "sha256=" + gittest.Sign("my-own-secret-0123456789", ping)}); code != 404 {
 		t.Errorf("a webhook of an endpoint tracking nothing: %d, want 404", code)
 	}
 }

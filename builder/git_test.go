@@ -5,11 +5,8 @@ import (
 	"context"
 	"errors"
 	"io"
-	"net/http/cgi"
-	"net/http/httptest"
 	"net/netip"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -17,7 +14,7 @@ import (
 	"testing"
 	"time"
 
-	"berth/internal/dockertest"
+	"berth/internal/gittest"
 	"berth/mgmt"
 	"berth/queue"
 	"berth/store"
@@ -62,42 +59,11 @@ func (c *ctxImages) Build(_ context.Context, r io.Reader, s Spec, line func(stri
 	return nil
 }
 
-// testRepo makes a repository under a temporary root served over http by
-// git http-backend and returns its URL and directory.
+// testRepo is the builds' repository: a context in app/ with a
+// .dockerignore and a sub-directory, served over http.
 func testRepo(t *testing.T) (string, string) {
-	t.Helper()
-	gitBin, err := exec.LookPath("git")
-	if err != nil {
-		if os.Getenv(dockertest.EnvRequire) == "1" {
-			t.Fatalf("git not found (%s=1 is set)", dockertest.EnvRequire)
-		}
-		t.Skip("git not found: it serves the test's repository")
-	}
-	root := t.TempDir()
-	dir := filepath.Join(root, "repo")
-	os.MkdirAll(filepath.Join(dir, "app", "sub"), 0o755)
-	for n, b := range map[string]string{"app/Dockerfile": "FROM scratch\n", "app/.dockerignore": "secret.txt\n", "app/secret.txt": "s3cret",
-		"app/sub/x.py": "print(1)\n", "README.md": "r\n"} {
-		os.WriteFile(filepath.Join(dir, n), []byte(b), 0o644)
-	}
-	gitCmd(t, dir, "init", "-q")
-	gitCmd(t, dir, "add", "-A")
-	gitCmd(t, dir, "commit", "-q", "-m", "first")
-	gitCmd(t, dir, "branch", "-M", "main")
-	srv := httptest.NewServer(&cgi.Handler{Path: gitBin, Args: []string{"http-backend"}, Env: []string{"GIT_PROJECT_ROOT=" + root, "GIT_HTTP_EXPORT_ALL=1"}})
-	t.Cleanup(srv.Close)
-	return srv.URL + "/repo", dir
-}
-
-func gitCmd(t *testing.T, dir string, args ...string) string {
-	t.Helper()
-	cmd := exec.Command("git", append([]string{"-c", "user.name=T", "-c", "user.email=t@t.invalid", "-c", "init.defaultBranch=main", "-c", "commit.gpgsign=false", "-c", "tag.gpgsign=false"}, args...)...)
-	cmd.Dir, cmd.Env = dir, append(os.Environ(), "GIT_CONFIG_NOSYSTEM=1", "HOME="+dir)
-	out, err := cmd.CombinedOutput()
-	if err != nil {
-		t.Fatalf("git %v: %v\n%s", args, err, out)
-	}
-	return strings.TrimSpace(string(out))
+	return gittest.Repo(t, map[string]string{"app/Dockerfile": "FROM scratch\n", "app/.dockerignore": "secret.txt\n", "app/secret.txt": "s3cret",
+		"app/sub/x.py": "print(1)\n", "README.md": "r\n"})
 }
 
 func gitSetup(t *testing.T, cfg Config, policy queue.WebhookPolicy) (*Service, *mgmt.Service, *ctxImages, store.Endpoint) {
@@ -119,11 +85,11 @@ func gitSetup(t *testing.T, cfg Config, policy queue.WebhookPolicy) (*Service, *
 // fails the build saying why.
 func TestGitBuilds(t *testing.T) {
 	url, dir := testRepo(t)
-	first := gitCmd(t, dir, "rev-parse", "HEAD")
-	gitCmd(t, dir, "tag", "-a", "v1", "-m", "release one")
+	first := gittest.Git(t, dir, "rev-parse", "HEAD")
+	gittest.Git(t, dir, "tag", "-a", "v1", "-m", "release one")
 	os.WriteFile(filepath.Join(dir, "app", "sub", "x.py"), []byte("print(2)\n"), 0o644)
-	gitCmd(t, dir, "commit", "-q", "-am", "second\n\nbody")
-	second := gitCmd(t, dir, "rev-parse", "HEAD")
+	gittest.Git(t, dir, "commit", "-q", "-am", "second\n\nbody")
+	second := gittest.Git(t, dir, "rev-parse", "HEAD")
 	s, mg, imgs, ep := gitSetup(t, Config{}, queue.WebhookPolicy{Allow: []string{"127.0.0.1"}})
 	ctx := context.Background()
 	submit := func(g mgmt.GitSource) store.Build {

@@ -2,19 +2,16 @@ package builder
 
 import (
 	"context"
-	"crypto/hmac"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/jonboulle/clockwork"
-
+	"berth/internal/gittest"
 	"berth/mgmt"
 	"berth/store"
+	"github.com/jonboulle/clockwork"
 )
 
 // Deliveries through the rules and the builder: a redelivery or a second
@@ -44,10 +41,8 @@ func TestPushesDuplicatesAndRate(t *testing.T) {
 	}}
 	push := func(id, sha string) (mgmt.GitPush, error) {
 		body := fmt.Appendf(nil, `{"ref":"refs/heads/main","after":%q,"head_commit":{"id":%q,"message":"m","timestamp":"2026-11-27T15:04:05Z"}}`, sha, sha)
-		m := hmac.New(sha256.New, []byte(secret))
-		m.Write(body)
 		out, _, err := p.Deliver(context.Background(), e.ID, mgmt.GitDelivery{Event: "push", ID: id, Body: body,
-			Signatures: []string{"sha256=" + hex.EncodeToString(m.Sum(nil))}})
+			Signatures: []string{"sha256=" + gittest.Sign(secret, body)}})
 		return out, err
 	}
 	a, b := strings.Repeat("a", 40), strings.Repeat("b", 40)

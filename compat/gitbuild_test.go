@@ -4,8 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"net/http/cgi"
-	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -15,37 +13,8 @@ import (
 
 	"berth/internal/clientkit"
 	"berth/internal/dockertest"
+	"berth/internal/gittest"
 )
-
-// gitServer serves the repositories under root over http with Debian's
-// git http-backend (the smart protocol), as a git host would.
-func gitServer(t *testing.T, root string) *httptest.Server {
-	t.Helper()
-	gitBin, err := exec.LookPath("git")
-	if err != nil {
-		if os.Getenv(dockertest.EnvRequire) == "1" {
-			t.Fatalf("git not found (%s=1 is set): .ci/run installs it", dockertest.EnvRequire)
-		}
-		t.Skip("git not found: it serves the test's repository (apt-get install git)")
-	}
-	srv := httptest.NewServer(&cgi.Handler{Path: gitBin, Args: []string{"http-backend"},
-		Env: []string{"GIT_PROJECT_ROOT=" + root, "GIT_HTTP_EXPORT_ALL=1"}})
-	t.Cleanup(srv.Close)
-	return srv
-}
-
-// git runs git in dir and returns its output.
-func gitRun(t *testing.T, dir string, args ...string) string {
-	t.Helper()
-	cmd := exec.Command("git", append([]string{"-c", "user.name=Berth Test", "-c", "user.email=test@berth.invalid", "-c", "init.defaultBranch=main", "-c", "commit.gpgsign=false"}, args...)...)
-	cmd.Dir = dir
-	cmd.Env = append(os.Environ(), "GIT_CONFIG_NOSYSTEM=1", "HOME="+dir)
-	out, err := cmd.CombinedOutput()
-	if err != nil {
-		t.Fatalf("git %s: %v\n%s", strings.Join(args, " "), err, out)
-	}
-	return strings.TrimSpace(string(out))
-}
 
 // cliFor is s.cli with a longer bound: a deploy's image build on a loaded
 // machine's fuse-overlayfs daemon can take minutes.
@@ -83,17 +52,17 @@ func TestDeployFromGit(t *testing.T) {
 	root := t.TempDir()
 	repo := filepath.Join(root, "workers")
 	os.MkdirAll(repo, 0o755)
-	gitRun(t, repo, "init", "-q")
+	gittest.Git(t, repo, "init", "-q")
 	s := startBerth(t, "--webhook-allow", "127.0.0.1")
 	if _, errOut, code := s.cli("init", filepath.Join(repo, "hello")); code != 0 {
 		t.Fatalf("berth init: exit %d: %s", code, errOut)
 	}
 	os.WriteFile(filepath.Join(repo, "README.md"), []byte("workers\n"), 0o644)
-	gitRun(t, repo, "add", "-A")
-	gitRun(t, repo, "commit", "-q", "-m", "the hello worker\n\nfirst of all")
-	gitRun(t, repo, "branch", "-M", "main")
-	first := gitRun(t, repo, "rev-parse", "HEAD")
-	srv := gitServer(t, root)
+	gittest.Git(t, repo, "add", "-A")
+	gittest.Git(t, repo, "commit", "-q", "-m", "the hello worker\n\nfirst of all")
+	gittest.Git(t, repo, "branch", "-M", "main")
+	first := gittest.Git(t, repo, "rev-parse", "HEAD")
+	srv := gittest.Serve(t, root)
 	url := srv.URL + "/workers"
 
 	var id string
@@ -162,8 +131,8 @@ func TestDeployFromGit(t *testing.T) {
 	h := filepath.Join(repo, "hello", "handler.py")
 	src, _ := os.ReadFile(h)
 	os.WriteFile(h, bytes.Replace(src, []byte(`f"Hello, {name}!"`), []byte(`f"Hi, {name}!"`), 1), 0o644)
-	gitRun(t, repo, "commit", "-q", "-am", "say hi")
-	second := gitRun(t, repo, "rev-parse", "HEAD")
+	gittest.Git(t, repo, "commit", "-q", "-am", "say hi")
+	second := gittest.Git(t, repo, "rev-parse", "HEAD")
 	if _, errOut := deploy(0, "main"); !strings.Contains(errOut, "release v") {
 		t.Fatalf("a new commit made no release:\n%s", errOut)
 	}

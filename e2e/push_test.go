@@ -1,61 +1,15 @@
 package e2e_test
 
 import (
-	"bytes"
-	"crypto/hmac"
-	"crypto/sha256"
-	"encoding/hex"
-	"encoding/json"
-	"io"
-	"net/http"
-	"net/http/cgi"
-	"net/http/httptest"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
 
 	"berth/app"
 	"berth/internal/dockertest"
+	"berth/internal/gittest"
 )
-
-// gitRepo makes a repository with files on branch main, served over http
-// by Debian's git http-backend; it returns the URL and the directory.
-func gitRepo(t *testing.T, files map[string]string) (string, string) {
-	t.Helper()
-	gitBin, err := exec.LookPath("git")
-	if err != nil {
-		if os.Getenv(dockertest.EnvRequire) == "1" {
-			t.Fatalf("git not found (%s=1 is set)", dockertest.EnvRequire)
-		}
-		t.Skip("git not found: it serves the test's repository")
-	}
-	root := t.TempDir()
-	dir := filepath.Join(root, "repo")
-	os.MkdirAll(dir, 0o755)
-	for n, b := range files {
-		os.WriteFile(filepath.Join(dir, n), []byte(b), 0o644)
-	}
-	git(t, dir, "init", "-q")
-	git(t, dir, "add", "-A")
-	git(t, dir, "commit", "-q", "-m", "first")
-	git(t, dir, "branch", "-M", "main")
-	srv := httptest.NewServer(&cgi.Handler{Path: gitBin, Args: []string{"http-backend"}, Env: []string{"GIT_PROJECT_ROOT=" + root, "GIT_HTTP_EXPORT_ALL=1"}})
-	t.Cleanup(srv.Close)
-	return srv.URL + "/repo", dir
-}
-
-func git(t *testing.T, dir string, args ...string) string {
-	t.Helper()
-	cmd := exec.Command("git", append([]string{"-c", "user.name=T", "-c", "user.email=t@t.invalid", "-c", "init.defaultBranch=main", "-c", "commit.gpgsign=false"}, args...)...)
-	cmd.Dir, cmd.Env = dir, append(os.Environ(), "GIT_CONFIG_NOSYSTEM=1", "HOME="+dir)
-	out, err := cmd.CombinedOutput()
-	if err != nil {
-		t.Fatalf("git %v: %v\n%s", args, err, out)
-	}
-	return strings.TrimSpace(string(out))
-}
 
 // TestPushToDeploy: an endpoint tracks branch main of a repository served
 // over http; a push webhook signed with its secret builds the pushed
@@ -64,7 +18,7 @@ func git(t *testing.T, dir string, args ...string) string {
 // delivery again builds nothing.
 func TestPushToDeploy(t *testing.T) {
 	base := dockertest.BuildGoImage(t, "berth/testdata/echoworker")
-	url, dir := gitRepo(t, map[string]string{"Dockerfile": "FROM " + base + "\nLABEL berth.test=one\n"})
+	url, dir := gittest.Repo(t, map[string]string{"Dockerfile": "FROM " + base + "\nLABEL berth.test=one\n"})
 	s := newStackWith(t, func(c *app.Config) { c.WebhookAllow = []string{"127.0.0.1"} })
 	var ep struct {
 		ID  string
@@ -75,31 +29,16 @@ func TestPushToDeploy(t *testing.T) {
 		"workers": map[string]any{"min": 0, "max": 1}, "git": map[string]any{"repository": url, "branch": "main"}}, 201, &ep)
 
 	os.WriteFile(filepath.Join(dir, "Dockerfile"), []byte("FROM "+base+"\nLABEL berth.test=two\n"), 0o644)
-	git(t, dir, "commit", "-q", "-am", "two")
-	sha := git(t, dir, "rev-parse", "HEAD")
-	body, _ := json.Marshal(map[string]any{"ref": "refs/heads/main", "before": strings.Repeat("1", 40), "after": sha,
-		"repository": map[string]any{"clone_url": url}, "head_commit": map[string]any{"id": sha, "message": "two", "timestamp": "2026-11-27T15:04:05Z"}})
+	gittest.Git(t, dir, "commit", "-q", "-am", "two")
+	sha := gittest.Git(t, dir, "rev-parse", "HEAD")
+	body := gittest.PushBody("refs/heads/main", sha, url)
 	deliver := func() (int, map[string]any) {
-		m := hmac.New(sha256.New, []byte(ep.Git.WebhookSecret))
-		m.Write(body)
-		req, _ := http.NewRequest("POST", ep.Git.WebhookURL, bytes.NewReader(body))
-		req.Header.Set("Content-Type", "application/json")
-		req.Header.Set("X-GitHub-Event", "push")
-		req.Header.Set("X-GitHub-Delivery", "delivery-1")
-		req.Header.Set("X-Hub-Signature-256", "sha256="+hex.EncodeToString(m.Sum(nil)))
-		res, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer res.Body.Close()
-		b, _ := io.ReadAll(res.Body)
-		var out map[string]any
-		json.Unmarshal(b, &out)
-		return res.StatusCode, out
+		return gittest.Deliver(t, ep.Git.WebhookURL, "push", "delivery-1", body,
+			map[string]string{"X-Hub-Signature-256": "sha256=" + gittest.Sign(ep.Git.WebhookSecret, body)})
 	}
 	// The branch moves on before the build runs: the pushed commit is built.
 	os.WriteFile(filepath.Join(dir, "Dockerfile"), []byte("FROM "+base+"\nLABEL berth.test=three\n"), 0o644)
-	git(t, dir, "commit", "-q", "-am", "three")
+	gittest.Git(t, dir, "commit", "-q", "-am", "three")
 
 	code, out := deliver()
 	if code != 202 || out["result"] != "build" {

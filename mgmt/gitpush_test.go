@@ -1,28 +1,20 @@
 package mgmt
 
 import (
-	"crypto/hmac"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"os"
 	"path/filepath"
 	"testing"
 	"time"
 
+	"berth/internal/gittest"
 	"berth/store"
 )
-
-func sign(secret string, body []byte) string {
-	m := hmac.New(sha256.New, []byte(secret))
-	m.Write(body)
-	return hex.EncodeToString(m.Sum(nil))
-}
 
 func TestVerifyGitSignature(t *testing.T) {
 	const secret = "s3cret-of-the-endpoint"
 	body := []byte(`{"ref":"refs/heads/main"}`)
-	good := sign(secret, body)
+	good := gittest.Sign(secret, body)
 	for _, c := range []struct {
 		name string
 		sigs []string
@@ -34,9 +26,9 @@ func TestVerifyGitSignature(t *testing.T) {
 		{"forgejo upper-case hex", []string{hexUpper(good)}, true},
 		{"none", nil, false},
 		{"empty headers", []string{"", ""}, false},
-		{"wrong secret", []string{"sha256=" + sign("another secret!!", body)}, false},
-		{"other body", []string{"sha256=" + sign(secret, []byte(`{"ref":"refs/heads/dev"}`))}, false},
-		{"one right one wrong", []string{"sha256=" + good, sign("another secret!!", body)}, false},
+		{"wrong secret", []string{"sha256=" + gittest.Sign("another secret!!", body)}, false},
+		{"other body", []string{"sha256=" + gittest.Sign(secret, []byte(`{"ref":"refs/heads/dev"}`))}, false},
+		{"one right one wrong", []string{"sha256=" + good, gittest.Sign("another secret!!", body)}, false},
 		{"not hex", []string{"sha256=zz"}, false},
 		{"truncated", []string{"sha256=" + good[:62]}, false},
 		{"sha1 form", []string{"sha1=" + good}, false},
