@@ -171,10 +171,10 @@ func serveConfig(o cli.ServeOptions) app.Config {
 		c.Runtime.FlashMinMemAvailable = -1
 	}
 	if o.Runtime == "kubernetes" {
-		c.Kubernetes = &app.Kubernetes{Kubeconfig: o.Kubeconfig, Namespace: o.Namespace, AdvertiseURL: o.AdvertiseURL, WorkerAddr: o.WorkerAddr,
+		c.Backend = app.OnKubernetes(app.Kubernetes{Kubeconfig: o.Kubeconfig, Namespace: o.Namespace, AdvertiseURL: o.AdvertiseURL, WorkerAddr: o.WorkerAddr,
 			StorageClass: o.StorageClass, VolumeAccessMode: o.VolumeAccessMode, ServiceType: o.ServiceType,
 			ModelsImage: o.ModelsImage, ModelsStorageClass: o.ModelsStorageClass, ModelsAccessMode: o.ModelsAccessMode,
-			SelfPod: os.Getenv("POD_NAME"), SelfNamespace: os.Getenv("POD_NAMESPACE"), PodTemplate: o.KubePodTemplate}
+			SelfPod: os.Getenv("POD_NAME"), SelfNamespace: os.Getenv("POD_NAMESPACE"), PodTemplate: o.KubePodTemplate})
 	}
 	c.Models = app.Models{Endpoint: o.HFEndpoint, Token: o.HFToken, MaxBytes: int64(o.ModelsMaxGB * 1e9),
 		Slots: o.ModelsSlots, BytesPerSecond: int64(o.ModelsBandwidth * 1e6)}

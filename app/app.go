@@ -40,20 +40,6 @@ import (
 	"berth/store"
 )
 
-// DockerMode says whether Berth runs containers.
-type DockerMode int
-
-const (
-	// DockerAuto uses the daemon when one answers; without one Berth still
-	// serves (external workers run jobs) and says so (berth serve).
-	DockerAuto DockerMode = iota
-	// DockerRequired fails New when no daemon answers (tests that run
-	// containers).
-	DockerRequired
-	// DockerOff runs no containers: no workers, pods answer 503.
-	DockerOff
-)
-
 // Config is a Berth's settings. DataDir and Addr are required; every other
 // field has the default berth serve uses.
 type Config struct {
@@ -80,17 +66,15 @@ type Config struct {
 	// (queue.ParseWebhookAllow's entries).
 	WebhookAllow []string
 
-	Docker DockerMode
+	// Backend runs workers and pods [DockerAuto]: DockerRequired,
+	// DockerOff, OnKubernetes(…) or WithBackend(…) (backend.go).
+	Backend Backend
 	// DiscoverGPUs finds the host's GPUs [the backend's: NVML on Docker;
 	// without a backend gpu.DiscoverSystem].
 	DiscoverGPUs func() ([]gpu.Device, error)
 	// RemoveContainersOnStop removes this Berth's containers at Stop
 	// (tests; berth serve leaves them for the next start to adopt).
 	RemoveContainersOnStop bool
-	// Kubernetes, when set, runs workers and pods as Pods of a cluster
-	// instead of Docker containers (berth serve --runtime kubernetes;
-	// Docker is then not used).
-	Kubernetes *Kubernetes
 	// BeforeServe runs in Start once the queue, balancer and runtime run
 	// and before the listeners accept: berth serve --apply makes its file
 	// true there, so the first answer already sees it. An error fails
@@ -239,7 +223,7 @@ func (a *App) newServices() *services {
 		{name: "sampler", start: func(context.Context) error { a.series.Start(); return nil },
 			stop: func(context.Context) error { a.series.Stop(); return nil }},
 	}
-	if a.sup != nil || a.cfg.Docker == DockerOff {
+	if a.sup != nil || a.cfg.Backend.off() {
 		// Before the runtime adopts what runs: close what stopped meanwhile.
 		l = append(l, service{name: "usage repair", start: func(ctx context.Context) error {
 			if err := a.repairUsage(ctx, a.backend); err != nil {

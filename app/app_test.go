@@ -43,7 +43,7 @@ func get(t *testing.T, url, key string) int {
 func TestFirstStartKeyAndRestart(t *testing.T) {
 	dir := t.TempDir()
 	var notice bytes.Buffer
-	cfg := app.Config{DataDir: dir, Addr: "127.0.0.1:0", Logger: quiet, KeyNotice: &notice, Docker: app.DockerOff,
+	cfg := app.Config{DataDir: dir, Addr: "127.0.0.1:0", Logger: quiet, KeyNotice: &notice, Backend: app.DockerOff,
 		DiscoverGPUs: func() ([]gpu.Device, error) { return nil, nil }}
 	a := start(t, cfg)
 	key := regexp.MustCompile(`berth_[0-9a-f]{40}`).FindString(notice.String())
@@ -76,7 +76,7 @@ func TestFirstStartKeyAndRestart(t *testing.T) {
 // data directory opens again at once.
 func TestNewFailsCleanly(t *testing.T) {
 	dir := t.TempDir()
-	cfg := app.Config{DataDir: dir, Addr: "256.0.0.1:0", Logger: quiet, APIKey: "k", Docker: app.DockerOff,
+	cfg := app.Config{DataDir: dir, Addr: "256.0.0.1:0", Logger: quiet, APIKey: "k", Backend: app.DockerOff,
 		DiscoverGPUs: func() ([]gpu.Device, error) { return nil, nil }}
 	if _, err := app.New(cfg); err == nil {
 		t.Fatal("New with a bad address succeeded")

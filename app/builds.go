@@ -28,7 +28,7 @@ func (a *App) newBuilder() *builder.Service {
 	bc.Outbound = a.hooks
 	bc.Dir = filepath.Join(a.cfg.DataDir, "builds")
 	switch {
-	case a.cfg.BuildkitAddr != "" && a.cfg.Kubernetes != nil && bc.Registry == "":
+	case a.cfg.BuildkitAddr != "" && a.cfg.Backend.kind == kubernetes && bc.Registry == "":
 		bc.NoImages = errors.New("builds on the Kubernetes runtime need a registry (berth serve --registry HOST[/PREFIX]) for BuildKit to push to (docs/builds.md)")
 	case a.cfg.BuildkitAddr != "" && bc.Registry == "" && a.dock == nil:
 		bc.NoImages = errors.New("BuildKit builds without --registry are loaded into the Docker daemon workers run on: the Docker runtime is off")
@@ -46,11 +46,9 @@ func (a *App) newBuilder() *builder.Service {
 		} else {
 			bc.Images = buildkitLoad{bk: bk, d: a.dock}
 		}
-	case a.cfg.Kubernetes != nil && bc.Registry == "":
+	case a.cfg.Backend.kind == kubernetes && bc.Registry == "":
 		bc.NoImages = errors.New("builds on the Kubernetes runtime need a registry (berth serve --registry HOST[/PREFIX]): the cluster's nodes cannot see the images of the daemon that builds them (docs/builds.md)")
-	case a.cfg.Kubernetes != nil && a.cfg.Docker == DockerOff:
-		bc.NoImages = errors.New("builds need a Docker daemon: Docker is off")
-	case a.cfg.Kubernetes != nil:
+	case a.cfg.Backend.kind == kubernetes:
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		dock, err := docker.Connect(ctx, a.log.With("component", "builder"))
 		cancel()

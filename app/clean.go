@@ -85,7 +85,7 @@ func (a *App) repairUsage(ctx context.Context, backend runtime.Backend) error {
 			}
 			instances[key] = st
 		}
-	} else if a.cfg.Docker != DockerOff {
+	} else if !a.cfg.Backend.off() {
 		a.log.Warn("no container runtime: open usage intervals are left as they are until one answers")
 		return nil
 	}

@@ -24,7 +24,7 @@ type cleanEnv struct {
 func newCleanEnv(t *testing.T) *cleanEnv {
 	clock := clockwork.NewFakeClock()
 	a := start(t, app.Config{DataDir: t.TempDir(), Addr: "127.0.0.1:0", Logger: quiet, Clock: clock, APIKey: "k",
-		Docker: app.DockerOff, DiscoverGPUs: func() ([]gpu.Device, error) { return nil, nil }})
+		Backend: app.DockerOff, DiscoverGPUs: func() ([]gpu.Device, error) { return nil, nil }})
 	t.Cleanup(func() { stop(t, a) })
 	return &cleanEnv{t: t, a: a, clock: clock}
 }

@@ -23,7 +23,7 @@ import (
 )
 
 // Kubernetes is the Kubernetes runtime's configuration (berth serve
-// --runtime kubernetes and its flags).
+// --runtime kubernetes and its flags; Config.Backend = OnKubernetes(…)).
 type Kubernetes struct {
 	// REST reaches the cluster (tests: an impersonated ServiceAccount).
 	// nil: from Kubeconfig, else KUBECONFIG or ~/.kube/config, else the
@@ -99,8 +99,7 @@ func (k *Kubernetes) RESTConfig() (*rest.Config, string, error) {
 // startKubernetes makes the supervisor on the Kubernetes backend: the GPUs
 // are the cluster's nodes' slots (followed as nodes come and go), and
 // workers reach Berth at the advertised URL, on the API's listener.
-func (a *App) startKubernetes(log *slog.Logger) error {
-	k := a.cfg.Kubernetes
+func (a *App) startKubernetes(log *slog.Logger, k *Kubernetes) error {
 	var tpl *podtemplate.Template
 	if k.PodTemplate != "" {
 		var err error
@@ -216,7 +215,7 @@ func (a *App) volumeClaim(id string) (mgmt.VolumeClaim, bool) {
 // startKubeModels fills the models claim with the endpoints' models, one
 // Job each (runtime/kube's Models), for the same model sync as Docker's.
 func (a *App) startKubeModels(kb *kube.Backend, log *slog.Logger) {
-	k, m := a.cfg.Kubernetes, a.cfg.Models
+	k, m := a.cfg.Backend.Kubernetes(), a.cfg.Models
 	gb := int((m.MaxBytes + 1<<30 - 1) >> 30)
 	km := kb.StartModels(kube.ModelsConfig{
 		Image: k.ModelsImage, Hub: m.Endpoint, Token: a.hfToken, ClaimGB: gb,

@@ -35,11 +35,14 @@ func (a *App) startRuntime(log *slog.Logger) error {
 	a.inst = instance(cfg.DataDir)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	if cfg.Kubernetes != nil {
-		return a.startKubernetes(log)
+	switch cfg.Backend.kind {
+	case kubernetes:
+		return a.startKubernetes(log, cfg.Backend.kube) // kube.go
+	case given:
+		return a.startGiven(ctx, log, cfg.Backend.given)
 	}
 	var backend *docker.Backend
-	if cfg.Docker != DockerOff {
+	if !cfg.Backend.off() {
 		dock, err := docker.Connect(ctx, log)
 		if err == nil {
 			a.dock = dock
@@ -54,7 +57,7 @@ func (a *App) startRuntime(log *slog.Logger) error {
 			}
 		}
 		if err != nil {
-			if cfg.Docker == DockerRequired {
+			if cfg.Backend.kind == dockerRequired {
 				return err
 			}
 			log.Warn("no Docker daemon: endpoints get no worker containers; attach workers with `berth worker-env`", "err", err)
@@ -95,6 +98,18 @@ func (a *App) startRuntime(log *slog.Logger) error {
 	}
 
 	return a.newSupervisor(log, "http://host.docker.internal:"+port)
+}
+
+// startGiven makes the supervisor on a backend the Config gave (tests'
+// fake): its devices are the GPUs, and workers are told the API's URL.
+func (a *App) startGiven(ctx context.Context, log *slog.Logger, b runtime.Backend) error {
+	devs, err := b.Devices(ctx)
+	if err != nil {
+		return fmt.Errorf("backend devices: %w", err)
+	}
+	a.gpus = gpu.NewAllocator(devs)
+	a.backend = b
+	return a.newSupervisor(log, a.URL())
 }
 
 // newSupervisor makes the supervisor on a.backend, with workers reaching

@@ -84,7 +84,7 @@ func (s seriesAnswer) sum() (b series.Bucket, maxQueue, maxWorkers int) {
 // A bad window is 400 and an unknown endpoint 404.
 func TestEndpointSeriesThroughBerth(t *testing.T) {
 	const key = "series-key"
-	cfg := app.Config{DataDir: t.TempDir(), Addr: "127.0.0.1:0", Logger: quiet, APIKey: key, Docker: app.DockerOff,
+	cfg := app.Config{DataDir: t.TempDir(), Addr: "127.0.0.1:0", Logger: quiet, APIKey: key, Backend: app.DockerOff,
 		DiscoverGPUs: func() ([]gpu.Device, error) { return nil, nil }}
 	cfg.Series.SampleEvery = 20 * time.Millisecond
 	a := start(t, cfg)
@@ -205,7 +205,7 @@ func TestEndpointSeriesThroughBerth(t *testing.T) {
 // endpoint's record goes with it.
 func TestEndpointSeriesSurviveRestart(t *testing.T) {
 	const key = "series-restart-key"
-	cfg := app.Config{DataDir: t.TempDir(), Addr: "127.0.0.1:0", Logger: quiet, APIKey: key, Docker: app.DockerOff,
+	cfg := app.Config{DataDir: t.TempDir(), Addr: "127.0.0.1:0", Logger: quiet, APIKey: key, Backend: app.DockerOff,
 		DiscoverGPUs: func() ([]gpu.Device, error) { return nil, nil }}
 	cfg.Series.SampleEvery = 20 * time.Millisecond
 	a := start(t, cfg)

@@ -104,7 +104,7 @@ func TestServicesOrder(t *testing.T) {
 func TestAppServicesOrder(t *testing.T) {
 	dir := t.TempDir()
 	fail := errors.New("before serve failed")
-	cfg := Config{DataDir: dir, Addr: "127.0.0.1:0", APIKey: "k", Docker: DockerOff,
+	cfg := Config{DataDir: dir, Addr: "127.0.0.1:0", APIKey: "k", Backend: DockerOff,
 		Logger:       slog.New(slog.NewTextHandler(io.Discard, nil)),
 		DiscoverGPUs: func() ([]gpu.Device, error) { return nil, nil },
 		BeforeServe:  func(context.Context, *App) error { return fail }}

@@ -36,7 +36,7 @@ import (
 func BenchmarkSoak(b *testing.B) {
 	clock := clockwork.NewFakeClock()
 	cfg := app.Config{DataDir: b.TempDir(), Addr: "127.0.0.1:0", Logger: quiet, Clock: clock, APIKey: "soak",
-		Docker: app.DockerOff, DiscoverGPUs: func() ([]gpu.Device, error) { return nil, nil }}
+		Backend: app.DockerOff, DiscoverGPUs: func() ([]gpu.Device, error) { return nil, nil }}
 	a := apptest.Start(b, cfg)
 	s := &soak{b: b, base: a.URL(), client: &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 16}}}
 	chunk, _ := json.Marshal(map[string]string{"output": strings.Repeat("c", 16<<10)})

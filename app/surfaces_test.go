@@ -107,7 +107,7 @@ func q(s string) string { b, _ := json.Marshal(s); return string(b) }
 
 func TestOneRuleOnEverySurface(t *testing.T) {
 	dir := t.TempDir()
-	a := start(t, app.Config{DataDir: dir, Addr: "127.0.0.1:0", Logger: quiet, APIKey: "k-surfaces", Docker: app.DockerOff,
+	a := start(t, app.Config{DataDir: dir, Addr: "127.0.0.1:0", Logger: quiet, APIKey: "k-surfaces", Backend: app.DockerOff,
 		DiscoverGPUs: func() ([]gpu.Device, error) { return nil, nil }, Pods: standInPods{}})
 	defer stop(t, a)
 	s := &surfaces{t: t, url: a.URL(), key: "k-surfaces"}
@@ -346,7 +346,7 @@ func TestOneRuleOnEverySurface(t *testing.T) {
 // a pod volume, each naming its field, and accept resizing the pod volume
 // and moving a mount. (GraphQL has no pod edit.)
 func TestPodMountsFixedOnEverySurface(t *testing.T) {
-	a := start(t, app.Config{DataDir: t.TempDir(), Addr: "127.0.0.1:0", Logger: quiet, APIKey: "k-mounts", Docker: app.DockerOff,
+	a := start(t, app.Config{DataDir: t.TempDir(), Addr: "127.0.0.1:0", Logger: quiet, APIKey: "k-mounts", Backend: app.DockerOff,
 		DiscoverGPUs: func() ([]gpu.Device, error) { return nil, nil }, Pods: standInPods{}})
 	defer stop(t, a)
 	s := &surfaces{t: t, url: a.URL(), key: "k-mounts"}
@@ -465,7 +465,7 @@ func TestEndpointReadsAsClientsExpect(t *testing.T) {
 	if len(spec.Default) == 0 || len(spec.Items.Enum) == 0 {
 		t.Fatalf("v1.json's Endpoint.dataCenterIds has no default or enum: %+v", spec)
 	}
-	a := start(t, app.Config{DataDir: t.TempDir(), Addr: "127.0.0.1:0", Logger: quiet, APIKey: "k-reads", Docker: app.DockerOff,
+	a := start(t, app.Config{DataDir: t.TempDir(), Addr: "127.0.0.1:0", Logger: quiet, APIKey: "k-reads", Backend: app.DockerOff,
 		DiscoverGPUs: func() ([]gpu.Device, error) { return nil, nil }, Pods: standInPods{}})
 	defer stop(t, a)
 	s := &surfaces{t: t, url: a.URL(), key: "k-reads"}

@@ -39,7 +39,7 @@ func TestWebhookToTheHostsOwnAddressRefused(t *testing.T) {
 		{nil, 400},
 		{[]string{own.String()}, 200},
 	} {
-		a := start(t, app.Config{DataDir: t.TempDir(), Addr: "127.0.0.1:0", Logger: quiet, APIKey: "k-hook", Docker: app.DockerOff,
+		a := start(t, app.Config{DataDir: t.TempDir(), Addr: "127.0.0.1:0", Logger: quiet, APIKey: "k-hook", Backend: app.DockerOff,
 			DiscoverGPUs: func() ([]gpu.Device, error) { return nil, nil }, Pods: standInPods{}, WebhookAllow: c.allow})
 		s := &surfaces{t: t, url: a.URL(), key: "k-hook"}
 		_, tpl := s.call("POST", "/v1/templates", map[string]any{"name": "w", "imageName": "worker:1", "isServerless": true})

@@ -26,8 +26,8 @@ import (
 const PingInterval = 10 * time.Second
 
 // New assembles a Berth: it opens the database (refusing a damaged one),
-// settles the operator's key (a generated one is stored at Start), finds the GPUs, connects to Docker (as
-// cfg.Docker says), binds the listeners and builds every service. Nothing
+// settles the operator's key (a generated one is stored at Start), finds the GPUs, connects to the
+// runtime cfg.Backend names, binds the listeners and builds every service. Nothing
 // runs until Start; Stop releases what New took.
 func New(cfg Config) (_ *App, err error) {
 	if cfg.DataDir == "" || cfg.Addr == "" {
@@ -141,7 +141,7 @@ func New(cfg Config) (_ *App, err error) {
 		hc.PingInterval = PingInterval
 	}
 	hc.GPUs = a.gpus.Snapshot
-	if systemGPUs && cfg.Kubernetes == nil && len(a.gpus.Snapshot()) > 0 {
+	if systemGPUs && cfg.Backend.kind != kubernetes && len(a.gpus.Snapshot()) > 0 {
 		// No series without GPUs, nor on Kubernetes: the GPUs are the
 		// cluster's nodes', which this machine's NVML does not see.
 		hc.GPUUsage = gpu.SampleSystem

@@ -69,7 +69,7 @@ func startBerthWith(t *testing.T, change func(*berthapp.Config)) *berth {
 	b := &berth{t: t, pods: &fakePods{}}
 	dev := gpu.Device{Index: 0, UUID: "GPU-1", Name: "NVIDIA GeForce RTX 4090", TypeID: "NVIDIA GeForce RTX 4090", MemoryMiB: 24564}
 	cfg := berthapp.Config{DataDir: t.TempDir(), Addr: "127.0.0.1:0", APIKey: testKey,
-		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Docker: berthapp.DockerOff, Pods: b.pods,
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Backend: berthapp.DockerOff, Pods: b.pods,
 		DiscoverGPUs: func() ([]gpu.Device, error) { return []gpu.Device{dev}, nil },
 		WrapHandler: func(h http.Handler) http.Handler {
 			return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {

@@ -40,7 +40,7 @@ func (b *berth) get(path string, v any) int {
 func TestNoDockerSaysWhyJobsWait(t *testing.T) {
 	sock := filepath.Join(t.TempDir(), "no-docker.sock")
 	t.Setenv("DOCKER_HOST", "unix://"+sock)
-	b := startBerthWith(t, func(c *berthapp.Config) { c.Docker, c.Pods = berthapp.DockerAuto, nil })
+	b := startBerthWith(t, func(c *berthapp.Config) { c.Backend, c.Pods = berthapp.DockerAuto, nil })
 	var tpl, ep, job rec
 	b.ok(&tpl, "template", "create", "nodocker", "img:1", "--json")
 	b.ok(&ep, "endpoint", "create", tpl["id"].(string), "--name", "waits", "--json")

@@ -111,7 +111,7 @@ func TestDashboardBuildsAndModels(t *testing.T) {
 	defer release()
 
 	const key = "builds-test-key"
-	b := startApp(t, app.Config{DataDir: t.TempDir(), Addr: "127.0.0.1:0", APIKey: key, Docker: app.DockerRequired,
+	b := startApp(t, app.Config{DataDir: t.TempDir(), Addr: "127.0.0.1:0", APIKey: key, Backend: app.DockerRequired,
 		RemoveContainersOnStop: true, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
 		DiscoverGPUs: func() ([]gpu.Device, error) { return nil, nil }, Models: app.Models{Endpoint: hub.URL, MinBackoff: time.Hour}})
 	var tpl, ep struct{ ID string }

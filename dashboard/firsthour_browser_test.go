@@ -31,7 +31,7 @@ func TestDashboardHostWorkerWithoutDocker(t *testing.T) {
 	t.Setenv("DOCKER_HOST", "unix://"+filepath.Join(t.TempDir(), "no-docker.sock"))
 	const key = "first-hour-key"
 	cfg := apptest.Config(t, key)
-	cfg.Docker = app.DockerAuto
+	cfg.Backend = app.DockerAuto
 	cfg.Queue.SyncRetention = 100 * time.Millisecond // RunPod's minute, shortened
 	b := startApp(t, cfg)
 	var tpl, ep struct{ ID string }

@@ -50,7 +50,7 @@ func newStackWith(t testing.TB, set func(*app.Config)) *stack {
 	t.Helper()
 	dockertest.Require(t)
 	cfg := apptest.Config(t, apiKey)
-	cfg.RateLimits, cfg.Docker, cfg.RemoveContainersOnStop = true, app.DockerRequired, true
+	cfg.RateLimits, cfg.Backend, cfg.RemoveContainersOnStop = true, app.DockerRequired, true
 	cfg.HTTP.PingInterval = 2 * time.Second
 	cfg.Series.SampleEvery = 200 * time.Millisecond
 	cfg.Runtime.TickInterval, cfg.Runtime.ResyncInterval = 100*time.Millisecond, 2*time.Second
@@ -114,7 +114,7 @@ func startOn(t testing.TB, data string, remove bool) *apptest.Berth {
 func startOnAddr(t testing.TB, data, addr string, remove bool) *apptest.Berth {
 	t.Helper()
 	cfg := apptest.Config(t, apiKey)
-	cfg.DataDir, cfg.Addr, cfg.Docker, cfg.RemoveContainersOnStop = data, addr, app.DockerRequired, remove
+	cfg.DataDir, cfg.Addr, cfg.Backend, cfg.RemoveContainersOnStop = data, addr, app.DockerRequired, remove
 	cfg.HTTP.PingInterval = 2 * time.Second
 	cfg.Runtime.TickInterval, cfg.Runtime.ResyncInterval = 100*time.Millisecond, 2*time.Second
 	return apptest.Start(t, cfg)

@@ -25,7 +25,7 @@ func newDockerEnv(t *testing.T) *dockerEnv {
 	t.Helper()
 	dockertest.Require(t)
 	e := newEnv(t, func(c *app.Config) {
-		c.Docker, c.RemoveContainersOnStop = app.DockerRequired, true
+		c.Backend, c.RemoveContainersOnStop = app.DockerRequired, true
 		c.Queue.TakeHold = 0 // the default: workers long-poll as in production
 		c.HTTP.PingInterval = 2 * time.Second
 		c.Runtime.TickInterval, c.Runtime.ResyncInterval = 100*time.Millisecond, 2*time.Second

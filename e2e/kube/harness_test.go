@@ -251,16 +251,15 @@ func (e *kenv) tryStart() error {
 		w = io.MultiWriter(w, e.logs)
 	}
 	log := slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: slog.LevelInfo}))
-	cfg := app.Config{DataDir: e.dataDir, Addr: e.addr, Logger: log, APIKey: apiKey,
-		Kubernetes: &app.Kubernetes{REST: e.ns.Config, Namespace: e.ns.Name, AdvertiseURL: e.advertise, WorkerAddr: e.workAddr}}
-	cfg.Kubernetes.StorageClass, cfg.Kubernetes.PodTemplate = e.class, e.podTemplate
+	k := app.Kubernetes{REST: e.ns.Config, Namespace: e.ns.Name, AdvertiseURL: e.advertise, WorkerAddr: e.workAddr,
+		StorageClass: e.class, PodTemplate: e.podTemplate, ModelsImage: e.modelsImage}
+	if e.selfPod != "" {
+		k.SelfPod, k.SelfNamespace = e.selfPod, e.ns.Name
+	}
+	cfg := app.Config{DataDir: e.dataDir, Addr: e.addr, Logger: log, APIKey: apiKey, Backend: app.OnKubernetes(k)}
 	cfg.Builds.Registry, cfg.Builds.RegistryAuth = e.registry, e.regAuth
 	if e.models != nil {
 		cfg.Models = *e.models
-	}
-	cfg.Kubernetes.ModelsImage = e.modelsImage
-	if e.selfPod != "" {
-		cfg.Kubernetes.SelfPod, cfg.Kubernetes.SelfNamespace = e.selfPod, e.ns.Name
 	}
 	cfg.HTTP.PingInterval = 2 * time.Second
 	// Workers ping every 2 s; one silent for 6 s is lost.

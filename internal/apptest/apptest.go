@@ -28,7 +28,7 @@ const StopTimeout = 2 * time.Minute
 func Config(tb testing.TB, key string) app.Config {
 	tb.Helper()
 	return app.Config{DataDir: tb.TempDir(), Addr: "127.0.0.1:0", Logger: Logger(tb), APIKey: key,
-		Docker: app.DockerOff, DiscoverGPUs: NoGPUs}
+		Backend: app.DockerOff, DiscoverGPUs: NoGPUs}
 }
 
 // NoGPUs finds no GPU: tests run without GPUs whatever the host has.

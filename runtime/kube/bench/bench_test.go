@@ -82,8 +82,8 @@ func newRig(b *testing.B) *rig {
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	cfg := apptest.Config(b, apiKey)
 	cfg.Logger, cfg.RemoveContainersOnStop = log, true
-	cfg.Docker, cfg.DiscoverGPUs = app.DockerAuto, nil // the cluster's, not the test's
-	cfg.Kubernetes = &app.Kubernetes{REST: ns.Config, Namespace: ns.Name}
+	cfg.DiscoverGPUs = nil // the cluster's, not the test's
+	cfg.Backend = app.OnKubernetes(app.Kubernetes{REST: ns.Config, Namespace: ns.Name})
 	a := apptest.Start(b, cfg)
 	r.app, r.base = a.App, a.URL()
 	return r
