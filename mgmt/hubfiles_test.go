@@ -65,22 +65,26 @@ func TestParseTests(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			bt, err := mgmt.ParseTests([]byte(c.in))
-			switch {
-			case c.err == "" && err != nil:
-				t.Fatalf("refused: %v", err)
-			case c.err != "" && err == nil:
-				t.Fatalf("accepted, want %q", c.err)
-			case c.err != "":
-				if !strings.Contains(err.Error(), c.err) {
-					t.Fatalf("error %q, want it to contain %q", err, c.err)
-				}
-				if mgmt.KindOf(err) != mgmt.Invalid {
-					t.Errorf("error kind %v, want Invalid", mgmt.KindOf(err))
-				}
-			default:
-				c.check(t, bt)
-			}
+			checkParsed(t, bt, err, c.err, c.check)
 		})
+	}
+}
+
+// checkParsed is the one table rule of a hub file's parser: want "" is
+// accepted and checked, otherwise refused as Invalid naming want.
+func checkParsed[T any](t *testing.T, got T, err error, want string, check func(*testing.T, T)) {
+	t.Helper()
+	switch {
+	case want == "" && err != nil:
+		t.Fatalf("refused: %v", err)
+	case want != "" && err == nil:
+		t.Fatalf("accepted, want %q", want)
+	case want != "":
+		if !strings.Contains(err.Error(), want) || mgmt.KindOf(err) != mgmt.Invalid {
+			t.Fatalf("error %q (%v), want Invalid containing %q", err, mgmt.KindOf(err), want)
+		}
+	default:
+		check(t, got)
 	}
 }
 
@@ -186,18 +190,7 @@ func TestParseHub(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			h, err := mgmt.ParseHub([]byte(c.in))
-			switch {
-			case c.err == "" && err != nil:
-				t.Fatalf("refused: %v", err)
-			case c.err != "" && err == nil:
-				t.Fatalf("accepted, want %q", c.err)
-			case c.err != "":
-				if !strings.Contains(err.Error(), c.err) || mgmt.KindOf(err) != mgmt.Invalid {
-					t.Fatalf("error %q (%v), want Invalid containing %q", err, mgmt.KindOf(err), c.err)
-				}
-			default:
-				c.check(t, h)
-			}
+			checkParsed(t, h, err, c.err, c.check)
 		})
 	}
 }
