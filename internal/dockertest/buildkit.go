@@ -1,7 +1,6 @@
 package dockertest
 
 import (
-	"context"
 	"fmt"
 	"net"
 	"os"
@@ -51,52 +50,31 @@ func BuildKit(t testing.TB) string {
 		t.Fatal(err)
 	}
 	sock := filepath.Join(dir, "buildkitd.sock")
-	logf, err := os.Create(filepath.Join(dir, "buildkitd.log"))
+	cmd := exec.Command(bin, "--root", filepath.Join(dir, "root"), "--addr", "unix://"+sock,
+		"--oci-worker-snapshotter", "native", "--containerd-worker=false", "--oci-worker-gc=false")
+	d, err := startDaemon(cmd, "buildkitd", filepath.Join(dir, "buildkitd.log"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command(bin, "--root", filepath.Join(dir, "root"), "--addr", "unix://"+sock,
-		"--oci-worker-snapshotter", "native", "--containerd-worker=false", "--oci-worker-gc=false")
-	cmd.Stdout, cmd.Stderr = logf, logf
-	if err := cmd.Start(); err != nil {
-		t.Fatalf("start buildkitd: %v", err)
-	}
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
 	t.Cleanup(func() {
-		_ = cmd.Process.Signal(os.Interrupt)
-		select {
-		case <-exited:
-		case <-time.After(30 * time.Second):
-			_ = cmd.Process.Kill()
-			<-exited
-		}
-		logf.Close()
+		d.stop(30 * time.Second)
 		if t.Failed() {
-			if b, err := os.ReadFile(logf.Name()); err == nil {
-				t.Logf("buildkitd's log:\n%s", lastBytes(b, 4000))
-			}
+			t.Logf("buildkitd's log:\n%s", d.logTail())
 		}
 		os.RemoveAll(dir)
 	})
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	tick := time.NewTicker(100 * time.Millisecond)
-	defer tick.Stop()
-	for {
-		if c, err := net.Dial("unix", sock); err == nil {
-			c.Close()
-			return "unix://" + sock
+	err = d.waitReady(time.Minute, 100*time.Millisecond, func() (bool, error, error) {
+		c, err := net.Dial("unix", sock)
+		if err != nil {
+			return false, err, nil
 		}
-		select {
-		case err := <-exited:
-			b, _ := os.ReadFile(logf.Name())
-			t.Fatalf("buildkitd exited before answering: %v\n%s", err, lastBytes(b, 4000))
-		case <-ctx.Done():
-			t.Fatalf("buildkitd did not answer on %s within a minute", sock)
-		case <-tick.C:
-		}
+		c.Close()
+		return true, nil, nil
+	})
+	if err != nil {
+		t.Fatal(err)
 	}
+	return "unix://" + sock
 }
 
 func lastBytes(b []byte, n int) string {

@@ -134,15 +134,7 @@ auth:
 	if err := os.WriteFile(cfgPath, []byte(config), 0o600); err != nil {
 		return err
 	}
-	logPath := filepath.Join(run, "registry.log")
-	logf, err := os.Create(logPath)
-	if err != nil {
-		return err
-	}
-	defer logf.Close() // the child keeps its own descriptor
-
 	cmd := exec.Command(bin, "serve", cfgPath)
-	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.SysProcAttr = registrySysProcAttr()
 	// REGISTRY_* variables would override the configuration file.
 	for _, kv := range os.Environ() {
@@ -150,59 +142,34 @@ auth:
 			cmd.Env = append(cmd.Env, kv)
 		}
 	}
-	if err := cmd.Start(); err != nil {
-		return fmt.Errorf("start %s: %w", bin, err)
-	}
-	exited := make(chan struct{})
-	var waitErr error
-	go func() { waitErr = cmd.Wait(); close(exited) }()
-	logTail := func() string {
-		b, _ := os.ReadFile(logPath)
-		if len(b) > 4000 {
-			b = b[len(b)-4000:]
-		}
-		return string(b)
-	}
-	stop := func() {
-		_ = cmd.Process.Signal(os.Interrupt)
-		select {
-		case <-exited:
-		case <-time.After(5 * time.Second):
-			_ = cmd.Process.Kill()
-			<-exited
-		}
+	d, err := startDaemon(cmd, bin, filepath.Join(run, "registry.log"))
+	if err != nil {
+		return err
 	}
 
 	// Ready when the API answers, and demands a login.
 	url := "http://" + addr + "/v2/"
 	hc := &http.Client{Timeout: 2 * time.Second}
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		select {
-		case <-exited:
-			return fmt.Errorf("%s exited before answering on %s: %v\n%s", bin, addr, waitErr, logTail())
-		default:
-		}
+	err = d.waitReady(20*time.Second, 50*time.Millisecond, func() (bool, error, error) {
 		resp, err := hc.Get(url)
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusUnauthorized {
-				break
-			}
-			stop()
-			return fmt.Errorf("GET %s: %s, want 401 Unauthorized (is something else listening there?)\n%s",
-				url, resp.Status, logTail())
+		if err != nil {
+			return false, err, nil
 		}
-		if time.Now().After(deadline) {
-			stop()
-			return fmt.Errorf("%s did not answer on %s: %v\n%s", bin, addr, err, logTail())
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusUnauthorized {
+			return false, nil, fmt.Errorf("GET %s: %s, want 401 Unauthorized (is something else listening there?)\n%s",
+				url, resp.Status, d.logTail())
 		}
-		time.Sleep(50 * time.Millisecond)
+		return true, nil, nil
+	})
+	if err != nil {
+		d.stop(5 * time.Second)
+		return err
 	}
 	t.Cleanup(func() {
-		stop()
+		d.stop(5 * time.Second)
 		if t.Failed() {
-			t.Logf("registry %s log:\n%s", addr, logTail())
+			t.Logf("registry %s log:\n%s", addr, d.logTail())
 		}
 	})
 	return nil
