@@ -1,16 +1,11 @@
 package app
 
-import "berth/runtime"
-
 // Backend is the one choice of what runs Berth's workers and pods: Docker
-// (DockerAuto, the zero value, or DockerRequired), none (DockerOff), a
-// cluster (OnKubernetes) or a given runtime.Backend (WithBackend: the
-// tests' fake, internal/fakebackend). One value, so two settings cannot
-// disagree.
+// (DockerAuto, the zero value, or DockerRequired), none (DockerOff) or a
+// cluster (OnKubernetes). One value, so two settings cannot disagree.
 type Backend struct {
-	kind  backendKind
-	kube  *Kubernetes
-	given runtime.Backend
+	kind backendKind
+	kube *Kubernetes
 }
 
 type backendKind int
@@ -20,7 +15,6 @@ const (
 	dockerRequired
 	noBackend
 	kubernetes
-	given
 )
 
 var (
@@ -39,11 +33,6 @@ var (
 // (berth serve --runtime kubernetes). Builds still use a Docker daemon
 // when one answers (app/builds.go).
 func OnKubernetes(k Kubernetes) Backend { return Backend{kind: kubernetes, kube: &k} }
-
-// WithBackend runs workers and pods on b, through the same supervisor and
-// adapters as Docker and Kubernetes: tests with internal/fakebackend.
-// Workers are told the API's own URL.
-func WithBackend(b runtime.Backend) Backend { return Backend{kind: given, given: b} }
 
 // Kubernetes is the cluster's settings when the choice is OnKubernetes,
 // nil otherwise.

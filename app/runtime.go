@@ -35,11 +35,8 @@ func (a *App) startRuntime(log *slog.Logger) error {
 	a.inst = instance(cfg.DataDir)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	switch cfg.Backend.kind {
-	case kubernetes:
+	if cfg.Backend.kind == kubernetes {
 		return a.startKubernetes(log, cfg.Backend.kube) // kube.go
-	case given:
-		return a.startGiven(ctx, log, cfg.Backend.given)
 	}
 	var backend *docker.Backend
 	if !cfg.Backend.off() {
@@ -98,18 +95,6 @@ func (a *App) startRuntime(log *slog.Logger) error {
 	}
 
 	return a.newSupervisor(log, "http://host.docker.internal:"+port)
-}
-
-// startGiven makes the supervisor on a backend the Config gave (tests'
-// fake): its devices are the GPUs, and workers are told the API's URL.
-func (a *App) startGiven(ctx context.Context, log *slog.Logger, b runtime.Backend) error {
-	devs, err := b.Devices(ctx)
-	if err != nil {
-		return fmt.Errorf("backend devices: %w", err)
-	}
-	a.gpus = gpu.NewAllocator(devs)
-	a.backend = b
-	return a.newSupervisor(log, a.URL())
 }
 
 // newSupervisor makes the supervisor on a.backend, with workers reaching

@@ -92,7 +92,7 @@ type env struct {
 	inst  string
 	image string // echoworker
 	// metrics are fed by the Supervisor (OnScale) and Docker (OnPull)
-	// and served on /metrics, as in app/wire.go.
+	// and served on /metrics, as in app/runtime.go.
 	prom *metrics.Metrics
 	seen seen
 }
