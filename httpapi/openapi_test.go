@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"io"
-	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"reflect"
@@ -38,15 +37,11 @@ func init() {
 		})
 }
 
-// validating wraps h so every request and response passing through is
+// validatingSeen wraps h so every request and response passing through is
 // checked against doc; a mismatch fails t. A request the document calls
 // invalid must be refused (4xx); a route the document lacks must not be
-// served (a 2xx or 3xx for it fails).
-func validating(t *testing.T, doc *openapi3.T, h http.Handler) http.Handler {
-	return validatingSeen(t, doc, h, nil, nil)
-}
-
-// validatingSeen is validating that also reports each operation id seen.
+// served (a 2xx or 3xx for it fails). It also reports each operation id
+// seen.
 // Requests other matches (the REST v2 routes, described by their own
 // document) pass unchecked.
 func validatingSeen(t *testing.T, doc *openapi3.T, h http.Handler, seen func(opID string), other *mux.Router) http.Handler {
@@ -125,8 +120,6 @@ func (r *teeRecorder) Flush() {
 		f.Flush()
 	}
 }
-
-var quietLog = slog.New(slog.NewTextHandler(io.Discard, nil))
 
 // routerOf matches the routes given as "METHOD /path".
 func routerOf(routes map[string]string) *mux.Router {
