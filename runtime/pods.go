@@ -609,9 +609,10 @@ func (s *Supervisor) podRuns(p *podState, t time.Time) bool {
 	if open {
 		p.startedAt = t
 	}
+	gpuType, gpus := p.gpuType, len(p.gpus)
 	s.mu.Unlock()
 	if open && s.cfg.OnRun != nil {
-		s.cfg.OnRun(KindPod, p.id, "", p.gpuType, len(p.gpus), t, time.Time{})
+		s.cfg.OnRun(KindPod, p.id, "", gpuType, gpus, t, time.Time{})
 	}
 	return open
 }
@@ -642,6 +643,7 @@ func (s *Supervisor) podExitedLocked(p *podState, gone, requested bool) {
 	p.running = false
 	start := p.startedAt
 	p.startedAt = time.Time{}
+	gpuType, gpus := p.gpuType, len(p.gpus)
 	s.mu.Unlock()
 	s.releasePodGPUs(p)
 	if !was {
@@ -653,7 +655,7 @@ func (s *Supervisor) podExitedLocked(p *podState, gone, requested bool) {
 		s.log.Warn("pod container ended", "pod", p.id, "container", shortID(p.instanceID), "reason", exit.Reason())
 	}
 	if s.cfg.OnRun != nil && !start.IsZero() {
-		s.cfg.OnRun(KindPod, p.id, "", p.gpuType, len(p.gpus), start, end)
+		s.cfg.OnRun(KindPod, p.id, "", gpuType, gpus, start, end)
 	}
 	if s.cfg.OnPodExit != nil {
 		s.cfg.OnPodExit(exit)
@@ -752,10 +754,11 @@ func (s *Supervisor) resyncPod(ctx context.Context, info Instance) {
 			restoreErr = s.cfg.GPUs.Restore(id, p.gpus)
 		}
 	}
-	s.mu.Unlock()
+	// Under the lock: the event loop reads it (podRuns) meanwhile.
 	if p.gpuType == "" {
 		p.gpuType = s.gpuTypeOf(p.gpus)
 	}
+	s.mu.Unlock()
 	if adopt {
 		if restoreErr != nil {
 			s.log.Warn("pod GPUs could not be restored", "pod", id, "err", restoreErr)
