@@ -67,7 +67,7 @@ type Config struct {
 	WebhookAllow []string
 
 	// Backend runs workers and pods [DockerAuto]: DockerRequired,
-	// DockerOff, OnKubernetes(…) or WithBackend(…) (backend.go).
+	// DockerOff or OnKubernetes(…) (backend.go).
 	Backend Backend
 	// DiscoverGPUs finds the host's GPUs [the backend's: NVML on Docker;
 	// without a backend gpu.DiscoverSystem].

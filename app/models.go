@@ -69,16 +69,9 @@ func (a *App) hfToken() string {
 // newModels opens the model cache and returns its folder.
 func (a *App) newModels(log *slog.Logger) (string, error) {
 	m := a.cfg.Models
-	env := m.Token
-	token := func() string {
-		if t := a.mg.HFToken(); t != "" {
-			return t
-		}
-		return env
-	}
 	cache, err := hfcache.New(hfcache.Config{
 		Dir: filepath.Join(a.cfg.DataDir, "models", "hub"), Endpoint: m.Endpoint,
-		Token: token, MaxBytes: m.MaxBytes, Slots: m.Slots, BytesPerSecond: m.BytesPerSecond,
+		Token: a.hfToken, MaxBytes: m.MaxBytes, Slots: m.Slots, BytesPerSecond: m.BytesPerSecond,
 		MinBackoff: m.MinBackoff, Logger: log,
 	})
 	if err != nil {
