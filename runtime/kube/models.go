@@ -99,6 +99,11 @@ type Models struct {
 	image    string
 	imageErr string
 	token    *string // the token the Secret holds (nil: not yet looked at)
+	// idle: the last pass wanted no model and found no unfinished Job,
+	// so passes need not ask the API server until a model is wanted (the
+	// first pass after a start always lists: Jobs a previous run left).
+	// Only the pass goroutine uses it.
+	idle bool
 }
 
 // StartModels starts filling the models claim (before the supervisor:
@@ -216,6 +221,9 @@ func (m *Models) pass(ctx context.Context) {
 	want, retry := slices.Clone(m.want), m.retry
 	m.retry = false
 	m.mu.Unlock()
+	if len(want) == 0 && m.idle {
+		return
+	}
 	ns := m.b.cfg.Namespace
 	jobsAPI := m.b.cs.BatchV1().Jobs(ns)
 	sel := labels.SelectorFromSet(m.b.objectLabels(componentModels)).String()
@@ -289,11 +297,17 @@ func (m *Models) pass(ctx context.Context) {
 	}
 	// A download no longer wanted stops (its partial files stay on the
 	// claim, resumed if it is wanted again); a complete one stays.
+	unfinished := false
 	for ref, j := range jobs {
-		if !jobDone(j) && !slices.ContainsFunc(want, func(r hfcache.Ref) bool { return r.String() == ref }) {
+		if jobDone(j) {
+			continue
+		}
+		unfinished = true
+		if !slices.ContainsFunc(want, func(r hfcache.Ref) bool { return r.String() == ref }) {
 			m.deleteJob(ctx, j.Name)
 		}
 	}
+	m.idle = len(want) == 0 && !unfinished
 	m.mu.Lock()
 	m.status = next
 	m.mu.Unlock()
