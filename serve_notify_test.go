@@ -1,7 +1,6 @@
 package main
 
 import (
-	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -15,13 +14,7 @@ import (
 // and READY=1 only after it.
 func TestServeApplyExtendsTheStartTimeout(t *testing.T) {
 	dir := t.TempDir()
-	sock := filepath.Join(dir, "notify.sock")
-	conn, err := net.ListenUnixgram("unixgram", &net.UnixAddr{Name: sock, Net: "unixgram"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	t.Setenv("NOTIFY_SOCKET", sock)
+	conn := notifySocket(t, dir)
 	file := filepath.Join(dir, "berth.json")
 	if err := os.WriteFile(file, []byte(`{"templates": [{"name": "t", "imageName": "me/echo:1", "isServerless": true}]}`), 0o600); err != nil {
 		t.Fatal(err)
@@ -29,13 +22,7 @@ func TestServeApplyExtendsTheStartTimeout(t *testing.T) {
 	var stderr syncBuffer
 	ready, done, cancel := serveCmd(t, &stderr, "--addr", "127.0.0.1:0", "--data", filepath.Join(dir, "data"), "--apply", file)
 	defer cancel()
-	select {
-	case <-ready:
-	case err := <-done:
-		t.Fatalf("serve ended: %v\n%s", err, stderr.String())
-	case <-time.After(60 * time.Second):
-		t.Fatalf("serve not ready\n%s", stderr.String())
-	}
+	waitServing(t, ready, done, &stderr)
 	var got []string
 	buf := make([]byte, 256)
 	for !strings.Contains(strings.Join(got, " "), "READY=1") {

@@ -34,13 +34,7 @@ func (s *syncBuffer) String() string { s.mu.Lock(); defer s.mu.Unlock(); return 
 // NOTIFY_SOCKET) once it accepts connections.
 func TestServeJSONLogsAndReadiness(t *testing.T) {
 	dir := t.TempDir()
-	sock := filepath.Join(dir, "notify.sock")
-	conn, err := net.ListenUnixgram("unixgram", &net.UnixAddr{Name: sock, Net: "unixgram"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	t.Setenv("NOTIFY_SOCKET", sock)
+	conn := notifySocket(t, dir)
 	t.Setenv("BERTH_API_KEY", "serve-test-key")
 
 	var stderr syncBuffer
@@ -54,13 +48,7 @@ func TestServeJSONLogsAndReadiness(t *testing.T) {
 	root.SetArgs([]string{"serve", "--addr", "127.0.0.1:0", "--data", filepath.Join(dir, "data"), "--log-format", "json", "--log-level", "debug"})
 	done := make(chan error, 1)
 	go func() { done <- root.ExecuteContext(ctx) }()
-	select {
-	case <-ready:
-	case err := <-done:
-		t.Fatalf("serve ended: %v\n%s", err, stderr.String())
-	case <-time.After(60 * time.Second):
-		t.Fatalf("serve not ready\n%s", stderr.String())
-	}
+	waitServing(t, ready, done, &stderr)
 	conn.SetReadDeadline(time.Now().Add(10 * time.Second))
 	buf := make([]byte, 256)
 	n, err := conn.Read(buf)
@@ -90,6 +78,33 @@ func TestServeJSONLogsAndReadiness(t *testing.T) {
 	if seen["shutting down"] == nil {
 		t.Errorf("no shutdown line")
 	}
+}
+
+// waitServing waits until serve accepts (ready), failing the test with its
+// output if it ends or is not ready within a minute.
+func waitServing(t *testing.T, ready chan string, done chan error, out *syncBuffer) {
+	t.Helper()
+	select {
+	case <-ready:
+	case err := <-done:
+		t.Fatalf("serve ended: %v\n%s", err, out.String())
+	case <-time.After(60 * time.Second):
+		t.Fatalf("serve not ready\n%s", out.String())
+	}
+}
+
+// notifySocket is systemd's notify socket for a test: NOTIFY_SOCKET names
+// it (in dir) until the test ends, and the test reads what serve sends.
+func notifySocket(t *testing.T, dir string) *net.UnixConn {
+	t.Helper()
+	sock := filepath.Join(dir, "notify.sock")
+	conn, err := net.ListenUnixgram("unixgram", &net.UnixAddr{Name: sock, Net: "unixgram"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	t.Setenv("NOTIFY_SOCKET", sock)
+	return conn
 }
 
 func TestServeBadLogFlags(t *testing.T) {
@@ -185,13 +200,7 @@ func TestServeFailedFirstStartKeepsTheKeyToShow(t *testing.T) {
 
 	var third syncBuffer
 	ready, done, cancel = serveCmd(t, &third, "--addr", "127.0.0.1:0", "--data", data)
-	select {
-	case <-ready:
-	case err := <-done:
-		t.Fatalf("serve ended: %v\n%s", err, third.String())
-	case <-time.After(60 * time.Second):
-		t.Fatalf("serve not ready\n%s", third.String())
-	}
+	waitServing(t, ready, done, &third)
 	cancel()
 	if err := <-done; err != nil {
 		t.Fatalf("serve: %v", err)

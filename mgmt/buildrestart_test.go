@@ -24,38 +24,32 @@ func TestFailInterruptedBuilds(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// steps move a new build to the phase the restart finds it in.
+	// move takes a build one step on, to the phase named.
+	move := func(id, to string) (err error) {
+		switch to {
+		case store.BuildBuilding:
+			_, err = s.StartBuild(id, to)
+		case store.BuildUploading:
+			_, err = s.UploadingBuild(id)
+		case store.BuildTesting:
+			_, err = s.TestingBuild(id)
+		default:
+			_, _, err = s.FinishBuild(id, to, "test echo: FAILED", nil)
+		}
+		return err
+	}
+	// path is the phases a new build goes through before the restart
+	// finds it in the last (none: PENDING).
 	cases := []struct {
 		phase string
-		steps func(id string) error
+		path  []string
 		want  string // status after the restart
 	}{
-		{store.BuildPending, func(string) error { return nil }, store.BuildFailed},
-		{store.BuildBuilding, func(id string) error { _, err := s.StartBuild(id, store.BuildBuilding); return err }, store.BuildFailed},
-		{store.BuildUploading, func(id string) error {
-			if _, err := s.StartBuild(id, store.BuildBuilding); err != nil {
-				return err
-			}
-			_, err := s.UploadingBuild(id)
-			return err
-		}, store.BuildFailed},
-		{store.BuildTesting, func(id string) error {
-			if _, err := s.StartBuild(id, store.BuildBuilding); err != nil {
-				return err
-			}
-			_, err := s.TestingBuild(id)
-			return err
-		}, store.BuildFailed},
-		{store.BuildTestFailed, func(id string) error {
-			if _, err := s.StartBuild(id, store.BuildBuilding); err != nil {
-				return err
-			}
-			if _, err := s.TestingBuild(id); err != nil {
-				return err
-			}
-			_, _, err := s.FinishBuild(id, store.BuildTestFailed, "test echo: FAILED", nil)
-			return err
-		}, store.BuildTestFailed},
+		{store.BuildPending, nil, store.BuildFailed},
+		{store.BuildBuilding, []string{store.BuildBuilding}, store.BuildFailed},
+		{store.BuildUploading, []string{store.BuildBuilding, store.BuildUploading}, store.BuildFailed},
+		{store.BuildTesting, []string{store.BuildBuilding, store.BuildTesting}, store.BuildFailed},
+		{store.BuildTestFailed, []string{store.BuildBuilding, store.BuildTesting, store.BuildTestFailed}, store.BuildTestFailed},
 	}
 	ids := map[string]string{}
 	for i, c := range cases {
@@ -63,8 +57,10 @@ func TestFailInterruptedBuilds(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := c.steps(b.ID); err != nil {
-			t.Fatalf("%s: %v", c.phase, err)
+		for _, to := range c.path {
+			if err := move(b.ID, to); err != nil {
+				t.Fatalf("%s: to %s: %v", c.phase, to, err)
+			}
 		}
 		ids[c.phase] = b.ID
 	}
