@@ -1,59 +1,50 @@
-package main
+package process_test
 
 import (
 	"bufio"
-	"context"
 	"errors"
 	"fmt"
 	"io"
-	"log/slog"
 	"net"
 	"net/http"
 	"os"
-	"path/filepath"
-	"runtime"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
 	"testing"
 	"time"
-
-	"berth/cli"
 )
 
-// startServe runs `berth serve` in-process (the real composition) on a
-// loopback port until the test ends, without Docker.
-func startServe(t *testing.T, key string) string {
-	t.Helper()
-	t.Setenv("BERTH_API_KEY", key)
-	t.Setenv("DOCKER_HOST", "unix:///nonexistent-berth-test")
-	ready := make(chan string, 1)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() {
-		done <- serve(ctx, cli.ServeOptions{Addr: "127.0.0.1:0", Data: filepath.Join(t.TempDir(), "data"), RateLimits: true,
-			Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Ready: func(a string) { ready <- a }})
-	}()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("serve: %v", err)
-		}
-	})
-	select {
-	case a := <-ready:
-		return a
-	case err := <-done:
-		t.Fatalf("serve ended: %v", err)
-	case <-time.After(60 * time.Second):
-		t.Fatal("serve not ready")
-	}
-	return ""
-}
+// connKey is the API key of the server these tests run.
+const connKey = "conn-test-key"
 
-func openFDs() int {
-	ents, _ := os.ReadDir("/proc/self/fd")
-	return len(ents)
+// serverCounts is the server's goroutines (its own /metrics) and open
+// descriptors (/proc).
+func serverCounts(t *testing.T, b *berth) (goroutines, fds int) {
+	t.Helper()
+	req, _ := http.NewRequest(http.MethodGet, b.Base+"/metrics", nil)
+	req.Header.Set("Authorization", "Bearer "+connKey)
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(res.Body)
+	res.Body.Close()
+	goroutines = -1
+	for _, line := range strings.Split(string(body), "\n") {
+		if f := strings.Fields(line); len(f) == 2 && f[0] == "go_goroutines" {
+			goroutines, _ = strconv.Atoi(f[1])
+		}
+	}
+	if goroutines < 0 {
+		t.Fatalf("no go_goroutines in /metrics (%d):\n%s", res.StatusCode, body)
+	}
+	ents, err := os.ReadDir(fmt.Sprintf("/proc/%d/fd", b.Pid()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return goroutines, len(ents)
 }
 
 // TestNoRequestHoldsAConnection: a request that announces a body it never
@@ -65,7 +56,9 @@ func openFDs() int {
 // (Before: the first two were held with no reply for as long as the client
 // liked.)
 func TestNoRequestHoldsAConnection(t *testing.T) {
-	addr := startServe(t, "conn-test-key")
+	berth := startBerth(t, serveOpts{Key: connKey, Args: []string{"--rate-limits", "on"},
+		Env: []string{"DOCKER_HOST=unix:///nonexistent-berth-test"}}) // no containers needed
+	addr := berth.Addr
 	heads := map[string]string{
 		"no route":      "POST /nonexistent HTTP/1.1\r\nHost: x\r\nContent-Length: 1000\r\n\r\n",
 		"wrong method":  "DELETE /v1/templates HTTP/1.1\r\nHost: x\r\nContent-Length: 1000\r\n\r\n",
@@ -96,8 +89,7 @@ func TestNoRequestHoldsAConnection(t *testing.T) {
 	}
 
 	// 300 at once, as a hostile client would.
-	runtime.GC()
-	g0, fd0 := runtime.NumGoroutine(), openFDs()
+	g0, fd0 := serverCounts(t, berth)
 	var wg sync.WaitGroup
 	errs := make(chan error, 300)
 	start := time.Now()
@@ -120,7 +112,7 @@ func TestNoRequestHoldsAConnection(t *testing.T) {
 	// linger; wait for the counts to come back.
 	var g, fd int
 	for deadline := time.Now().Add(30 * time.Second); ; {
-		g, fd = runtime.NumGoroutine(), openFDs()
+		g, fd = serverCounts(t, berth)
 		if g <= g0+10 && fd <= fd0+10 {
 			break
 		}

@@ -1,8 +1,7 @@
-package main
+package process_test
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"io"
 	"math"
@@ -13,12 +12,11 @@ import (
 	"testing"
 	"time"
 
-	"berth/cli"
 	"berth/internal/dockertest"
 	"berth/store"
 )
 
-// TestCPUWorkerBilling runs `berth serve` (the real wiring) with a price
+// TestCPUWorkerBilling runs `berth serve` (the built binary) with a price
 // table, sends a job to a CPU endpoint through a real worker container,
 // and reads the worker's time back from v1 and v2 billing: it is priced at
 // the endpoint's vcpuCount × vcpuHourly. A usage record written before
@@ -55,35 +53,9 @@ func TestCPUWorkerBilling(t *testing.T) {
 	}
 
 	const key = "billing-e2e-key"
-	t.Setenv("BERTH_API_KEY", key)
-	ready := make(chan string, 1)
-	ctx, cancel := context.WithCancel(context.Background())
-	var logs syncBuffer
-	root := cli.New(cli.Options{Version: "test", Stderr: &logs, Stdout: &logs, Getenv: func(string) string { return "" },
-		Serve: func(ctx context.Context, o cli.ServeOptions) error {
-			o.Ready = func(addr string) { ready <- addr }
-			return serve(ctx, o)
-		}})
 	// On loopback, as by default: containers reach the worker protocol
 	// through the listener on the Docker bridge, same port.
-	root.SetArgs([]string{"serve", "--addr", "127.0.0.1:0", "--data", data, "--rate-limits", "off"})
-	done := make(chan error, 1)
-	go func() { done <- root.ExecuteContext(ctx) }()
-	defer func() {
-		cancel()
-		<-done
-		if t.Failed() {
-			t.Logf("berth log:\n%s", logs.String())
-		}
-	}()
-	var addr string
-	select {
-	case addr = <-ready:
-	case err := <-done:
-		t.Fatalf("serve: %v\n%s", err, logs.String())
-	case <-time.After(60 * time.Second):
-		t.Fatal("serve not ready")
-	}
+	addr := startBerth(t, serveOpts{Data: data, Key: key, Args: []string{"--rate-limits", "off"}}).Addr
 
 	call := func(method, path string, body, out any) {
 		t.Helper()

@@ -1,4 +1,4 @@
-package main
+package process_test
 
 import (
 	"bytes"
@@ -7,14 +7,11 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"io"
-	"net"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -48,47 +45,9 @@ func TestModelDownloadSurvivesKill9(t *testing.T) {
 	reached, release := hub.Hold(weights, heldAt)
 	defer release()
 
-	berthBin := buildBerth(t)
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close()
 	const key = "kill9-test-key"
-	data := filepath.Join(t.TempDir(), "data")
-	var logs bytes.Buffer
-	var logMu sync.Mutex
-	start := func() *exec.Cmd {
-		cmd := exec.Command(berthBin, "serve", "--addr", addr, "--data", data, "--hf-endpoint", hub.URL)
-		cmd.Env = append(os.Environ(), "BERTH_API_KEY="+key)
-		w := writerFunc(func(p []byte) (int, error) { logMu.Lock(); defer logMu.Unlock(); return logs.Write(p) })
-		cmd.Stdout, cmd.Stderr = w, w
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		deadline := time.Now().Add(60 * time.Second)
-		for {
-			if c, err := net.Dial("tcp", addr); err == nil {
-				c.Close()
-				return cmd
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("berth did not start:\n%s", logs.String())
-			}
-			time.Sleep(20 * time.Millisecond)
-		}
-	}
-	berth := start()
-	defer func() {
-		berth.Process.Kill()
-		berth.Wait()
-		if t.Failed() {
-			logMu.Lock()
-			t.Logf("berth log:\n%s", logs.String())
-			logMu.Unlock()
-		}
-	}()
+	berth := startBerth(t, serveOpts{Key: key, Args: []string{"--hf-endpoint", hub.URL}})
+	addr, data := berth.Addr, berth.o.Data
 	client := &http.Client{Timeout: 30 * time.Second}
 	call := func(method, path string, body, out any) {
 		t.Helper()
@@ -129,10 +88,7 @@ func TestModelDownloadSurvivesKill9(t *testing.T) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	if err := berth.Process.Kill(); err != nil { // SIGKILL: no shutdown code runs
-		t.Fatal(err)
-	}
-	berth.Wait()
+	berth.Kill() // SIGKILL: no shutdown code runs
 	for _, d := range []string{"snapshots", "refs"} {
 		if ents, err := os.ReadDir(filepath.Join(repoDir, d)); err == nil && len(ents) > 0 {
 			t.Fatalf("%s/ after the kill holds %v: a half-written model is visible", d, ents)
@@ -142,7 +98,7 @@ func TestModelDownloadSurvivesKill9(t *testing.T) {
 		t.Fatalf("the partial file after the kill: %v %v", st, err)
 	}
 
-	berth = start()
+	berth.Start()
 	snap := filepath.Join(repoDir, "snapshots", repo.Commit, "model.safetensors")
 	deadline = time.Now().Add(2 * time.Minute)
 	for {

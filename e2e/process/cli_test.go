@@ -1,4 +1,4 @@
-package main
+package process_test
 
 import (
 	"bytes"
@@ -24,7 +24,7 @@ import (
 	"berth/runtime"
 )
 
-// TestCLIWithWorkerContainers drives `berth serve` (the real wiring: store,
+// TestCLIWithWorkerContainers drives `berth serve` (the built binary: store,
 // queue, Docker runtime) with the CLI the README shows: a template, an
 // endpoint created with --wait until its worker container is ready, a job
 // through it with run --wait, the worker's logs, a pod, and deletion.
@@ -40,35 +40,9 @@ func TestCLIWithWorkerContainers(t *testing.T) {
 	t.Cleanup(func() { removeContainersOf(t, docker, data) })
 
 	const key = "cli-e2e-key"
-	t.Setenv("BERTH_API_KEY", key)
-	ready := make(chan string, 1)
-	ctx, cancel := context.WithCancel(context.Background())
-	var logs syncBuffer
-	root := cli.New(cli.Options{Version: "test", Stderr: &logs, Stdout: &logs, Getenv: func(string) string { return "" },
-		Serve: func(ctx context.Context, o cli.ServeOptions) error {
-			o.Ready = func(addr string) { ready <- addr }
-			return serve(ctx, o)
-		}})
 	// On loopback, as by default: containers reach the worker protocol
 	// through the listener on the Docker bridge, same port.
-	root.SetArgs([]string{"serve", "--addr", "127.0.0.1:0", "--data", data, "--rate-limits", "off"})
-	done := make(chan error, 1)
-	go func() { done <- root.ExecuteContext(ctx) }()
-	defer func() {
-		cancel()
-		<-done
-		if t.Failed() {
-			t.Logf("berth log:\n%s", logs.String())
-		}
-	}()
-	var addr string
-	select {
-	case addr = <-ready:
-	case err := <-done:
-		t.Fatalf("serve: %v\n%s", err, logs.String())
-	case <-time.After(60 * time.Second):
-		t.Fatal("serve not ready")
-	}
+	addr := startBerth(t, serveOpts{Data: data, Key: key, Args: []string{"--rate-limits", "off"}}).Addr
 
 	env := map[string]string{"BERTH_URL": "http://" + addr, "BERTH_API_KEY": key}
 	berth := func(args ...string) (string, string, int) {

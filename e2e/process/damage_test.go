@@ -1,20 +1,15 @@
-package main
+package process_test
 
 import (
 	"bytes"
-	"context"
 	"encoding/binary"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -31,6 +26,9 @@ import (
 // a file serve starts on.
 
 const damageEP = "damageep00001"
+
+// keyEnv is the environment of the processes these tests run to their end.
+var keyEnv = []string{"BERTH_API_KEY=k"}
 
 // damageJobID is the id of the i-th job of damageDB.
 func damageJobID(i int) string { return fmt.Sprintf("0190a000-0000-7000-8000-%012d", i) }
@@ -67,72 +65,18 @@ func damageDB(t *testing.T, n int) string {
 	return data
 }
 
-// runBerth runs the binary to its end and returns its output and exit code.
-func runBerth(t *testing.T, args ...string) (string, int) {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, buildBerth(t), args...)
-	cmd.Env = append(os.Environ(), "BERTH_API_KEY=k")
-	out, err := cmd.CombinedOutput()
-	var exit *exec.ExitError
-	if errors.As(err, &exit) {
-		return string(out), exit.ExitCode()
-	}
-	if err != nil {
-		t.Fatalf("%v: %v\n%s", args, err, out)
-	}
-	return string(out), 0
-}
-
-// served is a running 'berth serve'.
-type served struct {
-	t    *testing.T
-	cmd  *exec.Cmd
-	base string
-	logs *syncBuffer
-}
-
-// serveData starts 'berth serve' on data and waits until it answers.
+// serveData starts 'berth serve' on data.
 func serveData(t *testing.T, data string) *served {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close()
-	s := &served{t: t, base: "http://" + addr, logs: &syncBuffer{}}
-	s.cmd = exec.Command(buildBerth(t), "serve", "--addr", addr, "--data", data, "--rate-limits=off")
-	s.cmd.Env = append(os.Environ(), "BERTH_API_KEY=k")
-	s.cmd.Stdout, s.cmd.Stderr = s.logs, s.logs
-	if err := s.cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { s.stop() })
-	deadline := time.Now().Add(60 * time.Second)
-	for {
-		if code, _, _ := s.call("GET", "/v1/endpoints"); code == 200 {
-			return s
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("berth did not start:\n%s", s.logs.String())
-		}
-		time.Sleep(50 * time.Millisecond) // an external process: poll its port
-	}
+	return &served{startBerth(t, serveOpts{Data: data, Key: "k", Args: []string{"--rate-limits=off"}})}
 }
 
-// stop ends serve as systemd would (SIGTERM: a clean close).
-func (s *served) stop() {
-	if s.cmd.ProcessState != nil {
-		return
-	}
-	s.cmd.Process.Signal(syscall.SIGTERM)
-	s.cmd.Wait()
-}
+// served is a running 'berth serve' (Stop: a clean close) with the
+// calls of these tests.
+type served struct{ *berth }
 
 func (s *served) call(method, path string) (int, http.Header, string) {
-	req, _ := http.NewRequest(method, s.base+path, nil)
+	req, _ := http.NewRequest(method, s.Base+path, nil)
 	req.Header.Set("Authorization", "Bearer k")
 	res, err := (&http.Client{Timeout: 30 * time.Second}).Do(req)
 	if err != nil {
@@ -215,22 +159,22 @@ func TestServeRefusesBranchPageDamage(t *testing.T) {
 			path := filepath.Join(data, "berth.db")
 			damageBranch(t, path, tc.damage)
 
-			out, code := runBerth(t, "serve", "--addr", "127.0.0.1:0", "--data", data)
+			out, code := runBerth(t, keyEnv, "serve", "--addr", "127.0.0.1:0", "--data", data)
 			if code == 0 || !strings.Contains(out, path) || !strings.Contains(out, "page tree is broken") || !strings.Contains(out, "berth check") {
 				t.Fatalf("serve: exit %d; want it to refuse the file, naming it and the broken page tree:\n%s", code, out)
 			}
 			if strings.Contains(out, "berth serving") {
 				t.Fatalf("serve served the damaged file:\n%s", out)
 			}
-			out, code = runBerth(t, "check", "--data", data)
+			out, code = runBerth(t, keyEnv, "check", "--data", data)
 			if code == 0 || !strings.Contains(out, "page tree is broken") || !strings.Contains(out, "--repair") {
 				t.Fatalf("check: exit %d, want the damage and the way to repair it:\n%s", code, out)
 			}
-			out, code = runBerth(t, "check", "--repair", "--data", data)
+			out, code = runBerth(t, keyEnv, "check", "--repair", "--data", data)
 			if code != 0 || !strings.Contains(out, "repaired") {
 				t.Fatalf("check --repair: exit %d\n%s", code, out)
 			}
-			if out, code := runBerth(t, "check", "--data", data); code != 0 || !strings.Contains(out, ": ok") {
+			if out, code := runBerth(t, keyEnv, "check", "--data", data); code != 0 || !strings.Contains(out, ": ok") {
 				t.Fatalf("check after the repair: exit %d\n%s", code, out)
 			}
 			s := serveData(t, data)
@@ -329,16 +273,16 @@ func TestDamagedJobRecordIsFoundAndIsolated(t *testing.T) {
 			if _, _, body := s.call("GET", "/metrics"); !strings.Contains(body, "berth_store_damaged_records 1") {
 				t.Fatalf("metrics do not count the damaged record:\n%s", grepLines(body, "damaged"))
 			}
-			if logs := s.logs.String(); !strings.Contains(logs, bad) || !strings.Contains(logs, "damaged") {
+			if logs := s.Logs.String(); !strings.Contains(logs, bad) || !strings.Contains(logs, "damaged") {
 				t.Fatalf("no log line names the damaged job:\n%s", logs)
 			}
-			s.stop()
+			s.Stop()
 
-			out, code := runBerth(t, "check", "--data", data)
+			out, code := runBerth(t, keyEnv, "check", "--data", data)
 			if code == 0 || !strings.Contains(out, "bucket jobs key "+bad+": the record is damaged: checksum mismatch") {
 				t.Fatalf("check: exit %d\n%s", code, out)
 			}
-			out, code = runBerth(t, "check", "--repair", "--data", data)
+			out, code = runBerth(t, keyEnv, "check", "--repair", "--data", data)
 			if code != 0 || !strings.Contains(out, "set aside") {
 				t.Fatalf("check --repair: exit %d\n%s", code, out)
 			}
@@ -349,7 +293,7 @@ func TestDamagedJobRecordIsFoundAndIsolated(t *testing.T) {
 			if b, _ := os.ReadFile(aside[0]); !strings.Contains(string(b), bad) {
 				t.Fatalf("the set-aside file does not hold the damaged record:\n%s", b)
 			}
-			if out, code := runBerth(t, "check", "--data", data); code != 0 {
+			if out, code := runBerth(t, keyEnv, "check", "--data", data); code != 0 {
 				t.Fatalf("check after the repair: exit %d\n%s", code, out)
 			}
 			s = serveData(t, data)
@@ -402,18 +346,18 @@ func TestCheckFindsMetaPageDamage(t *testing.T) {
 	at := newer*int64(pageSize) + 16 + 16
 	writeAtKeepMtime(t, path, at, []byte{raw[at] ^ 0x01})
 
-	out, code := runBerth(t, "serve", "--addr", "127.0.0.1:0", "--data", data)
+	out, code := runBerth(t, keyEnv, "serve", "--addr", "127.0.0.1:0", "--data", data)
 	if code == 0 || !strings.Contains(out, "header (meta) page") || !strings.Contains(out, "berth check") {
 		t.Fatalf("serve: exit %d\n%s", code, out)
 	}
-	out, code = runBerth(t, "check", "--data", data)
+	out, code = runBerth(t, keyEnv, "check", "--data", data)
 	if code == 0 || !strings.Contains(out, fmt.Sprintf("header (meta) page %d is invalid", newer)) {
 		t.Fatalf("check: exit %d, want the damaged header page named\n%s", code, out)
 	}
-	if out, code = runBerth(t, "check", "--repair", "--data", data); code != 0 {
+	if out, code = runBerth(t, keyEnv, "check", "--repair", "--data", data); code != 0 {
 		t.Fatalf("check --repair: exit %d\n%s", code, out)
 	}
-	if out, code = runBerth(t, "check", "--data", data); code != 0 {
+	if out, code = runBerth(t, keyEnv, "check", "--data", data); code != 0 {
 		t.Fatalf("check after the repair: exit %d\n%s", code, out)
 	}
 	s := serveData(t, data)

@@ -1,12 +1,10 @@
-package main
+package process_test
 
 import (
 	"bufio"
 	"bytes"
 	"encoding/json"
 	"io"
-	"net"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -30,7 +28,7 @@ func TestKubernetesTryIt(t *testing.T) {
 		t.Skip("starts a Kubernetes control plane")
 	}
 	kubetest.Require(t)
-	berth, kubedev, echo := buildBerth(t), buildBin(t, "./internal/kubetest/cmd/kubedev"), buildBin(t, "./testdata/echoworker")
+	kubedev, echo := buildBin(t, "berth/internal/kubetest/cmd/kubedev"), buildBin(t, "berth/testdata/echoworker")
 	dir := t.TempDir()
 
 	var devOut syncBuffer
@@ -75,51 +73,11 @@ func TestKubernetesTryIt(t *testing.T) {
 	}
 
 	// The port is chosen first: workers are told the address.
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close()
+	addr := freeAddr(t)
 	const key = "tryit-key"
-	var serveOut syncBuffer
-	serve := exec.Command(berth, "serve", "--runtime", "kubernetes", "--kubeconfig", filepath.Join(dir, "berth.kubeconfig"),
-		"--namespace", "berth", "--advertise-url", "http://"+addr, "--addr", addr, "--data", filepath.Join(dir, "data"))
-	serve.Env = append(os.Environ(), "BERTH_API_KEY="+key, "KUBECONFIG=")
-	serve.Stdout, serve.Stderr = &serveOut, &serveOut
-	serve.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := serve.Start(); err != nil {
-		t.Fatal(err)
-	}
-	serveDone := make(chan error, 1)
-	go func() { serveDone <- serve.Wait() }()
-	defer func() {
-		_ = serve.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-serveDone:
-		case <-time.After(time.Minute):
-			_ = serve.Process.Kill()
-			t.Error("berth serve did not stop within a minute of SIGTERM")
-		}
-		t.Logf("berth serve:\n%s", serveOut.String())
-	}()
-	deadline := time.Now().Add(2 * time.Minute)
-	for {
-		resp, err := http.Get("http://" + addr + "/")
-		if err == nil {
-			resp.Body.Close()
-			break
-		}
-		select {
-		case err := <-serveDone:
-			t.Fatalf("berth serve exited: %v\n%s", err, serveOut.String())
-		default:
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("berth serve does not answer: %v\n%s", err, serveOut.String())
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	berth := startBerth(t, serveOpts{Addr: addr, Data: filepath.Join(dir, "data"), Key: key, Env: []string{"KUBECONFIG="},
+		Args: []string{"--runtime", "kubernetes", "--kubeconfig", filepath.Join(dir, "berth.kubeconfig"), "--namespace", "berth", "--advertise-url", "http://" + addr}})
+	defer berth.Stop() // before kubedev stops
 
 	env := map[string]string{"BERTH_URL": "http://" + addr, "BERTH_API_KEY": key}
 	ok := func(v any, args ...string) {

@@ -1,4 +1,4 @@
-package main
+package process_test
 
 import (
 	"os"
@@ -17,7 +17,7 @@ func TestSystemdUnitVerifies(t *testing.T) {
 	if err != nil {
 		t.Skip("systemd-analyze not installed (.ci/run installs it)")
 	}
-	unit, err := os.ReadFile("deploy/berth.service")
+	unit, err := os.ReadFile("../../deploy/berth.service")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -26,7 +26,7 @@ func TestSystemdUnitVerifies(t *testing.T) {
 			t.Errorf("unit lacks %q", strings.TrimSpace(want))
 		}
 	}
-	bin := buildBerth(t)
+	bin := berthBin(t)
 	path := filepath.Join(t.TempDir(), "berth.service")
 	if err := os.WriteFile(path, []byte(strings.ReplaceAll(string(unit), "/usr/local/bin/berth", bin)), 0o644); err != nil {
 		t.Fatal(err)

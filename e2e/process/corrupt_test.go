@@ -1,11 +1,9 @@
-package main
+package process_test
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -22,22 +20,6 @@ func TestServeRefusesDamagedDatabase(t *testing.T) {
 	t.Parallel() // a process of its own: overlaps the other binaries' tests
 	if testing.Short() {
 		t.Skip("builds and runs the binary")
-	}
-	bin := buildBerth(t)
-	run := func(args ...string) (string, int) {
-		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-		defer cancel()
-		cmd := exec.CommandContext(ctx, bin, args...)
-		cmd.Env = append(os.Environ(), "BERTH_API_KEY=k")
-		out, err := cmd.CombinedOutput()
-		var exit *exec.ExitError
-		if errors.As(err, &exit) {
-			return string(out), exit.ExitCode()
-		}
-		if err != nil {
-			t.Fatalf("%v: %v\n%s", args, err, out)
-		}
-		return string(out), 0
 	}
 	page := int64(os.Getpagesize())
 	for _, tc := range []struct {
@@ -101,7 +83,7 @@ func TestServeRefusesDamagedDatabase(t *testing.T) {
 			if err := db.Close(); err != nil {
 				t.Fatal(err)
 			}
-			if out, code := run("check", "--data", data); code != 0 || !strings.Contains(out, path+": ok") {
+			if out, code := runBerth(t, keyEnv, "check", "--data", data); code != 0 || !strings.Contains(out, path+": ok") {
 				t.Fatalf("check of the sound file: exit %d\n%s", code, out)
 			}
 			info, _ := os.Stat(path)
@@ -110,7 +92,7 @@ func TestServeRefusesDamagedDatabase(t *testing.T) {
 			}
 			before, _ := os.ReadFile(path)
 
-			out, code := run("serve", "--addr", "127.0.0.1:0", "--data", data)
+			out, code := runBerth(t, keyEnv, "serve", "--addr", "127.0.0.1:0", "--data", data)
 			if code == 0 || !strings.Contains(out, path) || !strings.Contains(out, tc.want) || !strings.Contains(out, "berth check") {
 				t.Errorf("serve: exit %d; want non-zero and a message naming %s, %q and 'berth check':\n%s", code, path, tc.want, out)
 			}
@@ -121,7 +103,7 @@ func TestServeRefusesDamagedDatabase(t *testing.T) {
 				t.Error("serve changed the damaged file")
 			}
 
-			out, code = run("check", "--data", data)
+			out, code = runBerth(t, keyEnv, "check", "--data", data)
 			if code == 0 || !strings.Contains(out, path) || !strings.Contains(out, tc.want) {
 				t.Errorf("check: exit %d; want non-zero and a message naming %s and %q:\n%s", code, path, tc.want, out)
 			}

@@ -1,4 +1,4 @@
-package main
+package process_test
 
 import (
 	"bufio"
@@ -9,12 +9,9 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"os/exec"
-	"path/filepath"
 	"sort"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -48,34 +45,10 @@ func TestManyLongPollsLeaveHealthResponsive(t *testing.T) {
 		defer func() { lim.Cur = old; syscall.Setrlimit(syscall.RLIMIT_NOFILE, &lim) }()
 	}
 
-	bin := buildBerth(t)
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close()
-	base := "http://" + addr
 	const key = "longpoll-key"
-	cmd := exec.Command(bin, "serve", "--addr", addr, "--data", filepath.Join(t.TempDir(), "data"), "--rate-limits=off")
 	// No container runtime: the job below must stay queued.
-	cmd.Env = append(os.Environ(), "BERTH_API_KEY="+key, "DOCKER_HOST=unix:///nonexistent/docker.sock")
-	var logs bytes.Buffer
-	var logMu sync.Mutex
-	cmd.Stdout = writerFunc(func(p []byte) (int, error) { logMu.Lock(); defer logMu.Unlock(); return logs.Write(p) })
-	cmd.Stderr = cmd.Stdout
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		cmd.Process.Kill()
-		cmd.Wait()
-		if t.Failed() {
-			logMu.Lock()
-			t.Logf("berth log:\n%s", logs.String())
-			logMu.Unlock()
-		}
-	}()
+	berth := startBerth(t, serveOpts{Key: key, Args: []string{"--rate-limits=off"}, Env: []string{"DOCKER_HOST=unix:///nonexistent/docker.sock"}})
+	addr, base := berth.Addr, berth.Base
 	client := &http.Client{Timeout: 30 * time.Second}
 	call := func(method, path, body string) (int, []byte) {
 		req, _ := http.NewRequest(method, base+path, strings.NewReader(body))
@@ -88,15 +61,6 @@ func TestManyLongPollsLeaveHealthResponsive(t *testing.T) {
 		defer res.Body.Close()
 		b, _ := io.ReadAll(res.Body)
 		return res.StatusCode, b
-	}
-	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(50 * time.Millisecond) {
-		if c, err := net.Dial("tcp", addr); err == nil {
-			c.Close()
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("berth did not start")
-		}
 	}
 	obj := func(code int, b []byte) map[string]any {
 		var m map[string]any
@@ -121,7 +85,7 @@ func TestManyLongPollsLeaveHealthResponsive(t *testing.T) {
 		return 0
 	}
 	rss := func() int64 {
-		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", cmd.Process.Pid))
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", berth.Pid()))
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -1,4 +1,4 @@
-package main
+package process_test
 
 import (
 	"archive/tar"
@@ -30,7 +30,7 @@ import (
 // CA bundle https webhooks need is there.
 func TestBerthImage(t *testing.T) {
 	cli := dockertest.Require(t)
-	bin := buildBerth(t)
+	bin := berthBin(t)
 	// The python root file system's package set: its tarball is cached for
 	// the worker images already (ca-certificates come with python3-requests).
 	base := dockertest.BuildDebianImage(t, dockertest.DebianImage{Packages: clientkit.DebianPackages})
@@ -145,7 +145,7 @@ func TestBerthImage(t *testing.T) {
 func imageContext(bin string) (io.Reader, error) {
 	var buf bytes.Buffer
 	tw := tar.NewWriter(&buf)
-	for _, f := range []struct{ name, path string }{{"Dockerfile", "Dockerfile"}, {".dockerignore", ".dockerignore"}, {"berth", bin}} {
+	for _, f := range []struct{ name, path string }{{"Dockerfile", "../../Dockerfile"}, {".dockerignore", "../../.dockerignore"}, {"berth", bin}} {
 		data, err := os.ReadFile(f.path)
 		if err != nil {
 			return nil, err

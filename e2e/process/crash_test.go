@@ -1,16 +1,12 @@
-package main
+package process_test
 
 import (
 	"bytes"
 	"encoding/json"
 	"io"
-	"net"
 	"net/http"
-	"os"
 	"os/exec"
-	"path/filepath"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 )
@@ -23,52 +19,10 @@ func TestCrashLosesNoAcceptedJob(t *testing.T) {
 	if testing.Short() {
 		t.Skip("crash test builds and runs binaries")
 	}
-	dir := t.TempDir()
-	berthBin, workerBin := buildBerth(t), buildBin(t, "./testdata/echoworker")
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close()
+	workerBin := buildBin(t, "berth/testdata/echoworker")
 	const key = "crash-test-key"
-	base := "http://" + addr
-	data := filepath.Join(dir, "data")
-
-	var logs bytes.Buffer
-	var logMu sync.Mutex
-	start := func() *exec.Cmd {
-		cmd := exec.Command(berthBin, "serve", "--addr", addr, "--data", data, "--rate-limits=off",
-			"--worker-timeout=5s", "--reconcile-grace=3s")
-		cmd.Env = append(os.Environ(), "BERTH_API_KEY="+key)
-		w := writerFunc(func(p []byte) (int, error) { logMu.Lock(); defer logMu.Unlock(); return logs.Write(p) })
-		cmd.Stdout, cmd.Stderr = w, w
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		// Wait until it answers (an external process: poll its port).
-		deadline := time.Now().Add(20 * time.Second)
-		for {
-			if c, err := net.Dial("tcp", addr); err == nil {
-				c.Close()
-				return cmd
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("berth did not start:\n%s", logs.String())
-			}
-			time.Sleep(20 * time.Millisecond)
-		}
-	}
-	berth := start()
-	defer func() {
-		berth.Process.Kill()
-		berth.Wait()
-		if t.Failed() {
-			logMu.Lock()
-			t.Logf("berth log:\n%s", logs.String())
-			logMu.Unlock()
-		}
-	}()
+	berth := startBerth(t, serveOpts{Key: key, Args: []string{"--rate-limits=off", "--worker-timeout=5s", "--reconcile-grace=3s"}})
+	base := berth.Base
 
 	client := &http.Client{Timeout: 30 * time.Second}
 	call := func(method, path string, body any, out any) (int, error) {
@@ -148,15 +102,12 @@ func TestCrashLosesNoAcceptedJob(t *testing.T) {
 		}(c)
 	}
 	<-killAt
-	if err := berth.Process.Signal(syscall.SIGKILL); err != nil {
-		t.Fatal(err)
-	}
-	berth.Wait()
+	berth.Kill()
 	close(stop)
 	wg.Wait()
 	t.Logf("killed Berth after %d accepted jobs", len(accepted))
 
-	berth = start()
+	berth.Start()
 	deadline := time.Now().Add(90 * time.Second)
 	for id, n := range accepted {
 		for {
@@ -180,7 +131,3 @@ func TestCrashLosesNoAcceptedJob(t *testing.T) {
 		}
 	}
 }
-
-type writerFunc func([]byte) (int, error)
-
-func (f writerFunc) Write(p []byte) (int, error) { return f(p) }

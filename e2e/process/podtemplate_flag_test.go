@@ -1,13 +1,10 @@
-package main
+package process_test
 
 import (
-	"context"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 )
 
 // TestServeRefusesABadPodTemplate: the operator's Pod template reaches
@@ -16,7 +13,6 @@ import (
 // 'berth serve' (exit 1) with the file and the field named, before any
 // cluster is asked (none is configured here).
 func TestServeRefusesABadPodTemplate(t *testing.T) {
-	bin := buildBerth(t)
 	tpl := filepath.Join(t.TempDir(), "pod-template.yaml")
 	if err := os.WriteFile(tpl, []byte("spec:\n  nodeName: gpu-1\n"), 0o600); err != nil {
 		t.Fatal(err)
@@ -31,19 +27,10 @@ func TestServeRefusesABadPodTemplate(t *testing.T) {
 		{"environment", nil, []string{"BERTH_KUBE_POD_TEMPLATE=" + tpl}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-			defer cancel()
-			cmd := exec.CommandContext(ctx, bin, append(append(base, "--data", t.TempDir()), c.args...)...)
-			cmd.Env = append(os.Environ(), append(c.env, "BERTH_API_KEY=k", "KUBECONFIG="+filepath.Join(t.TempDir(), "none"))...)
-			out, err := cmd.CombinedOutput()
-			code := 0
-			if ee, ok := err.(*exec.ExitError); ok {
-				code = ee.ExitCode()
-			} else if err != nil {
-				t.Fatal(err)
-			}
+			out, code := runBerth(t, append(c.env, "BERTH_API_KEY=k", "KUBECONFIG="+filepath.Join(t.TempDir(), "none")),
+				append(append(base, "--data", t.TempDir()), c.args...)...)
 			want := tpl + ": pod template: spec.nodeName: not allowed"
-			if code != 1 || !strings.Contains(string(out), want) {
+			if code != 1 || !strings.Contains(out, want) {
 				t.Errorf("exit %d, output:\n%s\nwant exit 1 and %q", code, out, want)
 			}
 		})
