@@ -56,17 +56,16 @@ func TestCDIDeviceReachesWorker(t *testing.T) {
 	specPath, created := writeCDISpec(t, info.CDISpecDirs, uuid, devFile)
 	waitCDIDevice(t, cli, "nvidia.com/gpu="+uuid, specPath, created)
 
-	alloc := gpu.NewAllocator([]gpu.Device{{Index: 0, UUID: uuid, Name: "NVIDIA Test GPU", TypeID: "NVIDIA Test GPU", MemoryMiB: 1024}})
-	e := newEnv(t, func(c *runtime.Config) { c.GPUs = alloc })
-	if !e.d.CDIEnabled() {
-		t.Fatal("the Supervisor's Docker does not see CDI, the first connection did")
-	}
+	e := newEnv(t, withGPUs([]gpu.Device{{Index: 0, UUID: uuid, Name: "NVIDIA Test GPU", TypeID: "NVIDIA Test GPU", MemoryMiB: 1024}}))
 	tm := e.putTemplate(nil)
 	ep := e.putEndpoint(tm.ID, func(ep *store.Endpoint) {
 		ep.ComputeType, ep.GPUCount, ep.GPUTypeIDs = "GPU", 1, []string{"NVIDIA Test GPU"}
 		ep.WorkersMin, ep.WorkersMax, ep.IdleTimeout = 0, 1, 60
 	})
 	s := e.start()
+	if !e.b.Docker().CDIEnabled() {
+		t.Fatal("Berth's Docker does not see CDI, the first connection did")
+	}
 
 	envJob := e.submit(ep.ID, `{"env": "BERTH_FAKE_GPU"}`)
 	fileJob := e.submit(ep.ID, `{"read_file": "`+cdiFakeGPUPath+`"}`)
@@ -75,7 +74,7 @@ func TestCDIDeviceReachesWorker(t *testing.T) {
 			t.Fatalf("job %s output %q, want the injected device %q (status %+v)", id, out, uuid, s.Status(ep.ID))
 		}
 	}
-	r, err := e.q.Status(ep.ID, envJob, 0)
+	r, err := e.q().Status(ep.ID, envJob, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -99,7 +98,7 @@ func TestCDIDeviceReachesWorker(t *testing.T) {
 		t.Fatalf("device requests %+v: want one cdi request for nvidia.com/gpu=%s", in.Container.HostConfig, uuid)
 	}
 	// What GET /v1/gpus shows: the worker holds the GPU.
-	snap := alloc.Snapshot()
+	snap := e.gpus().Snapshot()
 	if len(snap) != 1 || snap[0].UUID != uuid || snap[0].Holder != workerID {
 		t.Fatalf("GPU snapshot %+v: want %s held by %s", snap, uuid, workerID)
 	}

@@ -192,7 +192,7 @@ func TestFlashBootDaemonReconnect(t *testing.T) {
 		ws := s.Workers(ep.ID)
 		return len(ws) == 1 && ws[0].State == runtime.StateIdle && ws[0].WorkerID == w.WorkerID
 	})
-	for _, l := range e.q.Workers(ep.ID) {
+	for _, l := range e.q().Workers(ep.ID) {
 		if l.Frozen {
 			t.Fatalf("the queue still has %s frozen", l.WorkerID)
 		}

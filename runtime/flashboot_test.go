@@ -16,6 +16,7 @@ import (
 	"github.com/NVIDIA/go-nvml/pkg/nvml/mock/dgxa100"
 	"github.com/jonboulle/clockwork"
 
+	"berth/app"
 	"berth/gpu"
 	"berth/queue"
 	"berth/runtime"
@@ -24,18 +25,19 @@ import (
 	"berth/worker"
 )
 
-// flashEnv is an env whose Supervisor runs on a fake clock (idle timeouts
-// and frozen times pass on Advance) and reads a settable MemAvailable.
+// flashEnv is an env whose Berth runs on a fake clock (idle timeouts and
+// frozen times pass on Advance) and whose Supervisor reads a settable
+// MemAvailable.
 func flashEnv(t testing.TB, opts ...envOpt) (*env, *clockwork.FakeClock, *memSource) {
 	clock := clockwork.NewFakeClock()
 	mem := new(memSource)
 	mem.set(func() int64 { return 64 << 30 })
-	e := newEnv(t, append([]envOpt{func(c *runtime.Config) {
+	e := newEnv(t, append([]envOpt{func(c *app.Config) {
 		c.Clock = clock
-		c.MemAvailable = func() (int64, error) { return (*mem.fn.Load())(), nil }
-		c.FlashMinMemAvailable = 1 << 30
-		c.FlashMaxFrozen = 10 * time.Minute
-		c.IdleStopGrace = 2 * time.Second
+		c.Runtime.MemAvailable = func() (int64, error) { return (*mem.fn.Load())(), nil }
+		c.Runtime.FlashMinMemAvailable = 1 << 30
+		c.Runtime.FlashMaxFrozen = 10 * time.Minute
+		c.Runtime.IdleStopGrace = 2 * time.Second
 	}}, opts...)...)
 	return e, clock, mem
 }
@@ -97,7 +99,7 @@ func (e *env) paused(cid string) bool {
 
 func (e *env) metrics() string {
 	e.t.Helper()
-	req, _ := http.NewRequest("GET", e.base+"/metrics", nil)
+	req, _ := http.NewRequest("GET", e.b.URL()+"/metrics", nil)
 	req.Header.Set("Authorization", "Bearer "+apiKey)
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
@@ -171,9 +173,7 @@ func TestFlashBoot(t *testing.T) {
 	e.workerIn(ep.ID, runtime.StateIdle)
 	e.idleUntilFrozen(ep.ID, clock)
 	e.eventually("the refrozen worker's container is paused", func() bool { return e.paused(w.ContainerID) })
-	s.Stop()
-	e.sup.Store(nil)
-	s2 := e.start()
+	s2 := e.restart()
 	if ws := s2.Workers(ep.ID); len(ws) != 1 || ws[0].State != runtime.StateFrozen || ws[0].ContainerID != w.ContainerID {
 		t.Fatalf("after restart %+v, want %s frozen", ws, w.ContainerID)
 	}
@@ -197,8 +197,8 @@ func TestFlashBoot(t *testing.T) {
 	})
 }
 
-// dgxGPUs is the allocator of go-nvml's DGX A100 mock: 8 A100-SXM4-40GB.
-func dgxGPUs(t *testing.T) *gpu.Allocator {
+// dgxGPUs is what go-nvml's DGX A100 mock shows: 8 A100-SXM4-40GB.
+func dgxGPUs(t *testing.T) []gpu.Device {
 	t.Helper()
 	s := dgxa100.New()
 	s.InitFunc = func() nvml.Return { return nvml.SUCCESS }
@@ -217,20 +217,20 @@ func dgxGPUs(t *testing.T) *gpu.Allocator {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return gpu.NewAllocator(devs)
+	return devs
 }
 
 // gpuWorker makes the container of a GPU worker as a Supervisor would
 // have left it, labelled with the GPU but without the device request
-// (this daemon has no GPU runtime): the next Supervisor adopts it and
+// (this daemon has no GPU runtime): the next start of Berth adopts it and
 // restores its GPU from the label.
 func (e *env) gpuWorker(ep store.Endpoint, tm store.Template, uuid string) string {
 	e.t.Helper()
-	reg, err := e.q.RegisterWorker(ep.ID, false)
+	reg, err := e.q().RegisterWorker(ep.ID, false)
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	env := worker.PlatformEnv(e.cfg.WorkerBaseURL, ep.ID, reg.WorkerID, reg.Key, 2000)
+	env := worker.PlatformEnv(e.workerBaseURL(), ep.ID, reg.WorkerID, reg.Key, 2000)
 	var list []string
 	for _, k := range slices.Sorted(maps.Keys(env)) {
 		list = append(list, k+"="+env[k])
@@ -259,11 +259,11 @@ func (e *env) gpuWorker(ep store.Endpoint, tm store.Template, uuid string) strin
 // a pod that needs a GPU.
 func TestFlashBootEviction(t *testing.T) {
 	t.Parallel()
-	alloc := dgxGPUs(t)
-	e, clock, mem := flashEnv(t, func(c *runtime.Config) { c.GPUs = alloc })
+	devs := dgxGPUs(t)
+	e, clock, mem := flashEnv(t, withGPUs(devs))
 	const a100 = "NVIDIA A100-SXM4-40GB"
+	e.start()
 	tm := e.putTemplate(nil)
-	devs := alloc.Snapshot()
 	// Three flashboot endpoints whose workers freeze one after the other
 	// (idle timeouts 5, 20 and 40 s); the other five GPUs are taken.
 	var eps []store.Endpoint
@@ -275,6 +275,9 @@ func TestFlashBootEviction(t *testing.T) {
 		eps = append(eps, ep)
 		wids = append(wids, e.gpuWorker(ep, tm, devs[i].UUID))
 	}
+	// The next start adopts them.
+	s := e.restart()
+	alloc := e.gpus()
 	var rest []string
 	for _, d := range devs[3:] {
 		rest = append(rest, d.UUID)
@@ -282,7 +285,6 @@ func TestFlashBootEviction(t *testing.T) {
 	if err := alloc.Restore("filler", rest); err != nil {
 		t.Fatal(err)
 	}
-	s := e.start()
 	holder := func(uuid string) string {
 		for _, g := range alloc.Snapshot() {
 			if g.UUID == uuid {

@@ -4,31 +4,25 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"fmt"
 	"io"
 	"log/slog"
 	"net"
 	"net/http"
 	"path/filepath"
-	"slices"
 	"strconv"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
+	"berth/app"
 	"berth/gpu"
-	"berth/httpapi"
+	"berth/internal/apptest"
 	"berth/internal/dockertest"
 	"berth/internal/logtest"
-	"berth/metrics"
-	"berth/mgmt"
 	"berth/queue"
 	"berth/runtime"
 	"berth/runtime/docker"
 	"berth/store"
-	"berth/worker"
 )
 
 const (
@@ -46,268 +40,123 @@ func (w tWriter) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
-// usage records OnRun calls.
-type usage struct {
-	mu     sync.Mutex
-	starts map[string]int
-	ends   map[string]int
-}
-
-func (u *usage) record(kind, id, endpointID, gpuType string, gpus int, start, end time.Time) {
-	u.mu.Lock()
-	defer u.mu.Unlock()
-	if end.IsZero() {
-		u.starts[id]++
-	} else {
-		u.ends[id]++
-	}
-}
-
-func (u *usage) counts() (starts, ends int) {
-	u.mu.Lock()
-	defer u.mu.Unlock()
-	for _, n := range u.starts {
-		starts += n
-	}
-	for _, n := range u.ends {
-		ends += n
-	}
-	return
-}
-
-// env is one Berth in miniature: store, queue, HTTP API (worker protocol)
-// and Supervisor, on its own Docker instance id.
+// env is one Berth for a test, as berth serve composes it (app.New through
+// internal/apptest) on the Docker daemon, with the test's runtime settings
+// (short ticks and back-offs) and GPUs, plus the test's own connection to
+// the daemon (what docker ps shows). Berth starts at start, so a test can
+// change cfg first, and can be stopped and started again (its containers
+// kept, as berth serve leaves them) to test what a restart adopts.
 type env struct {
-	t   testing.TB
-	log *slog.Logger
-	db  *store.DB
-	q   *queue.Service
-	d   *docker.Docker
-	// dcfg configures the Docker backend start makes.
-	dcfg  docker.Config
-	base  string // http://127.0.0.1:PORT for the test's own calls
-	cfg   runtime.Config
-	sup   atomic.Pointer[runtime.Supervisor]
-	use   *usage
+	t testing.TB
+	// cfg is the settings start starts Berth with.
+	cfg app.Config
+	b   *apptest.Berth // nil until start, and while stopped
+	// pre is the data folder's file while Berth is not running: records a
+	// test puts before start are there when Berth opens it.
+	pre   *store.DB
+	d     *docker.Docker
 	inst  string
 	image string // echoworker
-	// metrics are fed by the Supervisor (OnScale) and Docker (OnPull)
-	// and served on /metrics, as in app/runtime.go.
-	prom *metrics.Metrics
-	seen seen
+	lines *logtest.Lines
 }
 
-// seen records what the Supervisor did when, for tests that assert what
-// did not happen: each worker start decision (OnScale "start") per
-// endpoint, and each listing of the endpoints, which begins every
-// autoscaler pass and every reconcile (a pass always follows a reconcile).
-type seen struct {
-	mu       sync.Mutex
-	starts   map[string][]time.Time
-	listings []time.Time
-}
-
-func (s *seen) start(endpointID string) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.starts == nil {
-		s.starts = map[string][]time.Time{}
-	}
-	s.starts[endpointID] = append(s.starts[endpointID], time.Now())
-}
-
-func (s *seen) listing() {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.listings = append(s.listings, time.Now())
-}
-
-// startTimes returns when the Supervisor decided each start of a worker
-// of the endpoint.
-func (e *env) startTimes(epID string) []time.Time {
-	e.seen.mu.Lock()
-	defer e.seen.mu.Unlock()
-	return slices.Clone(e.seen.starts[epID])
-}
-
-// passAfter waits until an autoscaler pass that began after t has ended:
-// the event proving that the Supervisor has looked at its endpoints (on its
-// own clock, the real one in these tests) later than t. Three listings
-// after t do: one of the first two begins a pass (a reconcile's listing is
-// followed by its pass's), which ends before the next listing begins. (A
-// pass a notification asked for covers the notified endpoints only: with
-// more than one endpoint, mind which the test notifies.)
-func (e *env) passAfter(t time.Time) {
-	e.t.Helper()
-	e.eventually("an autoscaler pass after "+t.Format("15:04:05.000"), func() bool {
-		e.seen.mu.Lock()
-		defer e.seen.mu.Unlock()
-		n := 0
-		for _, at := range e.seen.listings {
-			if at.After(t) {
-				n++
-			}
-		}
-		return n >= 3
-	})
-}
-
-type envOpt func(*runtime.Config)
+type envOpt func(*app.Config)
 
 func newEnv(t testing.TB, opts ...envOpt) *env {
 	t.Helper()
 	return newEnvAt(t, "0.0.0.0", opts...)
 }
 
-// newEnvAt serves the HTTP API on host (an IP) at a free port.
+// newEnvAt serves the API on host (an IP) at a free port. On a loopback
+// address containers reach the worker protocol through Berth's second
+// listener on the Docker bridge's gateway.
 func newEnvAt(t testing.TB, host string, opts ...envOpt) *env {
 	t.Helper()
 	dockertest.Require(t)
-	e := &env{t: t, inst: dockertest.Unique("inst-"), use: &usage{starts: map[string]int{}, ends: map[string]int{}}}
+	e := &env{t: t}
 	// Every line is checked against the log attribute rules
 	// (internal/logtest); printed only with -v.
 	var out slog.Handler = slog.NewTextHandler(tWriter{t}, &slog.HandlerOptions{Level: slog.LevelInfo})
 	if !testing.Verbose() {
 		out = nil
 	}
-	var lines *logtest.Lines
-	e.log, lines = logtest.Check(t, out)
+	var log *slog.Logger
+	log, e.lines = logtest.Check(t, out)
 	// The worker lifecycle refuses a state change it does not allow and
 	// logs it: in these tests that is a bug (runtime/lifecycle.go).
 	t.Cleanup(func() {
-		if l := lines.Find("worker state change refused"); l != nil {
+		if l := e.lines.Find("worker state change refused"); l != nil {
 			t.Errorf("the worker lifecycle refused a state change: %v", l)
 		}
 	})
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	d, err := docker.Connect(ctx, e.log)
+	d, err := docker.Connect(ctx, slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatalf("docker.Connect: %v", err)
 	}
 	e.d = d
-	e.prom = metrics.New()
-	d.OnPull = e.prom.Pull
 	t.Cleanup(func() { _ = d.Close() })
 	e.image = dockertest.BuildGoImage(t, echoWorker)
 
-	db, err := store.Open(filepath.Join(t.TempDir(), "berth.db"), store.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = db.Close() })
-	e.db = db
-	e.q = queue.New(db, queue.Config{
-		Logger: e.log,
-		OnQueueChange: func(id string) {
-			if s := e.sup.Load(); s != nil {
-				s.Notify(id)
-			}
-		},
-		OnStopPod: func(ep, w string) {
-			if s := e.sup.Load(); s != nil {
-				s.Recycle(ep, w)
-			}
-		},
-	})
-	if err := e.q.Start(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(e.q.Stop)
-
-	// httpapi needs the management rules; their endpoint hooks reach the
-	// API made just below.
-	var api *httpapi.Server
-	mg := mgmt.New(mgmt.Config{Store: db, Logger: e.log, DataDir: filepath.Dir(db.Path()), Jobs: e.q,
-		EndpointChanged: func(id string) { api.EndpointChanged(id) },
-		EndpointDeleted: func(id string) { api.EndpointDeleted(id) }})
-	api, err = httpapi.New(httpapi.Config{Store: db, Queue: e.q, Mgmt: mg, Logger: e.log, APIKeyHash: httpapi.HashKey(apiKey), Metrics: e.prom,
-		Workers: func(id string) queue.WorkerCounts {
-			if s := e.sup.Load(); s != nil {
-				return s.WorkerCounts(id)
-			}
-			return queue.WorkerCounts{}
-		}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	// Containers reach it through the bridge gateway
-	// (host.docker.internal:host-gateway): bind on every interface, or on
-	// the gateway's address only.
-	if host == "gateway" {
-		if host, err = d.BridgeGateway(ctx); err != nil {
-			t.Fatal(err)
-		}
-	}
-	ln, err := net.Listen("tcp", net.JoinHostPort(host, "0"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := &http.Server{Handler: api.Handler()}
-	go func() { _ = srv.Serve(ln) }()
-	t.Cleanup(func() { _ = srv.Close() })
-	port := ln.Addr().(*net.TCPAddr).Port
-	e.base = "http://" + ln.Addr().String()
-
-	e.cfg = runtime.Config{
-		Queue: e.q, Logger: e.log,
-		Endpoints: func() ([]store.Endpoint, error) {
-			e.seen.listing()
-			return e.endpoints()
-		},
-		Template:      e.template,
-		WorkerBaseURL: fmt.Sprintf("http://host.docker.internal:%d", port),
-		WorkerEnv: func(base, ep, w, key string) map[string]string {
-			return worker.PlatformEnv(base, ep, w, key, 2000)
-		},
-		OnRun: e.use.record,
-		OnScale: func(endpointID, action string) {
-			if action == "start" {
-				e.seen.start(endpointID)
-			}
-			e.prom.Scale(endpointID, action)
-		},
+	e.cfg = apptest.Config(t, apiKey)
+	e.cfg.Addr = net.JoinHostPort(host, "0")
+	e.cfg.Logger = log
+	e.cfg.Backend = app.DockerRequired
+	// Workers are told to ping every 2 s.
+	e.cfg.HTTP.PingInterval = 2 * time.Second
+	e.cfg.Runtime = runtime.Config{
 		TickInterval:   100 * time.Millisecond,
 		ResyncInterval: 2 * time.Second,
 		BackoffBase:    200 * time.Millisecond,
 		BackoffMax:     3 * time.Second,
 	}
-	e.dcfg = docker.Config{Instance: e.inst, DataDir: t.TempDir()}
+	e.inst = app.Instance(e.cfg.DataDir)
 	for _, o := range opts {
 		o(&e.cfg)
 	}
-	// Registered last, so it runs first: no container outlives the test.
+	// Registered before Berth's stop, so it runs after it: no container
+	// outlives the test (Berth leaves them for a next start to adopt).
 	t.Cleanup(e.removeAll)
+	t.Cleanup(func() {
+		if e.pre != nil {
+			_ = e.pre.Close()
+		}
+	})
 	return e
 }
 
-// start makes and starts a Supervisor from e.cfg, on a Docker backend
-// from e.dcfg.
+// start starts Berth with e.cfg (again on the same address after a stop:
+// the running containers were told it) and returns its Supervisor.
 func (e *env) start() *runtime.Supervisor {
 	e.t.Helper()
-	b, err := docker.NewBackend(e.d, e.dcfg)
-	if err != nil {
-		e.t.Fatal(err)
+	if e.pre != nil {
+		if err := e.pre.Close(); err != nil {
+			e.t.Fatal(err)
+		}
+		e.pre = nil
 	}
-	e.cfg.Backend = b
-	s, err := runtime.New(e.cfg)
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	if err := s.Start(ctx); err != nil {
-		e.t.Fatal(err)
-	}
-	e.sup.Store(s)
-	e.t.Cleanup(s.Stop)
-	return s
+	e.b = apptest.Start(e.t, e.cfg)
+	e.cfg.Addr = e.b.Addr()
+	return e.b.Supervisor()
+}
+
+// stop stops Berth (its file checked), leaving its containers running.
+func (e *env) stop() {
+	e.t.Helper()
+	e.b.Stop()
+	e.b = nil
+}
+
+// restart stops Berth and starts it again: the new Supervisor adopts what
+// runs.
+func (e *env) restart() *runtime.Supervisor {
+	e.t.Helper()
+	e.stop()
+	return e.start()
 }
 
 func (e *env) removeAll() {
-	if s := e.sup.Load(); s != nil {
-		s.Stop()
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	infos, err := e.d.List(ctx, e.inst)
@@ -322,25 +171,83 @@ func (e *env) removeAll() {
 	}
 }
 
-func (e *env) endpoints() ([]store.Endpoint, error) {
-	var out []store.Endpoint
-	err := e.db.View(func(tx *store.Tx) error {
-		return tx.ForEach(store.Endpoints, func(_ string, raw []byte) error {
-			var ep store.Endpoint
-			if err := json.Unmarshal(raw, &ep); err != nil {
-				return err
-			}
-			out = append(out, ep)
-			return nil
-		})
-	})
-	return out, err
+// db is Berth's store, or the data folder's file while Berth does not run.
+func (e *env) db() *store.DB {
+	e.t.Helper()
+	if e.b != nil {
+		return e.b.Store()
+	}
+	if e.pre == nil {
+		db, err := store.Open(filepath.Join(e.cfg.DataDir, "berth.db"), store.Options{})
+		if err != nil {
+			e.t.Fatal(err)
+		}
+		e.pre = db
+	}
+	return e.pre
 }
 
-func (e *env) template(id string) (store.Template, error) {
-	var t store.Template
-	err := e.db.View(func(tx *store.Tx) error { return tx.Get(store.Templates, id, &t) })
-	return t, err
+// q is the running Berth's queue.
+func (e *env) q() *queue.Service { return e.b.Queue() }
+
+// gpus is the running Berth's GPU allocator (made from cfg.DiscoverGPUs).
+func (e *env) gpus() *gpu.Allocator { return e.b.GPUs() }
+
+// workerBaseURL is where containers reach the running Berth.
+func (e *env) workerBaseURL() string {
+	_, port, _ := net.SplitHostPort(e.b.Addr())
+	return "http://host.docker.internal:" + port
+}
+
+// startTimes returns when the Supervisor started each worker of the
+// endpoint, from its "starting worker" lines.
+func (e *env) startTimes(epID string) []time.Time {
+	return e.lines.Times("starting worker", "endpoint", epID)
+}
+
+// passAfter waits until an autoscaler pass that began after t has ended:
+// the event proving that the Supervisor has looked at its endpoints (on
+// its own clock, the real one in these tests) later than t. A probe
+// endpoint whose template does not exist, written to the store after t
+// without a notification, is seen only by a pass over every endpoint (a
+// tick's or a resync's), which reports it unhealthy naming the template;
+// the probe rewritten once that is seen, and seen again, proves that pass
+// ended (passes run one at a time).
+func (e *env) passAfter(t time.Time) {
+	e.t.Helper()
+	e.eventually("the moment "+t.Format("15:04:05.000"), func() bool { return time.Now().After(t) })
+	probe := store.Endpoint{ID: queue.NewID(14), Version: 1, ComputeType: "CPU", ScalerType: runtime.ScalerQueueDelay, ScalerValue: 4}
+	for range 2 {
+		probe.TemplateID = "no-such-template-" + queue.NewID(8)
+		if err := e.db().Write(store.Put(store.Endpoints, probe.ID, probe)); err != nil {
+			e.t.Fatal(err)
+		}
+		e.eventually("a pass over the probe endpoint", func() bool {
+			return strings.Contains(e.sv().Status(probe.ID).Reason, probe.TemplateID)
+		})
+	}
+	e.deleteEndpoint(probe.ID)
+}
+
+// usage counts the usage intervals (billing's records) of kind by id:
+// those still open and those closed.
+func (e *env) usage(kind string) (open, closed map[string]int) {
+	e.t.Helper()
+	open, closed = map[string]int{}, map[string]int{}
+	err := store.UsageBetween(e.db(), time.Time{}, time.Now().Add(time.Hour), func(iv store.UsageInterval) error {
+		switch {
+		case iv.Kind != kind:
+		case iv.End.IsZero():
+			open[iv.ID]++
+		default:
+			closed[iv.ID]++
+		}
+		return nil
+	})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return open, closed
 }
 
 func (e *env) putTemplate(mod func(*store.Template)) store.Template {
@@ -350,7 +257,7 @@ func (e *env) putTemplate(mod func(*store.Template)) store.Template {
 	if mod != nil {
 		mod(&t)
 	}
-	if err := e.db.Write(store.Put(store.Templates, t.ID, t)); err != nil {
+	if err := e.db().Write(store.Put(store.Templates, t.ID, t)); err != nil {
 		e.t.Fatal(err)
 	}
 	return t
@@ -370,24 +277,24 @@ func (e *env) putEndpoint(templateID string, mod func(*store.Endpoint)) store.En
 
 func (e *env) saveEndpoint(ep store.Endpoint) {
 	e.t.Helper()
-	if err := e.db.Write(store.Put(store.Endpoints, ep.ID, ep)); err != nil {
+	if err := e.db().Write(store.Put(store.Endpoints, ep.ID, ep)); err != nil {
 		e.t.Fatal(err)
 	}
-	if s := e.sup.Load(); s != nil {
-		s.Notify(ep.ID)
+	if e.b != nil {
+		e.sv().Notify(ep.ID)
 	}
 }
 
 func (e *env) deleteEndpoint(id string) {
 	e.t.Helper()
-	if err := e.db.Write(store.Delete(store.Endpoints, id)); err != nil {
+	if err := e.db().Write(store.Delete(store.Endpoints, id)); err != nil {
 		e.t.Fatal(err)
 	}
 }
 
 func (e *env) submit(epID, input string) string {
 	e.t.Helper()
-	r, err := e.q.Submit(queue.SubmitRequest{EndpointID: epID, Input: json.RawMessage(input), ExecutionTimeout: 20 * time.Second})
+	r, err := e.q().Submit(queue.SubmitRequest{EndpointID: epID, Input: json.RawMessage(input), ExecutionTimeout: 20 * time.Second})
 	if err != nil {
 		e.t.Fatal(err)
 	}
@@ -404,7 +311,7 @@ func (e *env) run(epID, input string) string {
 
 func (e *env) call(method, path, body string, out any) {
 	e.t.Helper()
-	req, _ := http.NewRequest(method, e.base+path, strings.NewReader(body))
+	req, _ := http.NewRequest(method, e.b.URL()+path, strings.NewReader(body))
 	req.Header.Set("Authorization", "Bearer "+apiKey)
 	req.Header.Set("Content-Type", "application/json")
 	resp, err := http.DefaultClient.Do(req)
@@ -427,7 +334,7 @@ func (e *env) call(method, path, body string, out any) {
 // -1 when there is no such series.
 func (e *env) metric(name string, labels ...string) float64 {
 	e.t.Helper()
-	req, _ := http.NewRequest(http.MethodGet, e.base+"/metrics", nil)
+	req, _ := http.NewRequest(http.MethodGet, e.b.URL()+"/metrics", nil)
 	req.Header.Set("Authorization", "Bearer "+apiKey)
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
@@ -457,7 +364,7 @@ func (e *env) wait(epID, jobID string) queue.StatusResponse {
 	ctx, cancel := context.WithTimeout(context.Background(), waitLong)
 	defer cancel()
 	for {
-		r, err := e.q.Wait(ctx, epID, jobID, waitLong)
+		r, err := e.q().Wait(ctx, epID, jobID, waitLong)
 		if err != nil {
 			e.t.Fatalf("job %s: %v", jobID, err)
 		}
@@ -495,7 +402,7 @@ func (e *env) eventually(what string, cond func() bool) {
 	}
 }
 
-func (e *env) sv() *runtime.Supervisor { return e.sup.Load() }
+func (e *env) sv() *runtime.Supervisor { return e.b.Supervisor() }
 
 // containers lists this env's containers of one kind.
 func (e *env) containers(kind string) []docker.ContainerInfo {
@@ -542,10 +449,16 @@ func jsonString(raw json.RawMessage) string {
 	return s
 }
 
-func fakeGPUs(uuids ...string) *gpu.Allocator {
+// fakeGPUs is Berth's GPU discovery finding RTX 4090s of these UUIDs.
+func fakeGPUs(uuids ...string) envOpt {
 	var devs []gpu.Device
 	for i, u := range uuids {
 		devs = append(devs, gpu.Device{Index: i, UUID: u, Name: "NVIDIA GeForce RTX 4090", TypeID: "NVIDIA GeForce RTX 4090", MemoryMiB: 24564})
 	}
-	return gpu.NewAllocator(devs)
+	return withGPUs(devs)
+}
+
+// withGPUs is Berth's GPU discovery finding devs.
+func withGPUs(devs []gpu.Device) envOpt {
+	return func(c *app.Config) { c.DiscoverGPUs = func() ([]gpu.Device, error) { return devs, nil } }
 }

@@ -11,11 +11,21 @@ import (
 	"testing"
 	"time"
 
+	"berth/app"
 	"berth/gpu"
 	"berth/queue"
 	"berth/runtime"
 	"berth/store"
 )
+
+// putPod stores a pod's record: the pods the runtime keeps at a restart
+// are those with one.
+func (e *env) putPod(id string) {
+	e.t.Helper()
+	if err := e.db().Write(store.Put(store.Pods, id, store.Pod{ID: id, DesiredStatus: "RUNNING"})); err != nil {
+		e.t.Fatal(err)
+	}
+}
 
 // greet dials a published port and reads the testprog's greeting.
 func greet(t *testing.T, port int) {
@@ -58,14 +68,10 @@ func firstPodLogLine(t *testing.T, s *runtime.Supervisor, id string) string {
 func TestPods(t *testing.T) {
 	t.Parallel()
 	const uuid = "GPU-99999999-0000-4000-8000-000000000001"
-	alloc := fakeGPUs(uuid)
-	deleted := map[string]bool{}
-	e := newEnv(t, func(c *runtime.Config) {
-		c.GPUs = alloc
-		c.PodStopGrace = time.Second
-	})
+	e := newEnv(t, fakeGPUs(uuid), func(c *app.Config) { c.Runtime.PodStopGrace = time.Second })
 	prog := buildImage(t, testProg)
 	s := e.start()
+	alloc := e.gpus()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*waitLong)
 	defer cancel()
 
@@ -74,6 +80,7 @@ func TestPods(t *testing.T) {
 		t.Env = map[string]string{"FROM_TEMPLATE": "1"}
 	})
 	id := queue.NewID(14)
+	e.putPod(id)
 	st, err := s.CreatePod(ctx, runtime.PodSpec{ID: id, TemplateID: tm.ID, ComputeType: "CPU", VolumeGB: 1, Env: map[string]string{"X": "y"}})
 	if err != nil {
 		t.Fatal(err)
@@ -161,16 +168,19 @@ func TestPods(t *testing.T) {
 	}
 	alloc.Release("other")
 
-	// Reconcile: a new Supervisor adopts the pod and removes the container
-	// of a pod whose record is gone.
+	// Reconcile: a restarted Berth adopts the pod and removes the
+	// container of a pod whose record is gone.
 	other := queue.NewID(14)
+	e.putPod(other)
 	if _, err := s.CreatePod(ctx, runtime.PodSpec{ID: other, Image: prog, Cmd: []string{"serve"}, ComputeType: "CPU"}); err != nil {
 		t.Fatal(err)
 	}
-	s.Stop()
-	deleted[other] = true
-	e.cfg.PodExists = func(podID string) (bool, error) { return !deleted[podID], nil }
-	starts, _ := e.use.counts()
+	e.eventually("the other pod's run recorded", func() bool { open, _ := e.usage(store.UsagePod); return open[other] == 1 })
+	e.stop()
+	if err := e.db().Write(store.Delete(store.Pods, other)); err != nil {
+		t.Fatal(err)
+	}
+	_, closedBefore := e.usage(store.UsagePod)
 	s = e.start()
 	if _, err := s.PodState(ctx, other); !errors.Is(err, runtime.ErrUnknownPod) {
 		t.Fatalf("deleted pod's container: %v", err)
@@ -179,8 +189,11 @@ func TestPods(t *testing.T) {
 	if err != nil || st.DesiredStatus != runtime.PodRunning {
 		t.Fatalf("adopted pod: %+v %v", st, err)
 	}
-	if now, _ := e.use.counts(); now != starts+1 {
-		t.Fatalf("usage starts %d after adoption, want %d", now, starts+1)
+	// Billing's records: the adopted pod's run is open once, the removed
+	// one's closed.
+	open, closed := e.usage(store.UsagePod)
+	if open[id] != 1 || open[other] != 0 || closed[other] != closedBefore[other]+1 {
+		t.Fatalf("usage after adoption: open %v, closed %v (before %v)", open, closed, closedBefore)
 	}
 	pods, err := s.ListPods(ctx)
 	if err != nil || len(pods) != 1 || pods[0].ID != id {
@@ -202,8 +215,10 @@ func TestPods(t *testing.T) {
 	if n := len(e.containers("")); n != 0 {
 		t.Fatalf("%d containers left", n)
 	}
-	// Ends: stop, reset, stop, new version, remove, and the deleted pod.
-	if _, ends := e.use.counts(); ends != 6 {
-		t.Fatalf("usage: %d ends, want 6", ends)
+	// Billing's records: every run closed — the pod's six (created,
+	// started, restarted, reset, started by EnsurePod, recreated at its
+	// new version, which the adoption continued) and the other pod's one.
+	if open, closed := e.usage(store.UsagePod); len(open) != 0 || closed[id] != 6 || closed[other] != 1 {
+		t.Fatalf("usage: open %v, closed %v", open, closed)
 	}
 }

@@ -2,13 +2,12 @@ package runtime_test
 
 import (
 	"context"
-	"fmt"
 	"strings"
 	"testing"
 	"time"
 
 	"berth/internal/dockertest"
-	"berth/runtime"
+	"berth/mgmt"
 	"berth/store"
 
 	cerrdefs "github.com/containerd/errdefs"
@@ -34,27 +33,25 @@ func TestRegistryWorkerPull(t *testing.T) {
 			t.Errorf("remove %s: %v", ref, err)
 		}
 	})
-	creds := map[string]*runtime.RegistryAuth{
-		"auth-good": {Username: user, Password: pass},
-		"auth-bad":  {Username: user, Password: "not-" + pass},
-	}
-	e := newEnv(t, func(c *runtime.Config) {
-		c.Credentials = func(id string) (*runtime.RegistryAuth, error) {
-			if a, ok := creds[id]; ok {
-				return a, nil
-			}
-			return nil, fmt.Errorf("no registry auth %q", id)
-		}
-	})
+	e := newEnv(t)
 	dockertest.PushImage(t, e.image, ref, host, user, pass)
 	// Untag the local build too: the worker's image must come from the registry.
 	if err := e.d.RemoveImage(context.Background(), e.image); err != nil {
 		t.Fatal(err)
 	}
 
-	badT := e.putTemplate(func(t *store.Template) { t.ImageName, t.ContainerRegistryAuthID = ref, "auth-bad" })
-	badEP := e.putEndpoint(badT.ID, func(ep *store.Endpoint) { ep.WorkersMin = 1 })
 	s := e.start()
+	// The credentials are Berth's registry auths, as a user creates them.
+	auth := func(name, password string) string {
+		a, err := e.b.Mgmt().CreateRegistryAuth(context.Background(), mgmt.RegistryAuthInput{Name: &name, Username: &user, Password: &password})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return a.ID
+	}
+	good, bad := auth("good", pass), auth("bad", "not-"+pass)
+	badT := e.putTemplate(func(t *store.Template) { t.ImageName, t.ContainerRegistryAuthID = ref, bad })
+	badEP := e.putEndpoint(badT.ID, func(ep *store.Endpoint) { ep.WorkersMin = 1 })
 	e.eventually("the refused pull on the endpoint", func() bool {
 		st := s.Status(badEP.ID)
 		return strings.Contains(st.LastError, "unauthorized") && strings.Contains(st.LastError, ref)
@@ -67,7 +64,7 @@ func TestRegistryWorkerPull(t *testing.T) {
 	e.deleteEndpoint(badEP.ID)
 	s.Notify(badEP.ID)
 
-	goodT := e.putTemplate(func(t *store.Template) { t.ImageName, t.ContainerRegistryAuthID = ref, "auth-good" })
+	goodT := e.putTemplate(func(t *store.Template) { t.ImageName, t.ContainerRegistryAuthID = ref, good })
 	goodEP := e.putEndpoint(goodT.ID, func(ep *store.Endpoint) { ep.WorkersMin = 1 })
 	e.eventually("a worker from the pulled image", func() bool { return len(e.readyWorkers(goodEP.ID)) == 1 })
 	run := e.running(goodEP.ID)

@@ -12,7 +12,9 @@ import (
 	"testing"
 	"time"
 
+	"berth/app"
 	"berth/internal/dockertest"
+	"berth/mgmt"
 	"berth/queue"
 	"berth/runtime"
 	"berth/runtime/docker"
@@ -23,16 +25,14 @@ import (
 // containers, results come back, and the idle timeout scales to zero.
 func TestWorkersEndToEnd(t *testing.T) {
 	t.Parallel()
-	volDir := t.TempDir()
-	if err := os.WriteFile(filepath.Join(volDir, "hello.txt"), []byte("from the volume"), 0o644); err != nil {
+	e := newEnv(t)
+	// The network volume's folder in Berth's data folder.
+	volDir := mgmt.VolumePath(e.cfg.DataDir, "vol1")
+	if err := os.MkdirAll(volDir, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	e := newEnv(t)
-	e.dcfg.VolumePath = func(id string) (string, error) {
-		if id != "vol1" {
-			return "", errors.New("no such volume")
-		}
-		return volDir, nil
+	if err := os.WriteFile(filepath.Join(volDir, "hello.txt"), []byte("from the volume"), 0o644); err != nil {
+		t.Fatal(err)
 	}
 	tm := e.putTemplate(func(t *store.Template) {
 		t.Env = map[string]string{"FROM_TEMPLATE": "t", "OVERRIDDEN": "template"}
@@ -40,7 +40,7 @@ func TestWorkersEndToEnd(t *testing.T) {
 	})
 	ep := e.putEndpoint(tm.ID, func(ep *store.Endpoint) {
 		ep.NetworkVolumeID = "vol1"
-		ep.ComputeType = "GPU" // no allocator: runs on CPU with a warning
+		ep.ComputeType = "GPU" // no GPUs found: runs on CPU with a warning
 		ep.IdleTimeout = 1
 		ep.WorkersMax = 1
 		ep.Env = map[string]string{"OVERRIDDEN": "endpoint"}
@@ -64,7 +64,7 @@ func TestWorkersEndToEnd(t *testing.T) {
 	var workerIDs []string
 	for i, id := range ids[:7] {
 		out := jsonString(e.waitCompleted(ep.ID, id))
-		r, _ := e.q.Status(ep.ID, id, 0)
+		r, _ := e.q().Status(ep.ID, id, 0)
 		workerIDs = append(workerIDs, r.WorkerID)
 		if w, ok := want[i]; ok && out != w {
 			t.Fatalf("job %d output %q, want %q", i, out, want[i])
@@ -119,10 +119,11 @@ func TestWorkersEndToEnd(t *testing.T) {
 
 	// Idle timeout 1 s: back to zero, containers removed.
 	e.eventually("scale to zero", func() bool { return len(e.containers("")) == 0 && len(s.Workers(ep.ID)) == 0 })
-	if n := len(e.q.Workers(ep.ID)); n != 0 {
+	if n := len(e.q().Workers(ep.ID)); n != 0 {
 		t.Fatalf("%d worker identities left in the queue", n)
 	}
-	e.eventually("usage closed", func() bool { st, en := e.use.counts(); return st > 0 && st == en })
+	// Billing's records: the workers' runs, all closed.
+	e.eventually("usage closed", func() bool { open, closed := e.usage(store.UsageWorker); return len(open) == 0 && len(closed) > 0 })
 	var h queue.Health
 	e.call("GET", "/v2/"+ep.ID+"/health", "", &h)
 	if h.Jobs.Completed != len(ids) || h.Workers != (queue.WorkerCounts{}) {
@@ -197,7 +198,7 @@ func TestCrashRetried(t *testing.T) {
 		!strings.Contains(*r.Error, "gave up after 3 attempts") {
 		t.Fatalf("crash job: %+v %v", r, *r.Error)
 	}
-	h := e.q.Health(ep.ID)
+	h := e.q().Health(ep.ID)
 	if h.Jobs.Retried != 2 {
 		t.Fatalf("retried %d, want 2 (3 attempts on 3 workers)", h.Jobs.Retried)
 	}
@@ -232,7 +233,7 @@ func TestDrainOnScaleDown(t *testing.T) {
 	for _, id := range []string{a, b} {
 		e.waitCompleted(ep.ID, id)
 	}
-	if h := e.q.Health(ep.ID); h.Jobs.Retried != 0 || h.Jobs.Completed != 2 {
+	if h := e.q().Health(ep.ID); h.Jobs.Retried != 0 || h.Jobs.Completed != 2 {
 		t.Fatalf("health %+v: the drained worker's job must complete, not be retried", h.Jobs)
 	}
 	e.eventually("the drained container gone", func() bool { return len(e.running(ep.ID)) <= 1 })
@@ -286,25 +287,27 @@ func TestRollingUpdate(t *testing.T) {
 	if out := jsonString(e.waitCompleted(ep.ID, e.submit(ep.ID, `{"env": "GEN"}`))); out != "two" {
 		t.Fatalf("new worker env GEN=%q", out)
 	}
-	if h := e.q.Health(ep.ID); h.Jobs.Retried != 0 {
+	if h := e.q().Health(ep.ID); h.Jobs.Retried != 0 {
 		t.Fatalf("retried %d during the roll", h.Jobs.Retried)
 	}
 }
 
 // TestStopPodRecycles: a result with stopPod recycles the worker. Berth
-// listens on the bridge gateway only here (the production suggestion).
+// listens on loopback here (the production suggestion): containers reach
+// it through its worker-protocol listener on the bridge gateway.
 func TestStopPodRecycles(t *testing.T) {
 	t.Parallel()
-	e := newEnvAt(t, "gateway")
-	if !strings.HasPrefix(e.base, "http://172.") {
-		t.Logf("bridge gateway listener at %s", e.base)
-	}
+	e := newEnvAt(t, "127.0.0.1")
 	tm := e.putTemplate(nil)
 	ep := e.putEndpoint(tm.ID, func(ep *store.Endpoint) { ep.WorkersMin = 1 })
 	s := e.start()
+	if e.b.WorkerAddr() == "" {
+		t.Fatal("no worker-protocol listener for containers")
+	}
+	t.Logf("worker-protocol listener at %s", e.b.WorkerAddr())
 	id := e.submit(ep.ID, `{"stop_pod": true, "echo": {"x": 1}}`)
 	e.waitCompleted(ep.ID, id)
-	r, _ := e.q.Status(ep.ID, id, 0)
+	r, _ := e.q().Status(ep.ID, id, 0)
 	e.eventually("a fresh worker", func() bool {
 		ws := e.readyWorkers(ep.ID)
 		return len(ws) == 1 && ws[0].WorkerID != r.WorkerID && len(s.Workers(ep.ID)) == 1
@@ -332,14 +335,14 @@ func TestIgnoredStop(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			e := newEnv(t, func(c *runtime.Config) { c.StopIgnoredAfter = time.Second })
+			e := newEnv(t, func(c *app.Config) { c.Runtime.StopIgnoredAfter = time.Second })
 			tm := e.putTemplate(func(t *store.Template) { t.Env = tt.env })
 			ep := e.putEndpoint(tm.ID, func(ep *store.Endpoint) { ep.WorkersMin = 1 })
 			s := e.start()
 			id := e.submit(ep.ID, tt.input)
-			e.eventually("job running", func() bool { r, _ := e.q.Status(ep.ID, id, 0); return r.Status == store.InProgress })
-			r, _ := e.q.Status(ep.ID, id, 0)
-			if _, err := e.q.Cancel(ep.ID, id); err != nil {
+			e.eventually("job running", func() bool { r, _ := e.q().Status(ep.ID, id, 0); return r.Status == store.InProgress })
+			r, _ := e.q().Status(ep.ID, id, 0)
+			if _, err := e.q().Cancel(ep.ID, id); err != nil {
 				t.Fatal(err)
 			}
 			e.eventually("worker replaced", func() bool {
@@ -349,7 +352,7 @@ func TestIgnoredStop(t *testing.T) {
 			if st := s.Status(ep.ID); !strings.Contains(st.LastError, "ignored the stop of job "+id) {
 				t.Fatalf("status %+v", st)
 			}
-			if r, _ := e.q.Status(ep.ID, id, 0); r.Status != store.Cancelled {
+			if r, _ := e.q().Status(ep.ID, id, 0); r.Status != store.Cancelled {
 				t.Fatalf("job %s", r.Status)
 			}
 		})
@@ -416,7 +419,7 @@ func TestImageNeverStarts(t *testing.T) {
 	// A new configuration gets a fresh try.
 	crashT.DockerStartCmd = nil
 	crashT.ImageName = e.image
-	if err := e.db.Write(store.Put(store.Templates, crashT.ID, crashT)); err != nil {
+	if err := e.db().Write(store.Put(store.Templates, crashT.ID, crashT)); err != nil {
 		t.Fatal(err)
 	}
 	s.Notify(crashEP.ID)
@@ -433,18 +436,19 @@ func TestGPUs(t *testing.T) {
 	t.Parallel()
 	const uuid = "GPU-8f2c1c1e-0000-4000-8000-000000000001"
 	const uuid2 = "GPU-8f2c1c1e-0000-4000-8000-000000000002"
-	alloc := fakeGPUs(uuid, uuid2)
-	e := newEnv(t, func(c *runtime.Config) { c.GPUs = alloc })
+	e := newEnv(t, fakeGPUs(uuid, uuid2))
+	s := e.start()
+	alloc := e.gpus()
+	// The first GPU is taken before the endpoint exists, so the
+	// allocation is deterministic.
+	if _, err := alloc.Allocate("someone", nil, 1); err != nil {
+		t.Fatal(err)
+	}
 	tm := e.putTemplate(nil)
 	ep := e.putEndpoint(tm.ID, func(ep *store.Endpoint) {
 		ep.ComputeType, ep.WorkersMin, ep.GPUCount = "GPU", 1, 1
 		ep.GPUTypeIDs = []string{"NVIDIA A100 80GB PCIe", "NVIDIA GeForce RTX 4090"}
 	})
-	// The second GPU is taken, so the allocation is deterministic.
-	if _, err := alloc.Allocate("someone", nil, 1); err != nil {
-		t.Fatal(err)
-	}
-	s := e.start()
 	e.eventually("unhealthy", func() bool { return s.Status(ep.ID).Unhealthy })
 	st := s.Status(ep.ID)
 	t.Logf("status: %+v", st)
@@ -500,17 +504,22 @@ func TestGPUs(t *testing.T) {
 // exited containers, and the adopted worker finishes its job.
 func TestReconcile(t *testing.T) {
 	t.Parallel()
-	alloc := fakeGPUs("GPU-aaaaaaaa-0000-4000-8000-000000000001")
-	e := newEnv(t, func(c *runtime.Config) { c.GPUs, c.DrainGrace = alloc, time.Second })
+	e := newEnv(t, fakeGPUs("GPU-aaaaaaaa-0000-4000-8000-000000000001"), func(c *app.Config) { c.Runtime.DrainGrace = time.Second })
 	tm := e.putTemplate(nil)
 	ep := e.putEndpoint(tm.ID, func(ep *store.Endpoint) { ep.WorkersMin = 1 })
-	s1 := e.start()
+	e.start()
 	e.eventually("a warm worker", func() bool { return len(e.readyWorkers(ep.ID)) == 1 })
 	w := e.readyWorkers(ep.ID)[0]
 	job := e.submit(ep.ID, `{"sleep_ms": 2000, "echo": "survived"}`)
-	e.eventually("job running", func() bool { r, _ := e.q.Status(ep.ID, job, 0); return r.Status == store.InProgress })
-	s1.Stop()
-	e.sup.Store(nil)
+	e.eventually("job running", func() bool { r, _ := e.q().Status(ep.ID, job, 0); return r.Status == store.InProgress })
+	// A worker identity of an endpoint with workersMax 0, whose container
+	// (made below) no Supervisor started.
+	gpuEP := e.putEndpoint(tm.ID, func(x *store.Endpoint) { x.WorkersMax = 0 })
+	reg, err := e.q().RegisterWorker(gpuEP.ID, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.stop()
 
 	// Leftovers a crash could leave: a container of a deleted endpoint, an
 	// exited worker, and a running worker holding a GPU (by its label).
@@ -531,16 +540,12 @@ func TestReconcile(t *testing.T) {
 	}
 	orphan := mk(map[string]string{runtime.LabelEndpoint: "deletedendpoint", runtime.LabelWorker: "w-orphan"}, true)
 	exited := mk(map[string]string{runtime.LabelEndpoint: ep.ID, runtime.LabelWorker: "w-exited"}, false)
-	gpuEP := e.putEndpoint(tm.ID, func(x *store.Endpoint) { x.WorkersMax = 0 })
-	reg, err := e.q.RegisterWorker(gpuEP.ID, false)
-	if err != nil {
-		t.Fatal(err)
-	}
 	gpuW := mk(map[string]string{runtime.LabelEndpoint: gpuEP.ID, runtime.LabelWorker: reg.WorkerID,
 		runtime.LabelVersion: "1", runtime.LabelGPUs: "GPU-aaaaaaaa-0000-4000-8000-000000000001"}, true)
 	_ = gpuW
 
 	s2 := e.start()
+	alloc := e.gpus()
 	// Start reconciles before it returns. (The drain below takes at least
 	// DrainGrace: testprog ignores SIGTERM.)
 	if g := alloc.Snapshot()[0]; g.Holder != reg.WorkerID {
@@ -554,7 +559,7 @@ func TestReconcile(t *testing.T) {
 	if out := jsonString(e.waitCompleted(ep.ID, job)); out != "survived" {
 		t.Fatalf("output %q", out)
 	}
-	if h := e.q.Health(ep.ID); h.Jobs.Retried != 0 {
+	if h := e.q().Health(ep.ID); h.Jobs.Retried != 0 {
 		t.Fatalf("retried %d", h.Jobs.Retried)
 	}
 	if st := s2.Status(ep.ID); st.Attempts != 0 || len(s2.Workers(ep.ID)) != 1 {
@@ -568,9 +573,11 @@ func TestReconcile(t *testing.T) {
 	// workersMax 0 on that endpoint: the adopted worker is drained and
 	// its GPU released.
 	e.eventually("GPU released", func() bool { return alloc.Snapshot()[0].Holder == "" })
-	e.eventually("usage: adoptions started, the drained worker ended", func() bool {
-		st, en := e.use.counts()
-		return st >= 3 && en >= 1
+	// Billing's records: the adopted worker still runs, the drained one
+	// ran and ended.
+	e.eventually("usage: the adopted worker open, the drained one closed", func() bool {
+		open, closed := e.usage(store.UsageWorker)
+		return open[w.WorkerID] == 1 && open[reg.WorkerID] == 0 && closed[reg.WorkerID] >= 1
 	})
 }
 

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 )
 
 // mustHaveContainer are messages only logged once a worker's container
@@ -38,6 +39,7 @@ func Check(t testing.TB, inner slog.Handler) (*slog.Logger, *Lines) {
 type Lines struct {
 	mu         sync.Mutex
 	all        []map[string]string
+	at         []time.Time // when each of all was logged
 	violations []string
 	more       chan struct{} // closed (and replaced) at each new line
 }
@@ -82,6 +84,21 @@ func (l *Lines) Find(msg string) map[string]string {
 	return nil
 }
 
+// Times returns when each line with message msg and attribute key=value
+// was logged, in order: for tests that check how far apart things
+// happened (a back-off) from the lines that report them.
+func (l *Lines) Times(msg, key, value string) []time.Time {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var out []time.Time
+	for i, a := range l.all {
+		if a["msg"] == msg && a[key] == value {
+			out = append(out, l.at[i])
+		}
+	}
+	return out
+}
+
 type handler struct {
 	inner slog.Handler
 	attrs []slog.Attr
@@ -108,6 +125,7 @@ func (h *handler) Handle(ctx context.Context, r slog.Record) error {
 	}
 	h.lines.mu.Lock()
 	h.lines.all = append(h.lines.all, a)
+	h.lines.at = append(h.lines.at, r.Time)
 	if h.lines.more != nil {
 		close(h.lines.more)
 		h.lines.more = nil
