@@ -67,7 +67,7 @@ type Config struct {
 	WebhookAllow []string
 
 	// Backend runs workers and pods [DockerAuto]: DockerRequired,
-	// DockerOff or OnKubernetes(…) (backend.go).
+	// DockerOff, OnKubernetes(…) or OnBackend(…) (backend.go).
 	Backend Backend
 	// DiscoverGPUs finds the host's GPUs [the backend's: NVML on Docker;
 	// without a backend gpu.DiscoverSystem].

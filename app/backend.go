@@ -1,11 +1,15 @@
 package app
 
+import "berth/runtime"
+
 // Backend is the one choice of what runs Berth's workers and pods: Docker
-// (DockerAuto, the zero value, or DockerRequired), none (DockerOff) or a
-// cluster (OnKubernetes). One value, so two settings cannot disagree.
+// (DockerAuto, the zero value, or DockerRequired), none (DockerOff), a
+// cluster (OnKubernetes) or a backend given whole (OnBackend). One value,
+// so two settings cannot disagree.
 type Backend struct {
-	kind backendKind
-	kube *Kubernetes
+	kind  backendKind
+	kube  *Kubernetes
+	given runtime.Backend
 }
 
 type backendKind int
@@ -15,6 +19,7 @@ const (
 	dockerRequired
 	noBackend
 	kubernetes
+	givenBackend
 )
 
 var (
@@ -33,6 +38,14 @@ var (
 // (berth serve --runtime kubernetes). Builds still use a Docker daemon
 // when one answers (app/builds.go).
 func OnKubernetes(k Kubernetes) Backend { return Backend{kind: kubernetes, kube: &k} }
+
+// OnBackend runs workers and pods on b, made by the caller: for tests
+// (runtime/fake) and embedders; berth serve never uses it. Berth drives b
+// as it drives Docker or Kubernetes — the supervisor, pods through the
+// same adapter, the GPUs from b.Devices unless Config.DiscoverGPUs is set
+// — and workers reach Berth at the API's own URL (App.URL), so b must run
+// them where that address answers (this host).
+func OnBackend(b runtime.Backend) Backend { return Backend{kind: givenBackend, given: b} }
 
 // Kubernetes is the cluster's settings when the choice is OnKubernetes,
 // nil otherwise.

@@ -35,8 +35,11 @@ func (a *App) startRuntime(log *slog.Logger) error {
 	a.inst = instance(cfg.DataDir)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	if cfg.Backend.kind == kubernetes {
+	switch cfg.Backend.kind {
+	case kubernetes:
 		return a.startKubernetes(log, cfg.Backend.kube) // kube.go
+	case givenBackend:
+		return a.startGiven(ctx, log, cfg.Backend.given)
 	}
 	var backend *docker.Backend
 	if !cfg.Backend.off() {
@@ -95,6 +98,29 @@ func (a *App) startRuntime(log *slog.Logger) error {
 	}
 
 	return a.newSupervisor(log, "http://host.docker.internal:"+port)
+}
+
+// startGiven makes the supervisor on a backend the Config gave
+// (OnBackend), whose workers reach Berth at the API's own URL.
+func (a *App) startGiven(ctx context.Context, log *slog.Logger, b runtime.Backend) error {
+	if b == nil {
+		return errors.New("app: OnBackend(nil)")
+	}
+	if err := b.Ping(ctx); err != nil {
+		return fmt.Errorf("the %s runtime: %w", b.Name(), err)
+	}
+	a.backend = b
+	discover := a.cfg.DiscoverGPUs // nil: the backend's (New)
+	if discover == nil {
+		discover = func() ([]gpu.Device, error) { return b.Devices(ctx) }
+	}
+	devs, err := discover()
+	if err != nil {
+		log.Warn("no GPU discovery: workers and pods run without GPUs", "err", err)
+	}
+	a.gpus = gpu.NewAllocator(devs)
+	log.Info("runtime given", "runtime", b.Name(), "gpus", len(devs))
+	return a.newSupervisor(log, a.URL())
 }
 
 // newSupervisor makes the supervisor on a.backend, with workers reaching

@@ -43,7 +43,7 @@ func New(cfg Config) (_ *App, err error) {
 		cfg.KeyNotice = io.Discard
 	}
 	systemGPUs := cfg.DiscoverGPUs == nil
-	if systemGPUs {
+	if systemGPUs && cfg.Backend.kind != givenBackend { // a given backend's are its Devices
 		cfg.DiscoverGPUs = gpu.DiscoverSystem
 	}
 	log := cfg.Logger
@@ -141,9 +141,9 @@ func New(cfg Config) (_ *App, err error) {
 		hc.PingInterval = PingInterval
 	}
 	hc.GPUs = a.gpus.Snapshot
-	if systemGPUs && cfg.Backend.kind != kubernetes && len(a.gpus.Snapshot()) > 0 {
-		// No series without GPUs, nor on Kubernetes: the GPUs are the
-		// cluster's nodes', which this machine's NVML does not see.
+	if systemGPUs && cfg.Backend.kind != kubernetes && cfg.Backend.kind != givenBackend && len(a.gpus.Snapshot()) > 0 {
+		// No series without GPUs, nor on Kubernetes or a given backend:
+		// the GPUs are theirs, which this machine's NVML does not see.
 		hc.GPUUsage = gpu.SampleSystem
 	}
 	if a.sup != nil {
