@@ -18,11 +18,8 @@ import (
 )
 
 // serve runs the server until ctx ends (SIGINT/SIGTERM). The composition
-// is package app; here serve's flags and environment become its Config:
-// BERTH_API_KEY the operator's key, BERTH_LB_DOMAIN (default lb.localhost)
-// the domain of load-balancer Host addressing (ENDPOINT_ID.<domain>),
-// BERTH_LB_TIMEOUT (a Go duration, default 5m30s) the wait for a
-// load-balancing worker's response headers.
+// is package app; serve's settings — flags and environment, read in one
+// place, package cli's serve command — become its Config (serveConfig).
 func serve(ctx context.Context, o cli.ServeOptions) error {
 	if os.Getenv("GOMAXPROCS") == "" {
 		goruntime.GOMAXPROCS(store.Procs())
@@ -143,11 +140,12 @@ func stop(a *app.App) error {
 	return a.Stop(ctx)
 }
 
-// serveConfig is serve's flags and environment as the composition's Config.
+// serveConfig is serve's settings as the composition's Config. It reads
+// nothing itself: every flag and variable is cli.ServeOptions'.
 func serveConfig(o cli.ServeOptions) app.Config {
 	c := app.Config{
 		DataDir: o.Data, Addr: o.Addr, Logger: o.Logger, Version: version,
-		APIKey: os.Getenv("BERTH_API_KEY"), KeyNotice: o.KeyNotice,
+		APIKey: o.APIKey, KeyNotice: o.KeyNotice,
 		RateLimits: o.RateLimits, WebhookAllow: o.WebhookAllow,
 	}
 	c.Queue.WorkerTimeout, c.Queue.ReconcileGrace, c.Queue.MaxAttempts = o.WorkerTimeout, o.ReconcileGrace, o.MaxAttempts
@@ -174,11 +172,10 @@ func serveConfig(o cli.ServeOptions) app.Config {
 		c.Backend = app.OnKubernetes(app.Kubernetes{Kubeconfig: o.Kubeconfig, Namespace: o.Namespace, AdvertiseURL: o.AdvertiseURL, WorkerAddr: o.WorkerAddr,
 			StorageClass: o.StorageClass, VolumeAccessMode: o.VolumeAccessMode, ServiceType: o.ServiceType,
 			ModelsImage: o.ModelsImage, ModelsStorageClass: o.ModelsStorageClass, ModelsAccessMode: o.ModelsAccessMode,
-			SelfPod: os.Getenv("POD_NAME"), SelfNamespace: os.Getenv("POD_NAMESPACE"), PodTemplate: o.KubePodTemplate})
+			SelfPod: o.SelfPod, SelfNamespace: o.SelfNamespace, PodTemplate: o.KubePodTemplate})
 	}
 	c.Models = app.Models{Endpoint: o.HFEndpoint, Token: o.HFToken, MaxBytes: int64(o.ModelsMaxGB * 1e9),
 		Slots: o.ModelsSlots, BytesPerSecond: int64(o.ModelsBandwidth * 1e6)}
-	c.LB.Domain = os.Getenv("BERTH_LB_DOMAIN")
-	c.LB.Timeout, _ = time.ParseDuration(os.Getenv("BERTH_LB_TIMEOUT"))
+	c.LB.Domain, c.LB.Timeout = o.LBDomain, o.LBTimeout
 	return c
 }

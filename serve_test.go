@@ -19,6 +19,7 @@ import (
 	"testing"
 	"time"
 
+	"berth/app"
 	"berth/cli"
 )
 
@@ -40,12 +41,11 @@ func (s *syncBuffer) String() string { s.mu.Lock(); defer s.mu.Unlock(); return 
 func TestServeJSONLogsAndReadiness(t *testing.T) {
 	dir := t.TempDir()
 	conn := notifySocket(t, dir)
-	t.Setenv("BERTH_API_KEY", "serve-test-key")
-
 	var stderr syncBuffer
 	ready := make(chan string, 1)
 	ctx, cancel := context.WithCancel(context.Background())
-	root := cli.New(cli.Options{Version: "test", Stderr: &stderr, Stdout: &stderr, Getenv: func(string) string { return "" },
+	getenv := func(k string) string { return map[string]string{"BERTH_API_KEY": "serve-test-key"}[k] }
+	root := cli.New(cli.Options{Version: "test", Stderr: &stderr, Stdout: &stderr, Getenv: getenv,
 		Serve: func(ctx context.Context, o cli.ServeOptions) error {
 			o.Ready = func(addr string) { ready <- addr }
 			return serve(ctx, o)
@@ -112,6 +112,36 @@ func notifySocket(t *testing.T, dir string) *net.UnixConn {
 	return conn
 }
 
+// serve's settings with no flag — the key, the Pod's own name, the load
+// balancer's — are read with the flags (cli's serve command) and reach
+// app.Config; a BERTH_LB_TIMEOUT that is not a positive duration stops the
+// start (exit 2) naming it, rather than being taken as the default.
+func TestServeSettingsFromTheEnvironment(t *testing.T) {
+	env := map[string]string{"BERTH_API_KEY": "k1", "BERTH_LB_DOMAIN": "lb.example", "BERTH_LB_TIMEOUT": "90s",
+		"POD_NAME": "berth-0", "POD_NAMESPACE": "ns1"}
+	var got app.Config
+	var out bytes.Buffer
+	code := cli.Main([]string{"serve", "--runtime", "kubernetes", "--advertise-url", "http://berth.test:8081"}, cli.Options{
+		Stdout: &out, Stderr: &out, Getenv: func(k string) string { return env[k] },
+		Serve: func(_ context.Context, o cli.ServeOptions) error { got = serveConfig(o); return nil }})
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, out.String())
+	}
+	k := got.Backend.Kubernetes()
+	if got.APIKey != "k1" || got.LB.Domain != "lb.example" || got.LB.Timeout != 90*time.Second || k == nil || k.SelfPod != "berth-0" || k.SelfNamespace != "ns1" {
+		t.Errorf("config: key %q, LB %q %s, kubernetes %+v", got.APIKey, got.LB.Domain, got.LB.Timeout, k)
+	}
+	for _, bad := range []string{"5", "soon", "-1m", "0s"} {
+		env["BERTH_LB_TIMEOUT"] = bad
+		out.Reset()
+		code := cli.Main([]string{"serve"}, cli.Options{Stdout: &out, Stderr: &out, Getenv: func(k string) string { return env[k] },
+			Serve: func(context.Context, cli.ServeOptions) error { t.Fatal("served"); return nil }})
+		if code != cli.ExitUsage || !strings.Contains(out.String(), "BERTH_LB_TIMEOUT") || !strings.Contains(out.String(), bad) {
+			t.Errorf("BERTH_LB_TIMEOUT=%s: exit %d: %s", bad, code, out.String())
+		}
+	}
+}
+
 func TestServeBadLogFlags(t *testing.T) {
 	for _, args := range [][]string{{"serve", "--log-format", "xml"}, {"serve", "--log-level", "loud"}, {"serve", "--rate-limits", "maybe"}} {
 		var out bytes.Buffer
@@ -123,8 +153,8 @@ func TestServeBadLogFlags(t *testing.T) {
 	}
 }
 
-// serveCmd runs `berth serve` in-process with args and the environment's
-// BERTH_API_KEY unset: ready is its address once it accepts, done its
+// serveCmd runs `berth serve` in-process with args and no environment
+// variable (cli's Getenv: no BERTH_API_KEY): ready is its address once it accepts, done its
 // result. cancel stops it.
 func serveCmd(t *testing.T, stderr *syncBuffer, args ...string) (ready chan string, done chan error, cancel context.CancelFunc) {
 	t.Helper()
@@ -147,7 +177,6 @@ var shownKeyRe = regexp.MustCompile(`shown only this once[^\n]*\n\n\s+(berth_[0-
 // next start that serves shows a key, which the API then takes; the start
 // after that shows none.
 func TestServeFailedFirstStartKeepsTheKeyToShow(t *testing.T) {
-	t.Setenv("BERTH_API_KEY", "")
 	t.Setenv("DOCKER_HOST", "unix://"+filepath.Join(t.TempDir(), "no-docker.sock")) // no containers needed
 	data := filepath.Join(t.TempDir(), "data")
 	taken, err := net.Listen("tcp", "127.0.0.1:0")

@@ -270,7 +270,10 @@ func serveCommand(a *app) *cobra.Command {
 	cmd := &cobra.Command{Use: "serve", Short: "Run the Berth server", Args: exactArgs(0, "no arguments"),
 		Long: `Run the Berth server: RunPod's APIs on --addr, jobs in DATA/berth.db,
 worker and pod containers through the Docker daemon (DOCKER_HOST or the
-default socket). Every flag has an environment variable (in brackets).`,
+default socket). Every flag has an environment variable (in brackets).
+Variables with no flag: BERTH_API_KEY (the operator's key), BERTH_LB_DOMAIN
+(default lb.localhost), BERTH_LB_TIMEOUT (a positive Go duration, default
+5m30s), POD_NAME and POD_NAMESPACE (kubernetes: Berth's own Pod).`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if limits != "on" && limits != "off" {
 				return usageErr("--rate-limits must be on or off, got %q", limits)
@@ -334,6 +337,18 @@ default socket). Every flag has an environment variable (in brackets).`,
 				return usageErr("--hf-endpoint must be an http(s) URL such as https://huggingface.co, got %q", o.HFEndpoint)
 			}
 			o.HFToken = env("BERTH_HF_TOKEN", a.o.Getenv("HF_TOKEN"))
+			// The settings with no flag: the key, the Pod's own name (the
+			// downward API's) and the load balancer's.
+			o.APIKey = a.o.Getenv("BERTH_API_KEY")
+			o.SelfPod, o.SelfNamespace = a.o.Getenv("POD_NAME"), a.o.Getenv("POD_NAMESPACE")
+			o.LBDomain = a.o.Getenv("BERTH_LB_DOMAIN")
+			if v := a.o.Getenv("BERTH_LB_TIMEOUT"); v != "" {
+				d, err := time.ParseDuration(v)
+				if err != nil || d <= 0 {
+					return usageErr("BERTH_LB_TIMEOUT must be a positive Go duration such as 5m30s, got %q", v)
+				}
+				o.LBTimeout = d
+			}
 			allow, err := queue.ParseWebhookAllow(webhookAllow)
 			if err != nil {
 				return usageErr("%v", err)

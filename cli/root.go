@@ -211,8 +211,13 @@ unreachable.`,
 	return root
 }
 
-// ServeOptions are `berth serve`'s settings.
+// ServeOptions are `berth serve`'s settings: its flags and every
+// environment variable it reads, read in one place (serveCommand, through
+// Options.Getenv). main's serve makes them app.Config.
 type ServeOptions struct {
+	// APIKey is BERTH_API_KEY, the operator's All key (from the
+	// environment only: a flag would show in ps); "": the stored keys.
+	APIKey     string
 	Addr       string
 	Data       string
 	RateLimits bool
@@ -280,7 +285,16 @@ type ServeOptions struct {
 	// The models claim on Kubernetes: the download Job's image, the
 	// claim's storage class and access mode (app.Kubernetes').
 	ModelsImage, ModelsStorageClass, ModelsAccessMode string
-	Logger                                            *slog.Logger
+	// SelfPod and SelfNamespace are POD_NAME and POD_NAMESPACE, Berth's
+	// own Pod when it runs in the cluster (deploy/kubernetes sets them
+	// from the downward API; app.Kubernetes').
+	SelfPod, SelfNamespace string
+	// LBDomain (BERTH_LB_DOMAIN; "": lb.localhost) and LBTimeout
+	// (BERTH_LB_TIMEOUT; 0: 5m30s) are the load balancer's
+	// (lbproxy.Config's Domain and Timeout).
+	LBDomain  string
+	LBTimeout time.Duration
+	Logger    *slog.Logger
 	// KeyNotice receives the API key generated on the first successful
 	// start (the command's stderr).
 	KeyNotice io.Writer
