@@ -43,7 +43,10 @@ func TestE2EDiskFullLosesNothing(t *testing.T) {
 	if err := os.Truncate(filler, size-256<<10); err != nil { // the last 256 KiB fill as jobs come
 		t.Fatal(err)
 	}
-	workers := []*workerProc{e.startWorker(ep), e.startWorker(ep)}
+	// Their job-done back-off a tenth of the SDK's: the twenty kept
+	// writes below come from their retries.
+	const retry = "ECHOWORKER_RETRY_BASE=100ms"
+	workers := []*workerProc{e.startWorker(ep, retry), e.startWorker(ep, retry)}
 
 	// Submit until the disk refuses twenty in a row.
 	var refused resp

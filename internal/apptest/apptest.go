@@ -34,9 +34,11 @@ func Config(tb testing.TB, key string) app.Config {
 // NoGPUs finds no GPU: tests run without GPUs whatever the host has.
 func NoGPUs() ([]gpu.Device, error) { return nil, nil }
 
-// Logger is quiet, or the test's log when it runs verbose.
+// Logger is quiet, or the test's log when it runs verbose (go test -json
+// runs verbose). A fuzz target's Berth stays quiet: it serves while the fuzz
+// function runs, when testing.F's Log panics.
 func Logger(tb testing.TB) *slog.Logger {
-	if testing.Verbose() {
+	if _, fuzz := tb.(*testing.F); testing.Verbose() && !fuzz {
 		return slog.New(slog.NewTextHandler(tbWriter{tb}, &slog.HandlerOptions{Level: slog.LevelInfo}))
 	}
 	return slog.New(slog.NewTextHandler(io.Discard, nil))

@@ -34,7 +34,9 @@
 // Environment: ECHOWORKER_CONCURRENCY (default 1), ECHOWORKER_NO_STOP_CHANNEL=1
 // (emulate runpod-python before 1.10: never poll job-stop),
 // ECHOWORKER_AGGREGATE_STREAM=0 (final stream result {"output": []} instead of
-// all chunks), plus the RUNPOD_* variables read by package worker. With
+// all chunks), ECHOWORKER_RETRY_BASE (a duration: package worker's
+// RetryBaseDelay, the unit of its job-done back-off; default 1s), plus the
+// RUNPOD_* variables read by package worker. With
 // RUNPOD_ENDPOINT_ID set, logs are JSON lines on stdout like runpod-python's.
 //
 // SIGTERM or SIGINT stops fetching, lets running jobs finish and report, and
@@ -82,7 +84,9 @@ func main() {
 	defer stop()
 
 	conc, _ := strconv.Atoi(os.Getenv("ECHOWORKER_CONCURRENCY"))
+	retry, _ := time.ParseDuration(os.Getenv("ECHOWORKER_RETRY_BASE"))
 	cfg := worker.Config{
+		RetryBaseDelay:        retry,
 		Handler:               handle,
 		Concurrency:           max(conc, 1),
 		DisableStopChannel:    os.Getenv("ECHOWORKER_NO_STOP_CHANNEL") == "1",
