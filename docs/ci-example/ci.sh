@@ -3,7 +3,7 @@
 # berth.json — Berth builds the worker's image from this folder (its
 # "build") before it answers — run the pytest suite against it with
 # runpod-python, stop Berth. docs/ci.md walks through it; Berth's own CI
-# runs it offline (compat/ciexample_test.go).
+# runs it offline (e2e/compat/ciexample_test.go).
 #
 # Needs: docker, berth (BERTH, default: on PATH), python3 with pytest and
 # runpod-python. Settings: BASE_IMAGE (the worker image's base, default

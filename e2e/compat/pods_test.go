@@ -17,7 +17,7 @@ import (
 // What the clients tripped on about pods, through `berth serve` with real
 // pod containers (podprog: a program answering on :8888).
 
-const podprog = "berth/compat/testdata/podprog"
+const podprog = "berth/e2e/compat/testdata/podprog"
 
 type v1Pod struct {
 	ID               string         `json:"id"`

@@ -24,7 +24,7 @@ import (
 // bytes, and not in the command's output. Another value makes another
 // image name; a secret through the API's header does the same.
 func TestSecretBuildArg(t *testing.T) {
-	base := dockertest.BuildGoImage(t, "berth/compat/testdata/buildsecret")
+	base := dockertest.BuildGoImage(t, "berth/e2e/compat/testdata/buildsecret")
 	s := startBerth(t)
 	secret := "sekrit-" + dockertest.Unique("")
 	dir := filepath.Join(t.TempDir(), "secretive")
