@@ -156,58 +156,6 @@ func TestListByInstance(t *testing.T) {
 	}
 }
 
-func TestStopGraceful(t *testing.T) {
-	t.Parallel()
-	d := newDocker(t)
-	img := dockertest.BuildGoImage(t, testProg)
-	res := create(t, d, spec(img, dockertest.Unique("inst-"), "trap"))
-	ctx := testCtx(t)
-	wait := d.Wait(ctx, res.ID)
-	start(t, d, res.ID)
-	waitForLine(t, d, res.ID, "ready")
-
-	begin := time.Now()
-	if err := d.Stop(ctx, res.ID, 20*time.Second); err != nil {
-		t.Fatal(err)
-	}
-	if took := time.Since(begin); took > 10*time.Second {
-		t.Fatalf("graceful stop took %v", took)
-	}
-	if r := waitExit(t, wait); r.ExitCode != 0 {
-		t.Fatalf("exit code %d, want 0 (graceful)", r.ExitCode)
-	}
-	if logs := readLogs(t, d, res.ID, false); !strings.Contains(logs, "got SIGTERM") {
-		t.Fatalf("logs %q lack the SIGTERM handler's line", logs)
-	}
-	// Stopping again is harmless.
-	if err := d.Stop(ctx, res.ID, time.Second); err != nil {
-		t.Fatalf("second Stop: %v", err)
-	}
-}
-
-func TestStopKillsAfterGrace(t *testing.T) {
-	t.Parallel()
-	d := newDocker(t)
-	img := dockertest.BuildGoImage(t, testProg)
-	res := create(t, d, spec(img, dockertest.Unique("inst-"), "ignore"))
-	ctx := testCtx(t)
-	wait := d.Wait(ctx, res.ID)
-	start(t, d, res.ID)
-	waitForLine(t, d, res.ID, "ready")
-
-	begin := time.Now()
-	if err := d.Stop(ctx, res.ID, time.Second); err != nil {
-		t.Fatal(err)
-	}
-	took := time.Since(begin)
-	if r := waitExit(t, wait); r.ExitCode != 137 {
-		t.Fatalf("exit code %d, want 137 (SIGKILL)", r.ExitCode)
-	}
-	if took < 900*time.Millisecond {
-		t.Fatalf("killed after %v, before the 1s grace", took)
-	}
-}
-
 func TestKillAndNotFound(t *testing.T) {
 	t.Parallel()
 	d := newDocker(t)
