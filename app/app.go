@@ -131,6 +131,7 @@ type App struct {
 	// noRuntime: why Docker was not reached (DockerAuto), nil otherwise.
 	noRuntime error
 	backend   runtime.Backend     // nil without a runtime
+	volumes   runtime.Volumes     // the backend's; without one, host directories (runtime.go)
 	sup       *runtime.Supervisor // nil without Docker
 	cleaner   *cleaner.Service
 	models    *modelSync // nil: no model cache (no Docker runtime)

@@ -11,12 +11,10 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 
 	"berth/gpu"
-	"berth/mgmt"
 	"berth/runtime/kube"
 	"berth/runtime/kube/podtemplate"
 	"berth/store"
@@ -135,7 +133,7 @@ func (a *App) startKubernetes(log *slog.Logger, k *Kubernetes) error {
 		return fmt.Errorf("kubernetes runtime: %w", err)
 	}
 	a.closers = append(a.closers, kb.Close)
-	a.backend = kb
+	a.backend, a.volumes = kb, kb
 	a.startKubeModels(kb, log) // before the supervisor: Caps.Models
 	devs, _ := kb.Devices(ctx)
 	a.gpus = gpu.NewAllocator(devs)
@@ -152,64 +150,6 @@ func (a *App) startKubernetes(log *slog.Logger, k *Kubernetes) error {
 	}
 	log.Info("kubernetes runtime", "namespace", ns, "gpuSlots", len(devs), "advertise", base, "podTemplate", k.PodTemplate)
 	return a.newSupervisor(log, base)
-}
-
-// registryAuthDeleted removes a deleted registry login's pull Secret on
-// Kubernetes: the credential must not outlive its deletion.
-func (a *App) registryAuthDeleted(id string) {
-	kb, ok := a.backend.(*kube.Backend)
-	if !ok {
-		return
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	if err := kb.RemovePullSecret(ctx, id); err != nil {
-		a.log.Error("remove a deleted registry login's pull secret", "registryAuth", id, "err", err)
-	}
-}
-
-// volumeDeleted removes what the runtime keeps of a deleted network
-// volume: on Kubernetes its claim (mgmt removed Docker's directory).
-func (a *App) volumeDeleted(id string) {
-	kb, ok := a.backend.(*kube.Backend)
-	if !ok {
-		return
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	if err := kb.RemoveNetworkVolume(ctx, id); err != nil {
-		a.log.Error("remove a deleted network volume's claim", "volume", id, "err", err)
-	}
-}
-
-// volumeGrow grows a network volume's claim on Kubernetes before the new
-// size is stored. The cluster's refusal (a storage class without
-// allowVolumeExpansion, a claim not bound) is the request's: a 400 on
-// size saying why, the volume unchanged.
-func (a *App) volumeGrow(ctx context.Context, id string, sizeGB int) error {
-	kb, ok := a.backend.(*kube.Backend)
-	if !ok {
-		return nil
-	}
-	err := kb.GrowNetworkVolume(ctx, id, sizeGB)
-	switch {
-	case err == nil:
-		return nil
-	case apierrors.IsForbidden(err) || apierrors.IsInvalid(err) || apierrors.IsBadRequest(err):
-		return mgmt.InvalidInput("size", "the cluster refuses to grow the volume's claim to %d GB: %v", sizeGB, err)
-	}
-	return &mgmt.Error{Kind: mgmt.Unavailable, Msg: "cannot grow the volume's claim now: " + err.Error(), Err: err}
-}
-
-// volumeClaim is a network volume's claim on Kubernetes (from the
-// informer: no request), for the volume's answers: bound, or why not.
-func (a *App) volumeClaim(id string) (mgmt.VolumeClaim, bool) {
-	kb, ok := a.backend.(*kube.Backend)
-	if !ok {
-		return mgmt.VolumeClaim{}, false
-	}
-	c, ok := kb.NetworkVolumeClaim(id)
-	return mgmt.VolumeClaim{Name: c.Name, Status: c.Phase, Reason: c.Reason}, ok
 }
 
 // startKubeModels fills the models claim with the endpoints' models, one

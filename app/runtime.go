@@ -10,6 +10,7 @@ import (
 	"math"
 	"net"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -20,6 +21,7 @@ import (
 	"berth/mgmt"
 	"berth/runtime"
 	"berth/runtime/docker"
+	"berth/runtime/voldirs"
 	"berth/store"
 	"berth/worker"
 )
@@ -41,6 +43,10 @@ func (a *App) startRuntime(log *slog.Logger) error {
 	case givenBackend:
 		return a.startGiven(ctx, log, cfg.Backend.given)
 	}
+	// Network volumes are host directories, Docker's bind mounts; Berth
+	// with no daemon (or DockerOff) still keeps them.
+	dirs := voldirs.New(filepath.Join(cfg.DataDir, "volumes"), cfg.Clock)
+	a.volumes = dirs
 	var backend *docker.Backend
 	if !cfg.Backend.off() {
 		dock, err := docker.Connect(ctx, log)
@@ -52,7 +58,7 @@ func (a *App) startRuntime(log *slog.Logger) error {
 			if modelsDir, err = a.newModels(log); err == nil {
 				backend, err = docker.NewBackend(dock, docker.Config{
 					Instance: a.inst, DataDir: cfg.DataDir, Devices: cfg.DiscoverGPUs, ModelsDir: modelsDir,
-					VolumePath: func(id string) (string, error) { return mgmt.VolumePath(cfg.DataDir, id), nil },
+					Volumes: dirs,
 				})
 			}
 		}
@@ -82,7 +88,7 @@ func (a *App) startRuntime(log *slog.Logger) error {
 	if backend == nil {
 		return nil
 	}
-	a.backend = backend
+	a.backend, a.volumes = backend, backend
 
 	addr := a.ln.Addr().(*net.TCPAddr)
 	port := fmt.Sprint(addr.Port)

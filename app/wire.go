@@ -120,11 +120,9 @@ func New(cfg Config) (_ *App, err error) {
 		Jobs:                a.q, // a deleted endpoint's jobs are cancelled through the queue
 		EndpointChanged:     func(id string) { api.Load().EndpointChanged(id) },
 		EndpointDeleted:     func(id string) { api.Load().EndpointDeleted(id); a.forgetSeries(id) },
-		VolumeDeleted:       a.volumeDeleted,       // kube.go
-		VolumeGrow:          a.volumeGrow,          // kube.go
-		VolumeClaim:         a.volumeClaim,         // kube.go
-		RegistryAuthDeleted: a.registryAuthDeleted, // kube.go
-		HFTokenChanged:      a.hfTokenChanged,      // models.go
+		Volumes:             mgmtVolumes{a.volumes}, // volumes.go
+		RegistryAuthDeleted: a.registryAuthDeleted,  // volumes.go
+		HFTokenChanged:      a.hfTokenChanged,       // models.go
 	})
 	a.builds = a.newBuilder()                                // builds.go
 	if err := a.mg.SetupKeys("", operatorHash); err != nil { // key.go

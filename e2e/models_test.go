@@ -14,7 +14,6 @@ import (
 	"berth/app"
 	"berth/internal/dockertest"
 	"berth/internal/hubtest"
-	"berth/mgmt"
 	"berth/store"
 )
 
@@ -109,14 +108,13 @@ func TestWorkerStartsWithItsModel(t *testing.T) {
 func TestModelsBesideANetworkVolume(t *testing.T) {
 	hub := hubtest.New(t)
 	repo := hub.Add(hubtest.Repo{ID: "acme/beside", Files: []hubtest.File{{Path: "config.json", Data: []byte(`{"beside":true}`)}}})
-	var data string
-	s := newStackWith(t, func(c *app.Config) {
-		c.Models = app.Models{Endpoint: hub.URL}
-		data = c.DataDir
-	})
-	var vol store.NetworkVolume
+	s := newStackWith(t, func(c *app.Config) { c.Models = app.Models{Endpoint: hub.URL} })
+	var vol struct {
+		ID   string `json:"id"`
+		Path string `json:"path"` // its host directory
+	}
 	s.call("POST", "/v1/networkvolumes", map[string]any{"name": dockertest.Unique("vol-"), "size": 10, "dataCenterId": "EU-RO-1"}, 200, &vol)
-	dir := mgmt.VolumePath(data, vol.ID)
+	dir := vol.Path
 	decoy := filepath.Join(dir, "huggingface-cache", "hub", "decoy.txt")
 	if err := os.MkdirAll(filepath.Dir(decoy), 0o755); err != nil {
 		t.Fatal(err)

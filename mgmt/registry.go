@@ -179,7 +179,12 @@ func (s *Service) DeleteRegistryAuth(ctx context.Context, id string) error {
 		return err
 	}
 	if s.cfg.RegistryAuthDeleted != nil {
-		s.cfg.RegistryAuthDeleted(id)
+		// The record is gone: a client that leaves does not keep the secret.
+		rctx, cancel := context.WithTimeout(noCancel(ctx), time.Minute)
+		defer cancel()
+		if err := s.cfg.RegistryAuthDeleted(rctx, id); err != nil {
+			s.cfg.Logger.Error("remove what the runtime keeps of a deleted registry login", "registryAuth", id, "err", err)
+		}
 	}
 	for _, ep := range rolled {
 		s.changed(ep)

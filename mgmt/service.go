@@ -26,8 +26,8 @@ type Config struct {
 	Store  *store.DB
 	Clock  clockwork.Clock // default: the real clock
 	Logger *slog.Logger    // default: slog.Default()
-	// DataDir holds volumes/<id> and prices.json; default: the database
-	// file's directory.
+	// DataDir holds prices.json; default: the database file's
+	// directory.
 	DataDir string
 	// Pods runs pod containers. Optional: without it pods cannot be
 	// created or started (Unavailable) and the records say why.
@@ -38,22 +38,14 @@ type Config struct {
 	// EndpointDeleted is told after an endpoint's record is deleted and
 	// its jobs cancelled: its workers must be stopped. Optional.
 	EndpointDeleted func(endpointID string)
-	// VolumeDeleted is told after a network volume's record is deleted,
-	// for what the runtime keeps of it (a Kubernetes volume claim; the
-	// Docker runtime's directory goes with the record). Optional.
-	VolumeDeleted func(volumeID string)
-	// VolumeGrow is asked before a network volume's larger size is
-	// stored, for what the runtime keeps of it (a Kubernetes claim, grown
-	// to the size). An error refuses the resize: nothing is stored.
-	// Optional.
-	VolumeGrow func(ctx context.Context, volumeID string, sizeGB int) error
-	// VolumeClaim is a network volume's claim where the runtime keeps one
-	// (Kubernetes), shown with the volume; false: none. Optional.
-	VolumeClaim func(volumeID string) (VolumeClaim, bool)
+	// Volumes keeps the network volumes' data (the runtime's). Optional:
+	// without it volumes are records only.
+	Volumes Volumes
 	// RegistryAuthDeleted is told after a registry credential's record is
 	// deleted, for what the runtime keeps of it (a Kubernetes pull
-	// Secret: the credential must not outlive its deletion). Optional.
-	RegistryAuthDeleted func(authID string)
+	// Secret: the credential must not outlive its deletion); its error is
+	// logged. Optional.
+	RegistryAuthDeleted func(ctx context.Context, authID string) error
 	// HFTokenChanged is told after the Hugging Face token was stored or
 	// cleared (the model cache tries failed downloads again). Optional.
 	HFTokenChanged func()
@@ -73,7 +65,6 @@ type EndpointJobs interface {
 type Service struct {
 	cfg      Config
 	podLocks keyedMutex
-	usage    usageCache
 	keys     keyring // keys.go
 }
 
@@ -91,7 +82,7 @@ func New(cfg Config) *Service {
 	return &Service{cfg: cfg}
 }
 
-// DataDir is where volumes and prices.json live.
+// DataDir is where prices.json lives.
 func (s *Service) DataDir() string { return s.cfg.DataDir }
 
 func (s *Service) now() time.Time { return s.cfg.Clock.Now().UTC() }

@@ -2,28 +2,43 @@ package mgmt
 
 import (
 	"context"
-	"errors"
-	"fmt"
-	"io/fs"
-	"os"
-	"path/filepath"
 	"slices"
-	"sync"
 	"time"
 
 	"berth/queue"
 	"berth/store"
 )
 
-// Network volumes: a directory per volume under <data dir>/volumes. The
-// size is what the operator asked for and what billing charges; Berth
-// reports the bytes used but does not enforce the size.
+// Network volumes: the record (name, size, data centre) and its billing
+// are management's; the data are the runtime's (Volumes): a host
+// directory on Docker, a claim on Kubernetes. The size is what the
+// operator asked for and what billing charges.
 
-const (
-	// usageTTL is how long a measured usage is reused before the volume's
-	// directory is walked again.
-	usageTTL = 30 * time.Second
-)
+// Volumes is what mgmt needs of the runtime's network volumes (app adapts
+// the backend's, or the host directories' when no runtime runs). A
+// deletion is in steps so that nothing acknowledged is lost: SetAside
+// while the record's deletion is stored (Restore should the store
+// refuse), Remove once it is stored.
+type Volumes interface {
+	// Create makes volume id's storage before its record is stored;
+	// Remove undoes it should the store refuse.
+	Create(ctx context.Context, id string, sizeGB int) (VolumeView, error)
+	// Grow grows it before the larger size is stored; an error refuses
+	// the resize (a *Error says whose fault).
+	Grow(ctx context.Context, id string, sizeGB int) error
+	SetAside(id string) error
+	Restore(id string) error
+	Remove(ctx context.Context, id string) error
+	// View is what the runtime knows of the volume, without a request.
+	View(id string) VolumeView
+}
+
+// VolumeView is a network volume as the runtime has it.
+type VolumeView struct {
+	UsedBytes int64
+	Path      string
+	Claim     *VolumeClaim
+}
 
 // VolumeInput creates or updates a network volume. DataCenterID is
 // creation-only (required there); any well-formed id is recorded.
@@ -37,10 +52,10 @@ type VolumeInput struct {
 // Volume is a network volume with Berth's usage fields.
 type Volume struct {
 	store.NetworkVolume
-	UsedBytes int64  `json:"usedBytes"` // bytes held by its files
-	Path      string `json:"path"`      // host directory
+	UsedBytes int64  `json:"usedBytes"` // bytes held by its files (host directories; 0 on Kubernetes)
+	Path      string `json:"path"`      // host directory ("" on Kubernetes)
 	// Claim is its PersistentVolumeClaim on the kubernetes runtime, once
-	// a worker or pod mounted it (Config.VolumeClaim); nil otherwise.
+	// a worker or pod mounted it; nil otherwise.
 	Claim *VolumeClaim `json:"claim,omitempty"`
 }
 
@@ -53,72 +68,16 @@ type VolumeClaim struct {
 	Reason string `json:"reason,omitempty"`
 }
 
-// VolumePath is the host directory of network volume id under dataDir; the
-// runtime mounts it into containers.
-func VolumePath(dataDir, id string) string { return filepath.Join(dataDir, "volumes", id) }
-
-func (s *Service) volumesDir() string          { return filepath.Join(s.cfg.DataDir, "volumes") }
-func (s *Service) volumePath(id string) string { return VolumePath(s.cfg.DataDir, id) }
-
-// usageCache keeps measured volume usage by directory.
-type usageCache struct {
-	mu sync.Mutex
-	m  map[string]usageEntry
-}
-
-type usageEntry struct {
-	bytes int64
-	at    time.Time
-}
-
-// dirUsage returns the bytes used by the files under dir, measured at most
-// every usageTTL.
-func (s *Service) dirUsage(dir string) int64 {
-	now := s.cfg.Clock.Now()
-	s.usage.mu.Lock()
-	e, ok := s.usage.m[dir]
-	s.usage.mu.Unlock()
-	if ok && now.Sub(e.at) < usageTTL {
-		return e.bytes
-	}
-	var n int64
-	filepath.WalkDir(dir, func(_ string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return nil // unreadable entries are skipped, not fatal
-		}
-		if d.Type().IsRegular() {
-			if info, err := d.Info(); err == nil {
-				n += info.Size()
-			}
-		}
-		return nil
-	})
-	s.usage.mu.Lock()
-	if s.usage.m == nil {
-		s.usage.m = map[string]usageEntry{}
-	}
-	s.usage.m[dir] = usageEntry{n, now}
-	s.usage.mu.Unlock()
-	return n
-}
-
-func (s *Service) forgetUsage(dir string) {
-	s.usage.mu.Lock()
-	delete(s.usage.m, dir)
-	s.usage.mu.Unlock()
-}
-
-// ViewVolume adds the usage fields to a record.
+// ViewVolume adds the runtime's fields to a record.
 func (s *Service) ViewVolume(v store.NetworkVolume) Volume {
-	dir := s.volumePath(v.ID)
-	out := Volume{NetworkVolume: v, UsedBytes: s.dirUsage(dir), Path: dir}
-	if s.cfg.VolumeClaim != nil {
-		if c, ok := s.cfg.VolumeClaim(v.ID); ok {
-			out.Claim = &c
-		}
+	out := Volume{NetworkVolume: v}
+	if s.cfg.Volumes != nil {
+		out.withView(s.cfg.Volumes.View(v.ID))
 	}
 	return out
 }
+
+func (v *Volume) withView(r VolumeView) { v.UsedBytes, v.Path, v.Claim = r.UsedBytes, r.Path, r.Claim }
 
 func checkSize(size int) error { return LimitVolumeSize.Check(int64(size)) }
 
@@ -183,14 +142,13 @@ func (s *Service) CreateVolume(ctx context.Context, in VolumeInput) (Volume, err
 	if warn != "" {
 		v.Warnings = []string{warn}
 	}
-	dir := s.volumePath(v.ID)
-	if err := os.MkdirAll(s.volumesDir(), 0o700); err != nil {
-		return Volume{}, fmt.Errorf("create volumes directory: %w", err)
-	}
-	// 0755: containers running as another user can read it; root in the
-	// container (the usual case) writes.
-	if err := os.Mkdir(dir, 0o755); err != nil {
-		return Volume{}, fmt.Errorf("create volume directory: %w", err)
+	out := Volume{NetworkVolume: v}
+	if s.cfg.Volumes != nil {
+		view, err := s.cfg.Volumes.Create(ctx, v.ID, v.Size)
+		if err != nil {
+			return Volume{}, err
+		}
+		out.withView(view)
 	}
 	err = s.cfg.Store.Update(func(tx *store.Tx) error {
 		if err := tx.Apply(store.Put(store.Volumes, v.ID, v)); err != nil {
@@ -199,11 +157,14 @@ func (s *Service) CreateVolume(ctx context.Context, in VolumeInput) (Volume, err
 		return tx.StartUsage(store.UsageInterval{Kind: store.UsageVolume, ID: v.ID, SizeGB: v.Size, Start: v.CreatedAt})
 	})
 	if err != nil {
-		os.Remove(dir)
+		if s.cfg.Volumes != nil {
+			if rerr := s.cfg.Volumes.Remove(noCancel(ctx), v.ID); rerr != nil {
+				s.cfg.Logger.Error("remove an unstored volume's storage", "volume", v.ID, "err", rerr)
+			}
+		}
 		return Volume{}, err
 	}
-	// A new volume is empty: no need to measure it (nor to cache that).
-	return Volume{NetworkVolume: v, Path: dir}, nil
+	return out, nil
 }
 
 // ListVolumes lists the volumes oldest first.
@@ -251,7 +212,7 @@ func (s *Service) UpdateVolume(ctx context.Context, id string, in VolumeInput) (
 		return Volume{}, err
 	}
 	var v store.NetworkVolume
-	if in.Size != nil && s.cfg.VolumeGrow != nil {
+	if in.Size != nil && s.cfg.Volumes != nil {
 		// The runtime first (a Kubernetes claim the storage class may not
 		// let grow): a size it refuses is not stored.
 		if err := s.cfg.Store.View(func(tx *store.Tx) error { return getOr404(tx, store.Volumes, id, "network volume", &v) }); err != nil {
@@ -261,7 +222,7 @@ func (s *Service) UpdateVolume(ctx context.Context, id string, in VolumeInput) (
 			return Volume{}, err
 		}
 		if *in.Size > v.Size {
-			if err := s.cfg.VolumeGrow(ctx, id, *in.Size); err != nil {
+			if err := s.cfg.Volumes.Grow(ctx, id, *in.Size); err != nil {
 				return Volume{}, err
 			}
 		}
@@ -290,16 +251,15 @@ func (s *Service) UpdateVolume(ctx context.Context, id string, in VolumeInput) (
 	return s.ViewVolume(v), nil
 }
 
-// DeleteVolume removes a volume and its files; refused (Conflict) while
-// attached. The directory is moved aside inside the transaction (fast,
-// undone if the transaction fails) and its files removed after the commit.
+// DeleteVolume removes a volume and its data; refused (Conflict) while
+// attached. The runtime sets its storage aside inside the transaction
+// (quick, put back if the transaction fails) and removes it after the
+// commit: a deletion not stored loses nothing.
 func (s *Service) DeleteVolume(ctx context.Context, id string) error {
 	if err := live(ctx); err != nil {
 		return err
 	}
-	dir := s.volumePath(id)
-	trash := filepath.Join(s.volumesDir(), ".deleting-"+id)
-	moved := false
+	aside := false
 	err := s.cfg.Store.Update(func(tx *store.Tx) error {
 		if tx.GetRaw(store.Volumes, id) == nil {
 			return notFoundID("network volume", id)
@@ -316,26 +276,28 @@ func (s *Service) DeleteVolume(ctx context.Context, id string) error {
 		if err := tx.EndUsage(store.UsageVolume, id, s.now()); err != nil {
 			return err
 		}
-		if err := os.Rename(dir, trash); err != nil && !errors.Is(err, fs.ErrNotExist) {
-			return fmt.Errorf("move volume directory aside: %w", err)
-		} else if err == nil {
-			moved = true
+		if s.cfg.Volumes != nil {
+			if err := s.cfg.Volumes.SetAside(id); err != nil {
+				return err
+			}
+			aside = true
 		}
 		return tx.Apply(store.Delete(store.Volumes, id))
 	})
 	if err != nil {
-		if moved {
-			os.Rename(trash, dir)
+		if aside {
+			if rerr := s.cfg.Volumes.Restore(id); rerr != nil {
+				s.cfg.Logger.Error("put back a volume whose deletion failed", "volume", id, "err", rerr)
+			}
 		}
 		return err
 	}
-	s.forgetUsage(dir)
-	if s.cfg.VolumeDeleted != nil {
-		s.cfg.VolumeDeleted(id)
-	}
-	if moved {
-		if err := os.RemoveAll(trash); err != nil {
-			s.cfg.Logger.Error("remove deleted volume's files", "volume", id, "dir", trash, "err", err)
+	if s.cfg.Volumes != nil {
+		// The record is gone: a client that leaves does not keep the data.
+		rctx, cancel := context.WithTimeout(noCancel(ctx), time.Minute)
+		defer cancel()
+		if err := s.cfg.Volumes.Remove(rctx, id); err != nil {
+			s.cfg.Logger.Error("remove a deleted volume's data", "volume", id, "err", err)
 		}
 	}
 	return nil

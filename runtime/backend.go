@@ -78,6 +78,13 @@ type Backend interface {
 	// RemovePodVolume deletes a pod's own volume (volumeInGb). One that
 	// does not exist is not an error.
 	RemovePodVolume(ctx context.Context, podID string) error
+	// Volumes keeps the network volumes' data.
+	Volumes
+	// RemoveRegistryAuth deletes what the backend keeps of a registry
+	// login once the login is deleted (Kubernetes: its pull Secret; the
+	// credential must not outlive its deletion). Nothing kept is not an
+	// error.
+	RemoveRegistryAuth(ctx context.Context, authID string) error
 }
 
 // RegistryAuth is a login for the registry named in an image reference.
@@ -267,6 +274,10 @@ var (
 	// ErrNoGPURuntime: the backend cannot give instances GPUs (Docker
 	// without the NVIDIA Container Toolkit).
 	ErrNoGPURuntime = errors.New("the runtime cannot give containers GPUs")
+	// ErrRefused: the backend refuses the request as asked (a storage
+	// class that does not let a claim grow): the caller's to change, not
+	// a failure of the backend.
+	ErrRefused = errors.New("refused by the runtime")
 )
 
 // IsNotFound reports whether err means the instance does not exist.

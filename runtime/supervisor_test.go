@@ -14,10 +14,10 @@ import (
 
 	"berth/app"
 	"berth/internal/dockertest"
-	"berth/mgmt"
 	"berth/queue"
 	"berth/runtime"
 	"berth/runtime/docker"
+	"berth/runtime/voldirs"
 	"berth/store"
 )
 
@@ -26,12 +26,13 @@ import (
 func TestWorkersEndToEnd(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	// The network volume's folder in Berth's data folder.
-	volDir := mgmt.VolumePath(e.cfg.DataDir, "vol1")
-	if err := os.MkdirAll(volDir, 0o755); err != nil {
+	// The network volume's directory where Berth keeps them (app: the
+	// data folder's volumes/).
+	vols := voldirs.New(filepath.Join(e.cfg.DataDir, "volumes"), nil)
+	if _, err := vols.CreateVolume(context.Background(), "vol1", 10); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(filepath.Join(volDir, "hello.txt"), []byte("from the volume"), 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(vols.Path("vol1"), "hello.txt"), []byte("from the volume"), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	tm := e.putTemplate(func(t *store.Template) {

@@ -16,6 +16,7 @@ import (
 
 	"berth/gpu"
 	"berth/runtime"
+	"berth/runtime/voldirs"
 )
 
 // Config is a Backend's configuration.
@@ -28,9 +29,10 @@ type Config struct {
 	ExtraHosts []string
 	// NetworkMode of every container ["": the daemon's default bridge].
 	NetworkMode string
-	// VolumePath returns the host directory of a network volume. Without
-	// it network volumes are not mounted (Caps.NetworkVolumes is false).
-	VolumePath func(volumeID string) (string, error)
+	// Volumes are the network volumes' host directories, bind-mounted
+	// into containers. Without it network volumes are not mounted
+	// (Caps.NetworkVolumes is false) nor kept.
+	Volumes *voldirs.Store
 	// ModelsDir is the model cache's folder (the hub layout), mounted
 	// read-only into workers of endpoints naming models; "" none.
 	ModelsDir string
@@ -79,7 +81,7 @@ func (b *Backend) Name() string { return "docker" }
 
 // Caps implements runtime.Backend.
 func (b *Backend) Caps() runtime.Caps {
-	return runtime.Caps{Pause: true, Restart: true, NetworkVolumes: b.cfg.VolumePath != nil, Models: b.cfg.ModelsDir != "", Place: "this machine"}
+	return runtime.Caps{Pause: true, Restart: true, NetworkVolumes: b.cfg.Volumes != nil, Models: b.cfg.ModelsDir != "", Place: "this machine"}
 }
 
 // Devices implements runtime.Backend.
@@ -138,11 +140,11 @@ func (b *Backend) containerSpec(spec runtime.Spec) (ContainerSpec, error) {
 	for _, m := range spec.Mounts {
 		switch m.Kind {
 		case runtime.MountNetwork:
-			if b.cfg.VolumePath == nil {
+			if b.cfg.Volumes == nil {
 				continue // Caps.NetworkVolumes says so
 			}
-			dir, err := b.cfg.VolumePath(m.ID)
-			if err != nil {
+			dir := b.cfg.Volumes.Path(m.ID)
+			if _, err := os.Stat(dir); err != nil {
 				return cs, fmt.Errorf("network volume %q: %w", m.ID, err)
 			}
 			cs.VolumeMounts = append(cs.VolumeMounts, VolumeMount{Source: dir, Target: m.Target})
@@ -282,6 +284,56 @@ func (b *Backend) RemovePodVolume(_ context.Context, podID string) error {
 	}
 	return nil
 }
+
+// errNoVolumes: the Backend was made without Config.Volumes.
+var errNoVolumes = errors.New("docker backend: network volumes are not kept (no Config.Volumes)")
+
+// CreateVolume implements runtime.Volumes: the volume's directory.
+func (b *Backend) CreateVolume(ctx context.Context, id string, sizeGB int) (runtime.VolumeStatus, error) {
+	if b.cfg.Volumes == nil {
+		return runtime.VolumeStatus{}, errNoVolumes
+	}
+	return b.cfg.Volumes.CreateVolume(ctx, id, sizeGB)
+}
+
+// GrowVolume implements runtime.Volumes: a directory has no size.
+func (b *Backend) GrowVolume(context.Context, string, int) error { return nil }
+
+// SetAsideVolume implements runtime.Volumes.
+func (b *Backend) SetAsideVolume(id string) error {
+	if b.cfg.Volumes == nil {
+		return nil
+	}
+	return b.cfg.Volumes.SetAsideVolume(id)
+}
+
+// RestoreVolume implements runtime.Volumes.
+func (b *Backend) RestoreVolume(id string) error {
+	if b.cfg.Volumes == nil {
+		return nil
+	}
+	return b.cfg.Volumes.RestoreVolume(id)
+}
+
+// RemoveVolume implements runtime.Volumes.
+func (b *Backend) RemoveVolume(ctx context.Context, id string) error {
+	if b.cfg.Volumes == nil {
+		return nil
+	}
+	return b.cfg.Volumes.RemoveVolume(ctx, id)
+}
+
+// VolumeStatus implements runtime.Volumes: the directory and its usage.
+func (b *Backend) VolumeStatus(id string) runtime.VolumeStatus {
+	if b.cfg.Volumes == nil {
+		return runtime.VolumeStatus{}
+	}
+	return b.cfg.Volumes.VolumeStatus(id)
+}
+
+// RemoveRegistryAuth implements runtime.Backend: Berth pulls with the
+// login itself, and the daemon keeps nothing of it.
+func (b *Backend) RemoveRegistryAuth(context.Context, string) error { return nil }
 
 // classify marks the daemon's errors with the runtime's kinds.
 func classify(err error) error {

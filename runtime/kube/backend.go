@@ -23,12 +23,12 @@
 //   - CPU workers request cpu and memory (vcpuCount, the CPU flavour);
 //     containerDiskInGb is an ephemeral-storage limit;
 //   - a registry login is an image pull Secret berth-registry-<authId>,
-//     deleted with the login (RemovePullSecret);
+//     deleted with the login (RemoveRegistryAuth);
 //   - a network volume is a PersistentVolumeClaim berth-vol-<volumeId>
 //     (Config.NetworkAccessMode, shared by the workers), a pod's own volume
 //     berth-pod-<podId> (ReadWriteOnce); both Config.StorageClass; they are
 //     mounted where Docker mounts them and outlive the Pods (a network
-//     volume's claim goes with the volume: RemoveNetworkVolume);
+//     volume's claim goes with the volume: RemoveVolume);
 //   - a pod's ports are a Service (NodePort by default) owned by its Pod;
 //   - stop is deletion with the grace; a stopped Pod is not started again
 //     (Caps.Restart false): Berth makes it anew, its volumes kept;

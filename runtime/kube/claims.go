@@ -23,7 +23,7 @@ import (
 // binds on first use, as k3s's local-path, it says nothing: the Pod waits
 // for the provisioner that refuses). Berth follows its own claims and the
 // cluster's storage classes (informers) and says it on the worker (so on
-// the endpoint: claimWait) and on the volume (NetworkVolumeClaim).
+// the endpoint: claimWait) and on the volume (VolumeStatus).
 
 // rwoOnly are provisioners whose volumes attach to one node at a time as
 // they are installed by default: a ReadWriteMany claim of their class is
@@ -197,24 +197,17 @@ func (b *Backend) waitOnClaims(p *corev1.Pod, in *runtime.Instance) {
 	}
 }
 
-// ClaimStatus is a network volume's claim as the cluster has it.
-type ClaimStatus struct {
-	Name  string
-	Phase string // Pending, Bound, Lost
-	// Reason says why a claim that is not bound is not (claimWait).
-	Reason string
-}
-
-// NetworkVolumeClaim is the claim of network volume volumeID, from the
-// informer's cache; false when the volume has no claim (never mounted).
-func (b *Backend) NetworkVolumeClaim(volumeID string) (ClaimStatus, bool) {
+// VolumeStatus implements runtime.Volumes: the volume's claim, from the
+// informer's cache; none when it was never mounted. Its bytes are the
+// cluster's to measure: none here.
+func (b *Backend) VolumeStatus(volumeID string) runtime.VolumeStatus {
 	if b.claims == nil {
-		return ClaimStatus{}, false
+		return runtime.VolumeStatus{}
 	}
 	name := claimName(runtime.Mount{Kind: runtime.MountNetwork, ID: volumeID})
 	c, err := b.claims.PersistentVolumeClaims(b.cfg.Namespace).Get(name)
 	if err != nil {
-		return ClaimStatus{}, false
+		return runtime.VolumeStatus{}
 	}
 	classes, _ := b.classes.List(labels.Everything())
 	why, _ := claimWait(name, c, classes)
@@ -222,7 +215,7 @@ func (b *Backend) NetworkVolumeClaim(volumeID string) (ClaimStatus, bool) {
 	if phase == "" {
 		phase = corev1.ClaimPending // not seen by the volume controller yet
 	}
-	return ClaimStatus{Name: name, Phase: string(phase), Reason: why}, true
+	return runtime.VolumeStatus{Claim: &runtime.ClaimStatus{Name: name, Phase: string(phase), Reason: why}}
 }
 
 // Listers of the claim informers (claimInformers).

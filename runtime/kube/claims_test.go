@@ -154,12 +154,12 @@ func TestPodWaitsOnItsClaim(t *testing.T) {
 					t.Errorf("error %q, want %q in it", in.Error, w)
 				}
 			}
-			st, ok := b.NetworkVolumeClaim("v1")
-			if !ok || st.Name != "berth-vol-v1" || st.Phase != string(tc.claim.Status.Phase) {
-				t.Errorf("NetworkVolumeClaim = %+v, %v; want claim berth-vol-v1, %s", st, ok, tc.claim.Status.Phase)
+			st := b.VolumeStatus("v1").Claim
+			if st == nil || st.Name != "berth-vol-v1" || st.Phase != string(tc.claim.Status.Phase) {
+				t.Fatalf("VolumeStatus claim = %+v; want claim berth-vol-v1, %s", st, tc.claim.Status.Phase)
 			}
 			if (st.Reason == "") != (tc.claim.Status.Phase == corev1.ClaimBound) {
-				t.Errorf("NetworkVolumeClaim reason %q for a %s claim", st.Reason, tc.claim.Status.Phase)
+				t.Errorf("VolumeStatus claim reason %q for a %s claim", st.Reason, tc.claim.Status.Phase)
 			}
 		})
 	}

@@ -457,10 +457,10 @@ func (b *Backend) RemovePodVolume(ctx context.Context, podID string) error {
 	return nil
 }
 
-// RemovePullSecret deletes a registry login's pull Secret once the login
-// is deleted (Pods that name it already have their image). One that does
-// not exist is not an error.
-func (b *Backend) RemovePullSecret(ctx context.Context, authID string) error {
+// RemoveRegistryAuth implements runtime.Backend: a deleted registry
+// login's pull Secret goes (Pods that name it already have their image).
+// One that does not exist is not an error.
+func (b *Backend) RemoveRegistryAuth(ctx context.Context, authID string) error {
 	name := pullSecretName(authID)
 	err := b.cs.CoreV1().Secrets(b.cfg.Namespace).Delete(ctx, name, metav1.DeleteOptions{})
 	if err != nil && !apierrors.IsNotFound(err) {
@@ -472,27 +472,43 @@ func (b *Backend) RemovePullSecret(ctx context.Context, authID string) error {
 // pullSecretName is the pull Secret of a registry login.
 func pullSecretName(authID string) string { return "berth-registry-" + strings.ToLower(authID) }
 
-// GrowNetworkVolume asks a network volume's claim for sizeGB, one merge
-// patch of spec.resources.requests.storage; the storage class's driver
-// grows the volume. A volume never mounted has no claim yet: it is made at
-// the volume's size when first mounted. The API server refuses the patch
-// (an error naming why) when the claim's storage class does not allow
-// expansion, the claim is not bound, or the size is smaller.
-func (b *Backend) GrowNetworkVolume(ctx context.Context, volumeID string, sizeGB int) error {
+// CreateVolume implements runtime.Volumes: nothing yet. A network
+// volume's claim is made when a worker or pod first mounts it
+// (ensureClaim), at the volume's size then.
+func (b *Backend) CreateVolume(context.Context, string, int) (runtime.VolumeStatus, error) {
+	return runtime.VolumeStatus{}, nil
+}
+
+// GrowVolume implements runtime.Volumes: one merge patch of the claim's
+// spec.resources.requests.storage; the storage class's driver grows the
+// volume. A volume never mounted has no claim yet: nothing to grow. The
+// API server's refusal (a class without allowVolumeExpansion, a claim not
+// bound, a smaller size) matches runtime.ErrRefused.
+func (b *Backend) GrowVolume(ctx context.Context, volumeID string, sizeGB int) error {
 	name := claimName(runtime.Mount{Kind: runtime.MountNetwork, ID: volumeID})
 	q := resource.NewQuantity(int64(sizeGB)<<30, resource.BinarySI)
 	patch := fmt.Sprintf(`{"spec":{"resources":{"requests":{"storage":%q}}}}`, q.String())
 	_, err := b.cs.CoreV1().PersistentVolumeClaims(b.cfg.Namespace).Patch(ctx, name, types.MergePatchType, []byte(patch), metav1.PatchOptions{})
-	if err != nil && !apierrors.IsNotFound(err) {
-		return fmt.Errorf("grow volume claim %s to %s: %w", name, q, err)
+	switch {
+	case err == nil || apierrors.IsNotFound(err):
+		return nil
+	case apierrors.IsForbidden(err) || apierrors.IsInvalid(err) || apierrors.IsBadRequest(err):
+		return runtime.WithKind(runtime.ErrRefused, fmt.Errorf("the cluster refuses to grow volume claim %s to %s: %w", name, q, err))
 	}
-	return nil
+	return fmt.Errorf("grow volume claim %s to %s: %w", name, q, err)
 }
 
-// RemoveNetworkVolume deletes a network volume's claim once the volume is
-// deleted (its data go with it, as the Docker runtime's directory does).
-// One that does not exist is not an error.
-func (b *Backend) RemoveNetworkVolume(ctx context.Context, volumeID string) error {
+// SetAsideVolume implements runtime.Volumes: the claim stays until the
+// deletion is stored (RemoveVolume).
+func (b *Backend) SetAsideVolume(string) error { return nil }
+
+// RestoreVolume implements runtime.Volumes: nothing was set aside.
+func (b *Backend) RestoreVolume(string) error { return nil }
+
+// RemoveVolume implements runtime.Volumes: the claim is deleted (its data
+// go with it, as the Docker runtime's directory does). One that does not
+// exist is not an error.
+func (b *Backend) RemoveVolume(ctx context.Context, volumeID string) error {
 	name := claimName(runtime.Mount{Kind: runtime.MountNetwork, ID: volumeID})
 	err := b.cs.CoreV1().PersistentVolumeClaims(b.cfg.Namespace).Delete(ctx, name, metav1.DeleteOptions{})
 	if err != nil && !apierrors.IsNotFound(err) {

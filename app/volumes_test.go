@@ -1,0 +1,65 @@
+package app_test
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"berth/internal/apptest"
+	"berth/mgmt"
+	"berth/store"
+)
+
+// TestVolumeDeletionKeepsWhatIsNotDeleted: Berth without a runtime still
+// keeps network volumes as directories; a deletion the runtime cannot
+// set aside stores nothing — the record, its billing and its files stay —
+// and one that succeeds leaves no directory behind.
+func TestVolumeDeletionKeepsWhatIsNotDeleted(t *testing.T) {
+	ctx := context.Background()
+	cfg := apptest.Config(t, "k")
+	b := apptest.Start(t, cfg)
+	mg := b.Mgmt()
+	v, err := mg.CreateVolume(ctx, mgmt.VolumeInput{Name: ptr("data"), Size: ptr(10), DataCenterID: ptr(mgmt.DataCenterID)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	root := filepath.Join(cfg.DataDir, "volumes")
+	if v.Path != filepath.Join(root, v.ID) {
+		t.Fatalf("volume path %q, want under %s", v.Path, root)
+	}
+	file := filepath.Join(v.Path, "weights.bin")
+	if err := os.WriteFile(file, make([]byte, 4096), 0o644); err != nil {
+		t.Fatal(err)
+	}
+
+	// Something at the set-aside path: the rename fails inside the
+	// transaction.
+	block := filepath.Join(root, ".deleting-"+v.ID, "x")
+	if err := os.MkdirAll(block, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := mg.DeleteVolume(ctx, v.ID); err == nil {
+		t.Fatal("the deletion succeeded though its directory could not be set aside")
+	}
+	got, err := mg.GetVolume(ctx, v.ID)
+	if err != nil || got.UsedBytes != 4096 {
+		t.Fatalf("after the failed deletion: %+v, %v; want the volume with its 4096 bytes", got, err)
+	}
+	if open, err := store.OpenUsage(b.Store()); err != nil || len(open) != 1 || open[0].ID != v.ID {
+		t.Errorf("open billing intervals after the failed deletion: %+v, %v", open, err)
+	}
+
+	if err := os.RemoveAll(filepath.Dir(block)); err != nil {
+		t.Fatal(err)
+	}
+	if err := mg.DeleteVolume(ctx, v.ID); err != nil {
+		t.Fatal(err)
+	}
+	if es, _ := os.ReadDir(root); len(es) != 0 {
+		t.Errorf("the volumes directory after the deletion holds %d entries", len(es))
+	}
+	if _, err := mg.GetVolume(ctx, v.ID); err == nil {
+		t.Error("the deleted volume is still there")
+	}
+}
