@@ -9,7 +9,12 @@
 // stop with a grace (0 kills), remove, inspect, list by Berth's labels for
 // adoption, an event stream of starts, exits (exit code, OOM kill) and
 // status changes, logs with follow and tail, pause and unpause, and a pod
-// volume's removal. What differs between backends is said by Caps, never
+// volume's removal. A backend also owns what it keeps for management:
+// network volumes' data (Volumes, volumes.go: host directories on Docker,
+// package voldirs, which Berth with no runtime uses too; claims on
+// Kubernetes) and registry logins (RemoveRegistryAuth: a pull Secret on
+// Kubernetes). mgmt decides when, through app, and never sees which
+// backend it is. What differs between backends is said by Caps, never
 // by the backend's name: Pause (FlashBoot; a Kubernetes Pod cannot be
 // paused, and the endpoint's status says so), Restart (a stopped Docker
 // container is started again; a stopped Pod is deleted and made anew from
