@@ -115,7 +115,7 @@ func (a *App) startGiven(ctx context.Context, log *slog.Logger, b runtime.Backen
 	if err := b.Ping(ctx); err != nil {
 		return fmt.Errorf("the %s runtime: %w", b.Name(), err)
 	}
-	a.backend = b
+	a.backend, a.volumes = b, b
 	discover := a.cfg.DiscoverGPUs // nil: the backend's (New)
 	if discover == nil {
 		discover = func() ([]gpu.Device, error) { return b.Devices(ctx) }

@@ -2,12 +2,15 @@ package app_test
 
 import (
 	"context"
+	"maps"
 	"os"
 	"path/filepath"
 	"testing"
 
+	"berth/app"
 	"berth/internal/apptest"
 	"berth/mgmt"
+	"berth/runtime/fake"
 	"berth/store"
 )
 
@@ -61,5 +64,39 @@ func TestVolumeDeletionKeepsWhatIsNotDeleted(t *testing.T) {
 	}
 	if _, err := mg.GetVolume(ctx, v.ID); err == nil {
 		t.Error("the deleted volume is still there")
+	}
+}
+
+// TestVolumesAreTheBackends: on a backend given whole, a network volume's
+// data are the backend's — made with the record, grown before the larger
+// size is stored, gone with the record — and Berth makes no directory of
+// its own.
+func TestVolumesAreTheBackends(t *testing.T) {
+	ctx := context.Background()
+	fb := fake.New(fake.Config{})
+	cfg := apptest.Config(t, "k")
+	cfg.Backend = app.OnBackend(fb)
+	mg := apptest.Start(t, cfg).Mgmt()
+	v, err := mg.CreateVolume(ctx, mgmt.VolumeInput{Name: ptr("data"), Size: ptr(10), DataCenterID: ptr(mgmt.DataCenterID)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := fb.Volumes(); !maps.Equal(got, map[string]int{v.ID: 10}) || v.Path != "" {
+		t.Fatalf("after the creation the backend keeps %v (path %q), want %s of 10 GB", got, v.Path, v.ID)
+	}
+	if _, err := mg.UpdateVolume(ctx, v.ID, mgmt.VolumeInput{Size: ptr(30)}); err != nil {
+		t.Fatal(err)
+	}
+	if got := fb.Volumes(); !maps.Equal(got, map[string]int{v.ID: 30}) {
+		t.Errorf("after growing to 30 GB the backend keeps %v", got)
+	}
+	if err := mg.DeleteVolume(ctx, v.ID); err != nil {
+		t.Fatal(err)
+	}
+	if got := fb.Volumes(); len(got) != 0 {
+		t.Errorf("after the deletion the backend keeps %v", got)
+	}
+	if _, err := os.Stat(filepath.Join(cfg.DataDir, "volumes")); !os.IsNotExist(err) {
+		t.Errorf("Berth made a volumes directory of its own on the backend's runtime: %v", err)
 	}
 }

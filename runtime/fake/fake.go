@@ -89,6 +89,15 @@ type Backend struct {
 	byName  map[string]*instance
 	subs    map[*subscription]bool
 	podVols map[string]bool
+	// vols are the network volumes' sizes (GB), a volume set aside
+	// marked; auths the registry logins the instances were made with.
+	vols  map[string]*volume
+	auths map[string]bool
+}
+
+type volume struct {
+	sizeGB int
+	aside  bool
 }
 
 var _ runtime.Backend = (*Backend)(nil)
@@ -108,7 +117,8 @@ func New(cfg Config) *Backend {
 		cfg.MaxBacklog = 10000
 	}
 	b := &Backend{cfg: cfg, images: map[string]Program{}, devices: slices.Clone(cfg.Devices),
-		byID: map[string]*instance{}, byName: map[string]*instance{}, subs: map[*subscription]bool{}, podVols: map[string]bool{}}
+		byID: map[string]*instance{}, byName: map[string]*instance{}, subs: map[*subscription]bool{}, podVols: map[string]bool{},
+		vols: map[string]*volume{}, auths: map[string]bool{}}
 	b.cond = sync.NewCond(&b.mu)
 	return b
 }
@@ -217,6 +227,9 @@ func (b *Backend) Create(ctx context.Context, spec runtime.Spec, _ func(string))
 		if m.Kind == runtime.MountPod {
 			b.podVols[m.ID] = true
 		}
+	}
+	if spec.AuthID != "" {
+		b.auths[spec.AuthID] = true
 	}
 	in := &instance{id: newID(), spec: spec, prog: prog, state: stateCreated}
 	in.logs.max = b.cfg.MaxLogLines
@@ -490,6 +503,90 @@ func (b *Backend) PodVolumes() []string {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return slices.Sorted(maps.Keys(b.podVols))
+}
+
+// CreateVolume implements runtime.Volumes: the volume is kept by id and
+// size; one already kept is an error, as a directory that exists.
+func (b *Backend) CreateVolume(_ context.Context, id string, sizeGB int) (runtime.VolumeStatus, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if _, ok := b.vols[id]; ok {
+		return runtime.VolumeStatus{}, fmt.Errorf("fake: network volume %s exists", id)
+	}
+	b.vols[id] = &volume{sizeGB: sizeGB}
+	return runtime.VolumeStatus{}, nil
+}
+
+// GrowVolume implements runtime.Volumes: a smaller size is refused
+// (runtime.ErrRefused), as a cluster refuses to shrink a claim.
+func (b *Backend) GrowVolume(_ context.Context, id string, sizeGB int) error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	v := b.vols[id]
+	switch {
+	case v == nil:
+		return nil // never made: nothing to grow, as a claim never mounted
+	case sizeGB < v.sizeGB:
+		return runtime.WithKind(runtime.ErrRefused, fmt.Errorf("fake: network volume %s has %d GB: it cannot shrink to %d", id, v.sizeGB, sizeGB))
+	}
+	v.sizeGB = sizeGB
+	return nil
+}
+
+// SetAsideVolume implements runtime.Volumes.
+func (b *Backend) SetAsideVolume(id string) error { return b.setAside(id, true) }
+
+// RestoreVolume implements runtime.Volumes.
+func (b *Backend) RestoreVolume(id string) error { return b.setAside(id, false) }
+
+func (b *Backend) setAside(id string, aside bool) error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if v := b.vols[id]; v != nil {
+		v.aside = aside
+	}
+	return nil
+}
+
+// RemoveVolume implements runtime.Volumes.
+func (b *Backend) RemoveVolume(_ context.Context, id string) error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	delete(b.vols, id)
+	return nil
+}
+
+// VolumeStatus implements runtime.Volumes: a fake volume has no path
+// nor bytes.
+func (b *Backend) VolumeStatus(string) runtime.VolumeStatus { return runtime.VolumeStatus{} }
+
+// Volumes are the network volumes kept and not set aside, by size (GB).
+func (b *Backend) Volumes() map[string]int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	out := map[string]int{}
+	for id, v := range b.vols {
+		if !v.aside {
+			out[id] = v.sizeGB
+		}
+	}
+	return out
+}
+
+// RemoveRegistryAuth implements runtime.Backend: the login is forgotten.
+func (b *Backend) RemoveRegistryAuth(_ context.Context, authID string) error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	delete(b.auths, authID)
+	return nil
+}
+
+// RegistryAuths are the registry logins instances were made with and
+// not removed since (Spec.AuthID), sorted.
+func (b *Backend) RegistryAuths() []string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return slices.Sorted(maps.Keys(b.auths))
 }
 
 // output is a run's Out: whole lines go to the instance's logs.
