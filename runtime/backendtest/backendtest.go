@@ -12,6 +12,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"io"
+	"os"
 	"slices"
 	"strings"
 	"sync"
@@ -60,6 +61,7 @@ func Run(t *testing.T, h Harness) {
 	t.Run("RestartAStopped", func(t *testing.T) { t.Parallel(); restart(t, h) })
 	t.Run("UnknownImage", func(t *testing.T) { t.Parallel(); unknownImage(t, h) })
 	t.Run("GoneIsNotAnError", func(t *testing.T) { t.Parallel(); gone(t, h) })
+	t.Run("VolumeDeletedInSteps", func(t *testing.T) { t.Parallel(); volumeSteps(t, h) })
 }
 
 // run is one subtest's instance and what it has seen of the backend.
@@ -530,5 +532,62 @@ func gone(t *testing.T, h Harness) {
 	}
 	if err := h.Backend.RemovePodVolume(ctx, unique("nopod")); err != nil {
 		t.Errorf("RemovePodVolume of a volume never made: %v, want nil", err)
+	}
+}
+
+// A network volume's deletion steps (runtime.Volumes): set aside, its
+// storage is out of reach and a restore brings it back; removed, it is
+// gone; each step on a volume that does not exist, and the removal of a
+// registry login never used, is not an error. Where the backend has a
+// host directory (VolumeStatus.Path) the suite looks at it.
+func volumeSteps(t *testing.T, h Harness) {
+	ctx, cancel := context.WithTimeout(context.Background(), h.Timeout)
+	defer cancel()
+	b := h.Backend
+	id := unique("vol")
+	st, err := b.CreateVolume(ctx, id, 10)
+	if err != nil {
+		t.Fatalf("CreateVolume: %v", err)
+	}
+	exists := func(when string, want bool) {
+		t.Helper()
+		if st.Path == "" {
+			return
+		}
+		if _, err := os.Stat(st.Path); (err == nil) != want {
+			t.Errorf("%s: volume directory %s: %v, want present %v", when, st.Path, err, want)
+		}
+	}
+	exists("created", true)
+	if err := b.GrowVolume(ctx, id, 20); err != nil {
+		t.Errorf("GrowVolume: %v", err)
+	}
+	if err := b.SetAsideVolume(id); err != nil {
+		t.Fatalf("SetAsideVolume: %v", err)
+	}
+	exists("set aside", false)
+	if err := b.RestoreVolume(id); err != nil {
+		t.Fatalf("RestoreVolume: %v", err)
+	}
+	exists("restored", true)
+	if err := b.SetAsideVolume(id); err != nil {
+		t.Fatalf("SetAsideVolume: %v", err)
+	}
+	if err := b.RemoveVolume(ctx, id); err != nil {
+		t.Fatalf("RemoveVolume: %v", err)
+	}
+	exists("removed", false)
+	if st.Path != "" && b.VolumeStatus(id).UsedBytes != 0 {
+		t.Errorf("a removed volume holds %d bytes", b.VolumeStatus(id).UsedBytes)
+	}
+	none := unique("novol")
+	for what, err := range map[string]error{
+		"RemoveVolume again": b.RemoveVolume(ctx, id), "SetAsideVolume of none": b.SetAsideVolume(none),
+		"RestoreVolume of none": b.RestoreVolume(none), "RemoveVolume of none": b.RemoveVolume(ctx, none),
+		"RemoveRegistryAuth of a login never used": b.RemoveRegistryAuth(ctx, unique("auth")),
+	} {
+		if err != nil {
+			t.Errorf("%s: %v, want nil", what, err)
+		}
 	}
 }

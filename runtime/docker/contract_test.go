@@ -6,6 +6,7 @@ import (
 	"berth/gpu"
 	"berth/internal/dockertest"
 	"berth/runtime/backendtest"
+	"berth/runtime/voldirs"
 )
 
 // The Docker backend keeps runtime.Backend's contract (the suite the fake
@@ -14,7 +15,8 @@ import (
 func TestContract(t *testing.T) {
 	d := newDocker(t)
 	img := dockertest.BuildGoImage(t, "berth/runtime/backendtest/testdata/behave")
-	b, err := NewBackend(d, Config{Instance: dockertest.Unique("inst-"), Devices: func() ([]gpu.Device, error) { return nil, nil }})
+	b, err := NewBackend(d, Config{Instance: dockertest.Unique("inst-"), Devices: func() ([]gpu.Device, error) { return nil, nil },
+		Volumes: voldirs.New(t.TempDir(), nil)})
 	if err != nil {
 		t.Fatal(err)
 	}
