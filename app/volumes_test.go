@@ -5,6 +5,7 @@ import (
 	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"testing"
 
 	"berth/app"
@@ -98,5 +99,38 @@ func TestVolumesAreTheBackends(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(cfg.DataDir, "volumes")); !os.IsNotExist(err) {
 		t.Errorf("Berth made a volumes directory of its own on the backend's runtime: %v", err)
+	}
+}
+
+// TestDeletedRegistryLoginLeavesTheBackend: the backend keeps a registry
+// login a pod pulled with; deleting the login (once no pod uses it) has
+// the backend remove it.
+func TestDeletedRegistryLoginLeavesTheBackend(t *testing.T) {
+	ctx := context.Background()
+	fb := fake.New(fake.Config{})
+	fb.Image("pod-image", func(ctx context.Context, _ fake.Process) int { <-ctx.Done(); return 0 })
+	cfg := apptest.Config(t, "k")
+	cfg.Backend, cfg.RemoveContainersOnStop = app.OnBackend(fb), true
+	mg := apptest.Start(t, cfg).Mgmt()
+	auth, err := mg.CreateRegistryAuth(ctx, mgmt.RegistryAuthInput{Name: ptr("robot"), Username: ptr("robot"), Password: ptr("s3cret")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pod, err := mg.CreatePod(ctx, mgmt.PodInput{PodFields: mgmt.PodFields{ImageName: ptr("pod-image"), ContainerRegistryAuthID: ptr(auth.ID)},
+		ComputeType: ptr("CPU")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := fb.RegistryAuths(); !slices.Equal(got, []string{auth.ID}) {
+		t.Fatalf("the backend keeps logins %v after the pod's creation, want %s", got, auth.ID)
+	}
+	if err := mg.DeletePod(ctx, pod.ID); err != nil {
+		t.Fatal(err)
+	}
+	if err := mg.DeleteRegistryAuth(ctx, auth.ID); err != nil {
+		t.Fatal(err)
+	}
+	if got := fb.RegistryAuths(); len(got) != 0 {
+		t.Errorf("the backend keeps logins %v after the login's deletion", got)
 	}
 }
