@@ -8,6 +8,8 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+
+	"berth/internal/apitest"
 )
 
 // TestApplyMultipart: POST /v1/apply with its build contexts as
@@ -15,7 +17,7 @@ import (
 // the image the context's digest names; a part naming no built endpoint,
 // a missing file part or a file refused is 400, and nothing is made.
 func TestApplyMultipart(t *testing.T) {
-	e := newEnv(t, func(e *testEnv) { e.raw = true })
+	e := newEnv(t, func(e *apitest.Env) { e.Raw = true })
 	file := `{"endpoints": [{"name": "mp", "workersMax": 1, "build": {"context": "w"}}, {"name": "plain", "template": "mp-other"}],
 		"templates": [{"name": "mp-other", "imageName": "me/x:1", "isServerless": true}]}`
 	post := func(parts ...[2]string) (int, string) {
@@ -27,8 +29,8 @@ func TestApplyMultipart(t *testing.T) {
 			io.WriteString(w, p[1])
 		}
 		mw.Close()
-		req, _ := http.NewRequest("POST", e.base+"/v1/apply?dryRun=true", &body)
-		req.Header.Set("Authorization", "Bearer "+adminKey)
+		req, _ := http.NewRequest("POST", e.Base+"/v1/apply?dryRun=true", &body)
+		req.Header.Set("Authorization", "Bearer "+apitest.Key)
 		req.Header.Set("Content-Type", mw.FormDataContentType())
 		res, err := http.DefaultClient.Do(req)
 		if err != nil {
@@ -66,7 +68,7 @@ func TestApplyMultipart(t *testing.T) {
 			t.Errorf("%v: %d %s, want 400 naming %q", c.parts, code, body, c.want)
 		}
 	}
-	if r := e.do("GET", "/v1/endpoints", "Bearer "+adminKey, nil); strings.Contains(string(r.body), `"mp"`) {
-		t.Errorf("a refused or dry apply made the endpoint: %s", r.body)
+	if r := e.Do("GET", "/v1/endpoints", "Bearer "+apitest.Key, nil); strings.Contains(string(r.Body), `"mp"`) {
+		t.Errorf("a refused or dry apply made the endpoint: %s", r.Body)
 	}
 }

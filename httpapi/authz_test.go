@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"berth/httpapi"
+	"berth/internal/apitest"
 	"berth/internal/apptest"
 )
 
@@ -13,7 +14,7 @@ import (
 // an access rule fails here (and is refused 403 when served), and a rule
 // naming no route is stale.
 func TestEveryRouteHasAnAccessRule(t *testing.T) {
-	s := apptest.Start(t, apptest.Config(t, testKey)).API()
+	s := apptest.Start(t, apptest.Config(t, apitest.Key)).API()
 	served := map[string]bool{}
 	for _, ra := range s.RouteAccess() {
 		served[ra.Method+" "+ra.Path] = true

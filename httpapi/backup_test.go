@@ -15,6 +15,7 @@ import (
 
 	"berth/httpapi"
 	"berth/httplimit"
+	"berth/internal/apitest"
 	"berth/store"
 )
 
@@ -33,7 +34,7 @@ func unreadBackup(t *testing.T, addr string) (net.Conn, *bufio.Reader, int, int6
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { c.Close() })
-	fmt.Fprintf(c, "GET /v1/backup HTTP/1.1\r\nHost: berth\r\nAuthorization: Bearer %s\r\n\r\n", adminKey)
+	fmt.Fprintf(c, "GET /v1/backup HTTP/1.1\r\nHost: berth\r\nAuthorization: Bearer %s\r\n\r\n", apitest.Key)
 	c.SetReadDeadline(time.Now().Add(60 * time.Second))
 	br := bufio.NewReaderSize(c, 4096)
 	res, err := http.ReadResponse(br, nil)
@@ -49,14 +50,14 @@ func unreadBackup(t *testing.T, addr string) (net.Conn, *bufio.Reader, int, int6
 // the reader's pace used to block, stopping every write and then every
 // read); the backup, read at last, is a complete and valid database.
 func TestUnreadBackupDoesNotStopWrites(t *testing.T) {
-	e := newEnv(t, rawConn(httplimit.Limits{}))
+	e := newEnv(t, apitest.RawConn(httplimit.Limits{}))
 	ep := e.endpoint(nil)
-	addr := e.app.Addr()
+	addr := e.App.Addr()
 	pad := strings.Repeat("p", 500<<10)
 	run := func() time.Duration {
 		start := time.Now()
-		req, _ := http.NewRequest("POST", e.base+"/v2/"+ep+"/run", strings.NewReader(`{"input":{"pad":"`+pad+`"}}`))
-		req.Header.Set("Authorization", "Bearer "+adminKey)
+		req, _ := http.NewRequest("POST", e.Base+"/v2/"+ep+"/run", strings.NewReader(`{"input":{"pad":"`+pad+`"}}`))
+		req.Header.Set("Authorization", "Bearer "+apitest.Key)
 		c := &http.Client{Timeout: 60 * time.Second}
 		res, err := c.Do(req)
 		if err != nil {
@@ -73,7 +74,7 @@ func TestUnreadBackupDoesNotStopWrites(t *testing.T) {
 		run()
 	}
 	size := func() int64 {
-		fi, err := os.Stat(e.db.Path())
+		fi, err := os.Stat(e.DB.Path())
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -94,8 +95,8 @@ func TestUnreadBackupDoesNotStopWrites(t *testing.T) {
 		}
 	}
 	start := time.Now()
-	if r := e.do("GET", "/v1/templates", "Bearer "+adminKey, nil); r.code != 200 {
-		t.Fatalf("GET /v1/templates: %d", r.code)
+	if r := e.Do("GET", "/v1/templates", "Bearer "+apitest.Key, nil); r.Code != 200 {
+		t.Fatalf("GET /v1/templates: %d", r.Code)
 	}
 	if worst > 10*time.Second || time.Since(start) > 10*time.Second {
 		t.Errorf("while the backup was unread: the slowest /run took %s, GET /v1/templates %s", worst, time.Since(start))
@@ -120,7 +121,7 @@ func TestUnreadBackupDoesNotStopWrites(t *testing.T) {
 	}
 	c.Close()
 	// The temporary copy was never visible in the data directory.
-	ents, _ := os.ReadDir(filepath.Dir(e.db.Path()))
+	ents, _ := os.ReadDir(filepath.Dir(e.DB.Path()))
 	for _, ent := range ents {
 		if strings.Contains(ent.Name(), "snapshot") {
 			t.Errorf("left in the data directory: %s", ent.Name())
@@ -132,20 +133,20 @@ func TestUnreadBackupDoesNotStopWrites(t *testing.T) {
 // retry), and none when the copy would leave the data directory short of
 // its reserve (507, with the figures).
 func TestBackupLimits(t *testing.T) {
-	e := newEnv(t, rawConn(httplimit.Limits{}))
+	e := newEnv(t, apitest.RawConn(httplimit.Limits{}))
 	ep := e.endpoint(nil)
-	addr := e.app.Addr()
+	addr := e.App.Addr()
 	pad := strings.Repeat("p", 500<<10)
 	for range 30 { // ≈ 15 MB: more than the sockets buffer, so a backup nobody reads stays open
-		e.admin("POST", "/v2/"+ep+"/run", `{"input":{"pad":"`+pad+`"}}`, 200)
+		e.Admin("POST", "/v2/"+ep+"/run", `{"input":{"pad":"`+pad+`"}}`, 200)
 	}
 	for range 2 {
 		if _, _, code, _ := unreadBackup(t, addr); code != 200 {
 			t.Fatalf("backup: %d", code)
 		}
 	}
-	req, _ := http.NewRequest("GET", e.base+"/v1/backup", nil)
-	req.Header.Set("Authorization", "Bearer "+adminKey)
+	req, _ := http.NewRequest("GET", e.Base+"/v1/backup", nil)
+	req.Header.Set("Authorization", "Bearer "+apitest.Key)
 	res, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)
@@ -156,9 +157,9 @@ func TestBackupLimits(t *testing.T) {
 		t.Errorf("a third backup: %d %.200q", res.StatusCode, b)
 	}
 
-	full := newEnv(t, rawHTTP(func(c *httpapi.Config) { c.BackupReserve = 1 << 60 }))
-	req, _ = http.NewRequest("GET", full.base+"/v1/backup", nil)
-	req.Header.Set("Authorization", "Bearer "+adminKey)
+	full := newEnv(t, apitest.RawHTTP(func(c *httpapi.Config) { c.BackupReserve = 1 << 60 }))
+	req, _ = http.NewRequest("GET", full.Base+"/v1/backup", nil)
+	req.Header.Set("Authorization", "Bearer "+apitest.Key)
 	res, err = http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)

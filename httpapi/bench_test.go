@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"berth/internal/apitest"
 	"berth/internal/apptest"
 	"berth/store"
 )
@@ -29,7 +30,7 @@ type benchServer struct {
 func newBenchServer(b *testing.B) *benchServer {
 	// Berth as app composes it, its API handler served by an httptest
 	// server (the benchmarks' client settings, no connection limits).
-	api := apptest.Start(b, apptest.Config(b, adminKey)).API()
+	api := apptest.Start(b, apptest.Config(b, apitest.Key)).API()
 	bs := &benchServer{srv: httptest.NewServer(api.Handler()), client: benchClient()}
 	b.Cleanup(func() {
 		bs.srv.CloseClientConnections()
@@ -48,7 +49,7 @@ func benchClient() *http.Client {
 
 func (bs *benchServer) do(b *testing.B, method, path string, body []byte, out any) int {
 	req, _ := http.NewRequest(method, bs.srv.URL+path, bytes.NewReader(body))
-	req.Header.Set("Authorization", adminKey)
+	req.Header.Set("Authorization", apitest.Key)
 	res, err := bs.client.Do(req)
 	if err != nil {
 		b.Fatal(err)
@@ -67,7 +68,7 @@ func (bs *benchServer) do(b *testing.B, method, path string, body []byte, out an
 func (bs *benchServer) worker(b *testing.B, ctx context.Context, id string, done *counter) {
 	for ctx.Err() == nil {
 		req, _ := http.NewRequestWithContext(ctx, "GET", bs.srv.URL+"/v2/"+bs.ep+"/job-take/"+id+"?gpu=&job_in_progress=0", nil)
-		req.Header.Set("Authorization", adminKey)
+		req.Header.Set("Authorization", apitest.Key)
 		res, err := bs.client.Do(req)
 		if err != nil {
 			return
@@ -87,7 +88,7 @@ func (bs *benchServer) worker(b *testing.B, ctx context.Context, id string, done
 		}
 		body := append(append([]byte(`{"output":`), job.Input...), '}')
 		req, _ = http.NewRequest("POST", bs.srv.URL+"/v2/"+bs.ep+"/job-done/"+id+"/"+job.ID+"?gpu=&isStream=false", bytes.NewReader(body))
-		req.Header.Set("Authorization", adminKey)
+		req.Header.Set("Authorization", apitest.Key)
 		req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
 		res, err = bs.client.Do(req)
 		if err != nil {

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"berth/internal/apitest"
 	"berth/mgmt"
 	"berth/store"
 )
@@ -37,8 +38,8 @@ const testPrices = `{
 }`
 
 func billingEnv(t *testing.T) *testEnv {
-	e := newValidatingServer(t, withFakePods(newFakePods()))
-	if err := os.WriteFile(filepath.Join(e.dir, mgmt.PricesFile), []byte(testPrices), 0o600); err != nil {
+	e := newValidatingServer(t, apitest.WithFakePods(apitest.NewFakePods()))
+	if err := os.WriteFile(filepath.Join(e.Dir, mgmt.PricesFile), []byte(testPrices), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	for _, iv := range []store.UsageInterval{
@@ -51,7 +52,7 @@ func billingEnv(t *testing.T) *testEnv {
 		{Kind: store.UsageVolume, ID: "vol1", SizeGB: 20, Start: mustTime("2026-03-01T12:00:00Z")},
 		{Kind: store.UsagePod, ID: "pod3", GPUTypeID: "NVIDIA A40", GPUCount: 1, Start: mustTime("2026-02-01T00:00:00Z"), End: mustTime("2026-02-01T01:00:00Z")}, // before the window
 	} {
-		if err := store.PutUsageInterval(e.db, iv); err != nil {
+		if err := store.PutUsageInterval(e.DB, iv); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -61,7 +62,7 @@ func billingEnv(t *testing.T) *testEnv {
 func checkBills(t *testing.T, e *testEnv, path string, want []billRec) {
 	t.Helper()
 	var got []billRec
-	e.must(200, "GET", path, nil, &got)
+	e.Must(200, "GET", path, nil, &got)
 	if len(got) != len(want) {
 		t.Fatalf("GET %s: %d records %+v, want %d %+v", path, len(got), got, len(want), want)
 	}
@@ -148,12 +149,12 @@ func TestBillingNetworkVolumes(t *testing.T) {
 		Time              time.Time `json:"time"`
 		DiskSpaceBilledGb int       `json:"diskSpaceBilledGb"`
 	}
-	e.must(200, "GET", "/v1/billing/networkvolumes"+billWindow("2026-03-01T00:00:00Z", "2026-03-02T00:00:00Z"), nil, &got)
+	e.Must(200, "GET", "/v1/billing/networkvolumes"+billWindow("2026-03-01T00:00:00Z", "2026-03-02T00:00:00Z"), nil, &got)
 	// 12 h × 10 GB + 12 h × 20 GB at 0.073 / GB-month (730 h).
 	if len(got) != 1 || math.Abs(got[0].Amount-0.036) > 1e-9 || got[0].DiskSpaceBilledGb != 20 || !got[0].Time.Equal(mustTime("2026-03-01T00:00:00Z")) {
 		t.Errorf("volume billing %+v", got)
 	}
-	e.must(200, "GET", "/v1/billing/networkvolumes"+billWindow("2026-03-01T11:00:00Z", "2026-03-01T13:00:00Z", "bucketSize", "hour"), nil, &got)
+	e.Must(200, "GET", "/v1/billing/networkvolumes"+billWindow("2026-03-01T11:00:00Z", "2026-03-01T13:00:00Z", "bucketSize", "hour"), nil, &got)
 	if len(got) != 2 || math.Abs(got[0].Amount-0.001) > 1e-9 || got[0].DiskSpaceBilledGb != 10 || math.Abs(got[1].Amount-0.002) > 1e-9 || got[1].DiskSpaceBilledGb != 20 {
 		t.Errorf("hourly volume billing %+v", got)
 	}
@@ -172,29 +173,29 @@ func TestBillingErrorsAndPrices(t *testing.T) {
 		{"/v1/billing/networkvolumes?endTime=2026-13-01T00:00:00Z", "endTime"},
 		{"/v1/billing/endpoints" + billWindow("2026-03-02T00:00:00Z", "2026-03-01T00:00:00Z"), "before"},
 	} {
-		e.mustErr(400, "GET", c.path, nil, c.word)
+		e.MustErr(400, "GET", c.path, nil, c.word)
 	}
 	// Defaults: the last 30 days, by day, grouped by gpuTypeId / endpointId.
-	e.must(200, "GET", "/v1/billing/pods", nil, nil)
-	e.must(200, "GET", "/v1/billing/endpoints", nil, nil)
-	e.must(200, "GET", "/v1/billing/networkvolumes", nil, nil)
+	e.Must(200, "GET", "/v1/billing/pods", nil, nil)
+	e.Must(200, "GET", "/v1/billing/endpoints", nil, nil)
+	e.Must(200, "GET", "/v1/billing/networkvolumes", nil, nil)
 
 	// A pod's costPerHr comes from the same table: 1 × 0.7 + 2 vCPU × 0.01.
-	p := e.newPod(J{"imageName": "alpine:3"})
+	p := e.NewPod(J{"imageName": "alpine:3"})
 	if math.Abs(p.CostPerHr-0.72) > 1e-9 {
 		t.Errorf("costPerHr %v, want 0.72", p.CostPerHr)
 	}
 	// A broken price table is reported, not read as zero.
-	if err := os.WriteFile(filepath.Join(e.dir, mgmt.PricesFile), []byte(`{"gpuHourly": {"x": -1}}`), 0o600); err != nil {
+	if err := os.WriteFile(filepath.Join(e.Dir, mgmt.PricesFile), []byte(`{"gpuHourly": {"x": -1}}`), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	e.mustErr(500, "GET", "/v1/billing/pods", nil, "prices.json", "negative")
-	if err := os.WriteFile(filepath.Join(e.dir, mgmt.PricesFile), []byte(`{"gpuHourly": {}, "vcpuHour": 1}`), 0o600); err != nil {
+	e.MustErr(500, "GET", "/v1/billing/pods", nil, "prices.json", "negative")
+	if err := os.WriteFile(filepath.Join(e.Dir, mgmt.PricesFile), []byte(`{"gpuHourly": {}, "vcpuHour": 1}`), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	e.mustErr(500, "GET", "/v1/billing/networkvolumes", nil, "vcpuHour")
+	e.MustErr(500, "GET", "/v1/billing/networkvolumes", nil, "vcpuHour")
 	// Without the file everything is free.
-	os.Remove(filepath.Join(e.dir, mgmt.PricesFile))
+	os.Remove(filepath.Join(e.Dir, mgmt.PricesFile))
 	checkBills(t, e, "/v1/billing/pods"+billWindow("2026-03-01T00:00:00Z", "2026-03-02T00:00:00Z", "podId", "pod1"), []billRec{
 		{Amount: 0, Time: mustTime("2026-03-01T00:00:00Z"), TimeBilledMs: 9000000, GPUTypeID: "NVIDIA A40"},
 	})

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"berth/httplimit"
+	"berth/internal/apitest"
 	"berth/store"
 )
 
@@ -22,7 +23,7 @@ import (
 func TestExpandingBodiesAreRefused(t *testing.T) {
 	// No validating wrapper (it decodes bodies itself), so what is
 	// allocated is the product's.
-	e := newEnv(t, rawConn(httplimit.Limits{}))
+	e := newEnv(t, apitest.RawConn(httplimit.Limits{}))
 	keys := func(n int) string {
 		var b strings.Builder
 		for i := range n {
@@ -45,8 +46,8 @@ func TestExpandingBodiesAreRefused(t *testing.T) {
 		var before, after runtime.MemStats
 		runtime.ReadMemStats(&before)
 		start := time.Now()
-		req, _ := http.NewRequest(tc.method, e.base+tc.path, strings.NewReader(tc.body))
-		req.Header.Set("Authorization", "Bearer "+adminKey)
+		req, _ := http.NewRequest(tc.method, e.Base+tc.path, strings.NewReader(tc.body))
+		req.Header.Set("Authorization", "Bearer "+apitest.Key)
 		req.Header.Set("Content-Type", "application/json")
 		res, err := http.DefaultClient.Do(req)
 		if err != nil {
@@ -67,7 +68,7 @@ func TestExpandingBodiesAreRefused(t *testing.T) {
 		t.Logf("%s (%d KB): %d in %s, %.1f MB allocated", tc.name, len(tc.body)>>10, res.StatusCode, took.Round(time.Millisecond), float64(alloc)/(1<<20))
 	}
 	n := 0
-	e.db.Scan(store.Templates, func(string, []byte) error { n++; return nil })
+	e.DB.Scan(store.Templates, func(string, []byte) error { n++; return nil })
 	if n != 0 {
 		t.Errorf("%d templates written", n)
 	}

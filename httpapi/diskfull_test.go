@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"berth/internal/apitest"
 	"berth/internal/disktest"
 )
 
@@ -20,22 +21,22 @@ import (
 // that failed meanwhile — job takes, results — were kept and written).
 func TestE2EDiskFullLosesNothing(t *testing.T) {
 	dir := disktest.Tmpfs(t, 6<<20)
-	e := newEnv(t, withDataDir(dir))
+	e := newEnv(t, apitest.WithDataDir(dir))
 	ep := e.endpoint(nil)
 	var acked []string
 	submit := func() resp {
 		input := fmt.Sprintf(`{"n":%d,"pad":"%s"}`, len(acked), strings.Repeat("x", 2000))
-		r := e.do("POST", "/v2/"+ep+"/run", "Bearer "+adminKey, `{"input":`+input+`}`)
-		if r.code == 200 {
-			acked = append(acked, r.json(t)["id"].(string))
+		r := e.Do("POST", "/v2/"+ep+"/run", "Bearer "+apitest.Key, `{"input":`+input+`}`)
+		if r.Code == 200 {
+			acked = append(acked, r.JSON(t)["id"].(string))
 		}
 		return r
 	}
 	// Queued work, then the disk fills, then workers come: their takes
 	// and results meet the full disk.
 	for range 300 {
-		if r := submit(); r.code != 200 {
-			t.Fatalf("/run: %d %s", r.code, r.body)
+		if r := submit(); r.Code != 200 {
+			t.Fatalf("/run: %d %s", r.Code, r.Body)
 		}
 	}
 	filler := filepath.Join(dir, "filler")
@@ -54,7 +55,7 @@ func TestE2EDiskFullLosesNothing(t *testing.T) {
 	for fails := 0; fails < 20 && len(acked) < 5000; {
 		began := time.Now()
 		r := submit()
-		switch r.code {
+		switch r.Code {
 		case 200:
 			fails = 0
 		case 503:
@@ -62,30 +63,30 @@ func TestE2EDiskFullLosesNothing(t *testing.T) {
 			fails++
 			slowest503 = max(slowest503, time.Since(began))
 		default:
-			t.Fatalf("/run on a filling disk: %d %s", r.code, r.body)
+			t.Fatalf("/run on a filling disk: %d %s", r.Code, r.Body)
 		}
 	}
-	if refused.code != 503 || len(acked) == 0 {
+	if refused.Code != 503 || len(acked) == 0 {
 		t.Fatalf("no 503 after %d acknowledged jobs", len(acked))
 	}
-	if refused.hdr.Get("Retry-After") == "" {
+	if refused.Hdr.Get("Retry-After") == "" {
 		t.Error("503 without Retry-After")
 	}
-	if msg := refused.json(t)["error"].(string); !strings.Contains(msg, "no space left on device") {
+	if msg := refused.JSON(t)["error"].(string); !strings.Contains(msg, "no space left on device") {
 		t.Errorf("error %q does not say why", msg)
 	}
-	m := string(e.do("GET", "/metrics", "Bearer "+adminKey, nil).body)
+	m := string(e.Do("GET", "/metrics", "Bearer "+apitest.Key, nil).Body)
 	if strings.Contains(m, `berth_store_write_failures_total{kept="false"} 0`) {
 		t.Errorf("/metrics does not count the failed writes:\n%s", grepLines(m, "berth_store_write"))
 	}
 	// The workers' writes fail too (kept: their changes are in memory).
-	for deadline := time.Now().Add(60 * time.Second); e.db.Stats().Kept < 20; time.Sleep(20 * time.Millisecond) {
+	for deadline := time.Now().Add(60 * time.Second); e.DB.Stats().Kept < 20; time.Sleep(20 * time.Millisecond) {
 		if time.Now().After(deadline) {
-			t.Fatalf("the workers' writes never met the full disk: %+v", e.db.Stats())
+			t.Fatalf("the workers' writes never met the full disk: %+v", e.DB.Stats())
 		}
 	}
 	t.Logf("%d jobs acknowledged before the disk filled; the slowest 503 answered in %s; writes: %+v",
-		len(acked), slowest503.Round(time.Millisecond), e.db.Stats())
+		len(acked), slowest503.Round(time.Millisecond), e.DB.Stats())
 
 	if err := os.Remove(filler); err != nil {
 		t.Fatal(err)
@@ -112,9 +113,9 @@ func TestE2EDiskFullLosesNothing(t *testing.T) {
 		}
 	}
 	wg.Wait()
-	for deadline := time.Now().Add(30 * time.Second); e.db.Stats().Retrying > 0; time.Sleep(20 * time.Millisecond) {
+	for deadline := time.Now().Add(30 * time.Second); e.DB.Stats().Retrying > 0; time.Sleep(20 * time.Millisecond) {
 		if time.Now().After(deadline) {
-			t.Fatalf("failed writes never written: %+v", e.db.Stats())
+			t.Fatalf("failed writes never written: %+v", e.DB.Stats())
 		}
 	}
 	e.run(ep, `{"after":"recovery"}`)
@@ -125,9 +126,9 @@ func TestE2EDiskFullLosesNothing(t *testing.T) {
 		w.cmd.Process.Kill()
 		w.cmd.Wait()
 	}
-	e.restart()
+	e.Restart()
 	for _, id := range acked {
-		r := e.admin("GET", "/v2/"+ep+"/status/"+id, nil, 200)
+		r := e.Admin("GET", "/v2/"+ep+"/status/"+id, nil, 200)
 		if r["status"] != "COMPLETED" || fmt.Sprint(r["output"]) != seen[id] {
 			t.Fatalf("job %s after a restart: %v, served before as COMPLETED %s", id, r, seen[id])
 		}

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"berth/httpapi"
+	"berth/internal/apitest"
 	"berth/queue"
 )
 
@@ -41,21 +42,21 @@ func TestMain(m *testing.M) {
 }
 
 func (e *testEnv) endpoint(extra map[string]any) string {
-	e.t.Helper()
-	tpl := e.admin("POST", "/v1/templates", map[string]any{"name": "t-" + queue.NewID(6), "imageName": "echo:latest", "isServerless": true}, 200)
+	e.T.Helper()
+	tpl := e.Admin("POST", "/v1/templates", map[string]any{"name": "t-" + queue.NewID(6), "imageName": "echo:latest", "isServerless": true}, 200)
 	body := map[string]any{"templateId": tpl["id"]}
 	for k, v := range extra {
 		body[k] = v
 	}
-	ep := e.admin("POST", "/v1/endpoints", body, 200)
+	ep := e.Admin("POST", "/v1/endpoints", body, 200)
 	return ep["id"].(string)
 }
 
 func (e *testEnv) run(ep string, input string) string {
-	e.t.Helper()
-	m := e.admin("POST", "/v2/"+ep+"/run", `{"input":`+input+`}`, 200)
+	e.T.Helper()
+	m := e.Admin("POST", "/v2/"+ep+"/run", `{"input":`+input+`}`, 200)
 	if m["status"] != "IN_QUEUE" {
-		e.t.Fatalf("run: %v", m)
+		e.T.Fatalf("run: %v", m)
 	}
 	return m["id"].(string)
 }
@@ -86,8 +87,8 @@ func (l *lockedBuffer) String() string {
 }
 
 func (e *testEnv) workerEnv(ep string) map[string]string {
-	e.t.Helper()
-	m := e.admin("GET", "/v1/endpoints/"+ep+"/worker-env", nil, 200)
+	e.T.Helper()
+	m := e.Admin("GET", "/v1/endpoints/"+ep+"/worker-env", nil, 200)
 	out := map[string]string{}
 	for k, v := range m {
 		out[k] = v.(string)
@@ -96,7 +97,7 @@ func (e *testEnv) workerEnv(ep string) map[string]string {
 }
 
 func (e *testEnv) startWorker(ep string, extraEnv ...string) *workerProc {
-	e.t.Helper()
+	e.T.Helper()
 	wenv := e.workerEnv(ep)
 	w := &workerProc{id: wenv["RUNPOD_POD_ID"], env: wenv, logs: &lockedBuffer{}}
 	w.cmd = exec.Command(echoworkerBin)
@@ -106,13 +107,13 @@ func (e *testEnv) startWorker(ep string, extraEnv ...string) *workerProc {
 	w.cmd.Env = append(w.cmd.Env, extraEnv...)
 	w.cmd.Stdout, w.cmd.Stderr = w.logs, w.logs
 	if err := w.cmd.Start(); err != nil {
-		e.t.Fatal(err)
+		e.T.Fatal(err)
 	}
-	e.t.Cleanup(func() {
+	e.T.Cleanup(func() {
 		w.cmd.Process.Kill()
 		w.cmd.Wait()
-		if e.t.Failed() {
-			e.t.Logf("worker %s output:\n%s", w.id, w.logs.String())
+		if e.T.Failed() {
+			e.T.Logf("worker %s output:\n%s", w.id, w.logs.String())
 		}
 	})
 	return w
@@ -121,23 +122,23 @@ func (e *testEnv) startWorker(ep string, extraEnv ...string) *workerProc {
 // waitStatus waits for the job to reach want, reading /status after each
 // change the queue signals.
 func (e *testEnv) waitStatus(ep, id, want string) map[string]any {
-	e.t.Helper()
+	e.T.Helper()
 	deadline := time.Now().Add(60 * time.Second)
 	for time.Now().Before(deadline) {
-		ch, _ := e.q.Watch(ep, id)
-		m := e.admin("GET", "/v2/"+ep+"/status/"+id, nil, 200)
+		ch, _ := e.Q.Watch(ep, id)
+		m := e.Admin("GET", "/v2/"+ep+"/status/"+id, nil, 200)
 		if m["status"] == want {
 			return m
 		}
 		if s, _ := m["status"].(string); s != "IN_QUEUE" && s != "IN_PROGRESS" {
-			e.t.Fatalf("job %s is %v, want %s: %v", id, s, want, m)
+			e.T.Fatalf("job %s is %v, want %s: %v", id, s, want, m)
 		}
 		select {
 		case <-ch:
 		case <-time.After(time.Second):
 		}
 	}
-	e.t.Fatalf("job %s never reached %s", id, want)
+	e.T.Fatalf("job %s never reached %s", id, want)
 	return nil
 }
 
@@ -160,13 +161,13 @@ func TestE2EEveryJobOperation(t *testing.T) {
 		if _, ok := m["input"]; ok {
 			t.Fatalf("input echoed on a finished job: %v", m)
 		}
-		p := e.admin("POST", "/v2/"+ep+"/status/"+id, nil, 200)
+		p := e.Admin("POST", "/v2/"+ep+"/status/"+id, nil, 200)
 		if p["status"] != "COMPLETED" {
 			t.Fatal(p)
 		}
 	})
 	t.Run("runsync", func(t *testing.T) {
-		m := e.admin("POST", "/v2/"+ep+"/runsync", `{"input":{"echo":"hi"}}`, 200)
+		m := e.Admin("POST", "/v2/"+ep+"/runsync", `{"input":{"echo":"hi"}}`, 200)
 		if m["status"] != "COMPLETED" || m["output"] != "hi" || !strings.HasPrefix(m["id"].(string), "sync-") {
 			t.Fatal(m)
 		}
@@ -178,7 +179,7 @@ func TestE2EEveryJobOperation(t *testing.T) {
 		if !ok || !strings.Contains(errStr, "boom") {
 			t.Fatalf("error not a string holding the message: %v", m)
 		}
-		r := e.admin("POST", "/v2/"+ep+"/retry/"+id, nil, 200)
+		r := e.Admin("POST", "/v2/"+ep+"/retry/"+id, nil, 200)
 		if r["id"] != id || r["status"] != "IN_QUEUE" {
 			t.Fatal(r)
 		}
@@ -186,9 +187,9 @@ func TestE2EEveryJobOperation(t *testing.T) {
 		e.waitStatus(ep, id, "FAILED")
 		done := e.run(ep, `{"echo":1}`)
 		e.waitStatus(ep, done, "COMPLETED")
-		bad := e.do("POST", "/v2/"+ep+"/retry/"+done, adminKey, nil)
-		if bad.code != 400 || !strings.Contains(string(bad.body), "only FAILED or TIMED_OUT") {
-			t.Fatalf("retry of a completed job: %d %s", bad.code, bad.body)
+		bad := e.Do("POST", "/v2/"+ep+"/retry/"+done, apitest.Key, nil)
+		if bad.Code != 400 || !strings.Contains(string(bad.Body), "only FAILED or TIMED_OUT") {
+			t.Fatalf("retry of a completed job: %d %s", bad.Code, bad.Body)
 		}
 	})
 	t.Run("error key in the result", func(t *testing.T) {
@@ -203,7 +204,7 @@ func TestE2EEveryJobOperation(t *testing.T) {
 		var got []string
 		for i := 0; i < 50; i++ {
 			changed := e.watch(ep, id)
-			m := e.admin("GET", "/v2/"+ep+"/stream/"+id+"?wait=0", nil, 200)
+			m := e.Admin("GET", "/v2/"+ep+"/stream/"+id+"?wait=0", nil, 200)
 			s, ok := m["stream"].([]any)
 			if !ok {
 				t.Fatalf("no stream array: %v", m)
@@ -219,7 +220,7 @@ func TestE2EEveryJobOperation(t *testing.T) {
 		if strings.Join(got, "") != "abc" {
 			t.Fatalf("chunks %v", got)
 		}
-		m := e.admin("GET", "/v2/"+ep+"/status/"+id, nil, 200)
+		m := e.Admin("GET", "/v2/"+ep+"/status/"+id, nil, 200)
 		if fmt.Sprint(m["output"]) != "[a b c]" {
 			t.Fatalf("aggregate output %v", m["output"])
 		}
@@ -229,7 +230,7 @@ func TestE2EEveryJobOperation(t *testing.T) {
 		deadline := time.Now().Add(30 * time.Second)
 		for {
 			changed := e.watch(ep, id)
-			m := e.admin("GET", "/v2/"+ep+"/status/"+id, nil, 200)
+			m := e.Admin("GET", "/v2/"+ep+"/status/"+id, nil, 200)
 			if m["status"] == "IN_PROGRESS" && m["output"] == "1/2" {
 				if fmt.Sprint(m["input"]) != "map[progress:[1/2] sleep_ms:60000]" {
 					t.Fatalf("input not echoed while running: %v", m)
@@ -241,13 +242,13 @@ func TestE2EEveryJobOperation(t *testing.T) {
 			}
 			changed()
 		}
-		c := e.admin("POST", "/v2/"+ep+"/cancel/"+id, nil, 200)
+		c := e.Admin("POST", "/v2/"+ep+"/cancel/"+id, nil, 200)
 		if c["status"] != "CANCELLED" {
 			t.Fatal(c)
 		}
 	})
 	t.Run("health", func(t *testing.T) {
-		h := e.admin("GET", "/v2/"+ep+"/health", nil, 200)
+		h := e.Admin("GET", "/v2/"+ep+"/health", nil, 200)
 		jobs := h["jobs"].(map[string]any)
 		workers := h["workers"].(map[string]any)
 		if jobs["completed"].(float64) < 3 || jobs["failed"].(float64) < 2 || jobs["retried"].(float64) < 1 {
@@ -263,7 +264,7 @@ func TestE2EEveryJobOperation(t *testing.T) {
 // watch was called (or 30 s pass): call watch before looking at the job, so
 // a change in between is not missed.
 func (e *testEnv) watch(ep, id string) func() {
-	ch, err := e.q.Watch(ep, id)
+	ch, err := e.Q.Watch(ep, id)
 	return func() {
 		if err != nil {
 			return
@@ -281,7 +282,7 @@ func TestE2ECancelRunningStopsTheHandler(t *testing.T) {
 	w := e.startWorker(ep)
 	id := e.run(ep, `{"sleep_ms":600000}`)
 	e.waitStatus(ep, id, "IN_PROGRESS")
-	c := e.admin("POST", "/v2/"+ep+"/cancel/"+id, nil, 200)
+	c := e.Admin("POST", "/v2/"+ep+"/cancel/"+id, nil, 200)
 	if c["id"] != id || c["status"] != "CANCELLED" {
 		t.Fatal(c)
 	}
@@ -289,7 +290,7 @@ func TestE2ECancelRunningStopsTheHandler(t *testing.T) {
 	// for the next job straight away.
 	next := e.run(ep, `{"echo":"next"}`)
 	e.waitStatus(ep, next, "COMPLETED")
-	if m := e.admin("GET", "/v2/"+ep+"/status/"+id, nil, 200); m["status"] != "CANCELLED" {
+	if m := e.Admin("GET", "/v2/"+ep+"/status/"+id, nil, 200); m["status"] != "CANCELLED" {
 		t.Fatalf("cancelled job changed: %v (worker logs %s)", m, w.logs.String())
 	}
 }
@@ -298,19 +299,19 @@ func TestE2ECancelQueuedAndPurge(t *testing.T) {
 	e := newEnv(t)
 	ep := e.endpoint(nil)
 	a, b, c := e.run(ep, `{}`), e.run(ep, `{}`), e.run(ep, `{}`)
-	if m := e.admin("POST", "/v2/"+ep+"/cancel/"+a, nil, 200); m["status"] != "CANCELLED" {
+	if m := e.Admin("POST", "/v2/"+ep+"/cancel/"+a, nil, 200); m["status"] != "CANCELLED" {
 		t.Fatal(m)
 	}
-	m := e.admin("POST", "/v2/"+ep+"/purge-queue", nil, 200)
+	m := e.Admin("POST", "/v2/"+ep+"/purge-queue", nil, 200)
 	if m["removed"] != float64(2) || m["status"] != "completed" {
 		t.Fatal(m)
 	}
 	for _, id := range []string{b, c} {
-		if r := e.do("GET", "/v2/"+ep+"/status/"+id, adminKey, nil); r.code != 404 {
-			t.Fatalf("purged job: %d %s", r.code, r.body)
+		if r := e.Do("GET", "/v2/"+ep+"/status/"+id, apitest.Key, nil); r.Code != 404 {
+			t.Fatalf("purged job: %d %s", r.Code, r.Body)
 		}
 	}
-	if m := e.admin("GET", "/v2/"+ep+"/status/"+a, nil, 200); m["status"] != "CANCELLED" {
+	if m := e.Admin("GET", "/v2/"+ep+"/status/"+a, nil, 200); m["status"] != "CANCELLED" {
 		t.Fatal(m)
 	}
 }
@@ -320,9 +321,9 @@ func TestE2ERunsyncWaitElapses(t *testing.T) {
 	ep := e.endpoint(nil)
 	got := make(chan map[string]any)
 	go func() {
-		r := e.do("POST", "/v2/"+ep+"/runsync?wait=1000", adminKey, `{"input":{}}`)
+		r := e.Do("POST", "/v2/"+ep+"/runsync?wait=1000", apitest.Key, `{"input":{}}`)
 		var m map[string]any
-		json.Unmarshal(r.body, &m)
+		json.Unmarshal(r.Body, &m)
 		got <- m
 	}()
 	// runsync holds on the fake clock until it moves past the wait. Three
@@ -331,8 +332,8 @@ func TestE2ERunsyncWaitElapses(t *testing.T) {
 	// until the answer comes, as it would for a client that waits.
 	var m map[string]any
 	for m == nil {
-		e.clock.BlockUntilContext(context.Background(), 3)
-		e.clock.Advance(time.Second)
+		e.Clock.BlockUntilContext(context.Background(), 3)
+		e.Clock.Advance(time.Second)
 		select {
 		case m = <-got:
 		case <-time.After(100 * time.Millisecond):
@@ -352,10 +353,10 @@ func TestE2EExecutionTimeoutAndTTL(t *testing.T) {
 	e.startWorker(ep)
 	id := e.run(ep, `{"sleep_ms":600000}`)
 	e.waitStatus(ep, id, "IN_PROGRESS")
-	ch, _ := e.q.Watch(ep, id)
-	e.clock.Advance(5 * time.Second) // the endpoint's default
+	ch, _ := e.Q.Watch(ep, id)
+	e.Clock.Advance(5 * time.Second) // the endpoint's default
 	<-ch
-	m := e.admin("GET", "/v2/"+ep+"/status/"+id, nil, 200)
+	m := e.Admin("GET", "/v2/"+ep+"/status/"+id, nil, 200)
 	if m["status"] != "TIMED_OUT" || !strings.Contains(fmt.Sprint(m["error"]), "timeout") {
 		t.Fatal(m)
 	}
@@ -363,18 +364,18 @@ func TestE2EExecutionTimeoutAndTTL(t *testing.T) {
 	next := e.run(ep, `{"echo":2}`)
 	e.waitStatus(ep, next, "COMPLETED")
 	// TIMED_OUT can be retried.
-	e.admin("POST", "/v2/"+ep+"/retry/"+id, nil, 200)
+	e.Admin("POST", "/v2/"+ep+"/retry/"+id, nil, 200)
 	e.waitStatus(ep, id, "IN_PROGRESS")
 
 	// ttl removes a running job: status then answers 404.
-	short := e.admin("POST", "/v2/"+ep+"/run", `{"input":{"sleep_ms":600000},"policy":{"ttl":10000,"executionTimeout":600000}}`, 200)["id"].(string)
-	e.admin("POST", "/v2/"+ep+"/cancel/"+id, nil, 200)
+	short := e.Admin("POST", "/v2/"+ep+"/run", `{"input":{"sleep_ms":600000},"policy":{"ttl":10000,"executionTimeout":600000}}`, 200)["id"].(string)
+	e.Admin("POST", "/v2/"+ep+"/cancel/"+id, nil, 200)
 	e.waitStatus(ep, short, "IN_PROGRESS")
-	ch, _ = e.q.Watch(ep, short)
-	e.clock.Advance(10 * time.Second)
+	ch, _ = e.Q.Watch(ep, short)
+	e.Clock.Advance(10 * time.Second)
 	<-ch
-	if r := e.do("GET", "/v2/"+ep+"/status/"+short, adminKey, nil); r.code != 404 || r.json(t)["error"] == nil {
-		t.Fatalf("expired job: %d %s", r.code, r.body)
+	if r := e.Do("GET", "/v2/"+ep+"/status/"+short, apitest.Key, nil); r.Code != 404 || r.JSON(t)["error"] == nil {
+		t.Fatalf("expired job: %d %s", r.Code, r.Body)
 	}
 }
 
@@ -395,7 +396,7 @@ func TestE2EStopPodAndBatchWorker(t *testing.T) {
 	id := e.run(ep, `{"stop_pod":true,"echo":{"x":1}}`)
 	e.waitStatus(ep, id, "COMPLETED")
 	select {
-	case got := <-e.stopPod:
+	case got := <-e.StopPod:
 		if got != w.id {
 			t.Fatalf("stopPod for %s, want %s", got, w.id)
 		}
@@ -412,10 +413,10 @@ func TestE2ELostWorkerJobIsRequeued(t *testing.T) {
 	e.waitStatus(ep, id, "IN_PROGRESS")
 	w.cmd.Process.Kill()
 	w.cmd.Wait()
-	ch, _ := e.q.Watch(ep, id)
-	e.clock.Advance(time.Minute)
+	ch, _ := e.Q.Watch(ep, id)
+	e.Clock.Advance(time.Minute)
 	<-ch
-	m := e.admin("GET", "/v2/"+ep+"/status/"+id, nil, 200)
+	m := e.Admin("GET", "/v2/"+ep+"/status/"+id, nil, 200)
 	if m["status"] != "IN_QUEUE" {
 		t.Fatal(m)
 	}
@@ -431,10 +432,10 @@ func TestE2EWebhook(t *testing.T) {
 		got <- m
 	}))
 	defer recv.Close()
-	e := newEnv(t, withLoopbackWebhooks)
+	e := newEnv(t, apitest.WithLoopbackWebhooks)
 	ep := e.endpoint(nil)
 	e.startWorker(ep)
-	id := e.admin("POST", "/v2/"+ep+"/run", map[string]any{"input": map[string]any{"echo": "w"}, "webhook": recv.URL}, 200)["id"]
+	id := e.Admin("POST", "/v2/"+ep+"/run", map[string]any{"input": map[string]any{"echo": "w"}, "webhook": recv.URL}, 200)["id"]
 	select {
 	case m := <-got:
 		if m["id"] != id || m["status"] != "COMPLETED" || m["output"] != "w" {
@@ -449,7 +450,7 @@ func TestE2ERestartKeepsQueuedJobs(t *testing.T) {
 	e := newEnv(t)
 	ep := e.endpoint(nil)
 	ids := []string{e.run(ep, `{"echo":1}`), e.run(ep, `{"echo":2}`)}
-	e.restart()
+	e.Restart()
 	e.startWorker(ep)
 	for i, id := range ids {
 		if m := e.waitStatus(ep, id, "COMPLETED"); m["output"] != float64(i+1) {
@@ -468,12 +469,12 @@ func TestE2EAuth(t *testing.T) {
 		name, method, path, auth string
 		want                     int
 	}{
-		{"bearer", "GET", "/v2/" + ep + "/health", "Bearer " + adminKey, 200},
-		{"lowercase bearer", "GET", "/v2/" + ep + "/health", "bearer " + adminKey, 200},
-		{"bare key", "GET", "/v2/" + ep + "/health", adminKey, 200},
+		{"bearer", "GET", "/v2/" + ep + "/health", "Bearer " + apitest.Key, 200},
+		{"lowercase bearer", "GET", "/v2/" + ep + "/health", "bearer " + apitest.Key, 200},
+		{"bare key", "GET", "/v2/" + ep + "/health", apitest.Key, 200},
 		{"no key", "GET", "/v2/" + ep + "/health", "", 401},
 		{"wrong key", "GET", "/v2/" + ep + "/health", "Bearer nope", 401},
-		{"basic scheme", "GET", "/v2/" + ep + "/health", "Basic " + adminKey, 401},
+		{"basic scheme", "GET", "/v2/" + ep + "/health", "Basic " + apitest.Key, 401},
 		{"management without key", "GET", "/v1/endpoints/" + ep, "", 401},
 		{"metrics without key", "GET", "/metrics", "", 401},
 		{"worker key on job API", "GET", "/v2/" + ep + "/health", wkey, 401},
@@ -483,19 +484,19 @@ func TestE2EAuth(t *testing.T) {
 		{"worker key, unsubstituted id", "GET", "/v2/" + ep + "/ping/$RUNPOD_POD_ID", wkey, 200},
 		{"worker key, other worker id", "GET", "/v2/" + ep + "/ping/someoneelse", wkey, 401},
 		{"worker key, other endpoint", "GET", "/v2/" + other + "/ping/" + wid, wkey, 401},
-		{"admin key on worker route", "GET", "/v2/" + ep + "/ping/" + wid, adminKey, 200},
+		{"admin key on worker route", "GET", "/v2/" + ep + "/ping/" + wid, apitest.Key, 200},
 		{"no key on worker route", "GET", "/v2/" + ep + "/ping/" + wid, "", 401},
 	}
 	for _, tt := range tests {
-		r := e.do(tt.method, tt.path, tt.auth, nil)
-		if r.code != tt.want {
-			t.Errorf("%s: %d %s, want %d", tt.name, r.code, r.body, tt.want)
+		r := e.Do(tt.method, tt.path, tt.auth, nil)
+		if r.Code != tt.want {
+			t.Errorf("%s: %d %s, want %d", tt.name, r.Code, r.Body, tt.want)
 			continue
 		}
-		if r.code == 401 {
-			m := r.json(t)
+		if r.Code == 401 {
+			m := r.JSON(t)
 			if m["error"] == nil && m["message"] == nil {
-				t.Errorf("%s: 401 without a message: %s", tt.name, r.body)
+				t.Errorf("%s: 401 without a message: %s", tt.name, r.Body)
 			}
 		}
 	}
@@ -528,33 +529,33 @@ func TestE2EBadInputChangesNothing(t *testing.T) {
 		{"runsync wait malformed", "/runsync?wait=soon", `{"input":{}}`, "wait", 400},
 	}
 	for _, tt := range tests {
-		r := e.do("POST", "/v2/"+ep+tt.path, adminKey, tt.body)
-		if r.code != tt.want {
-			t.Errorf("%s: %d %s", tt.name, r.code, r.body)
+		r := e.Do("POST", "/v2/"+ep+tt.path, apitest.Key, tt.body)
+		if r.Code != tt.want {
+			t.Errorf("%s: %d %s", tt.name, r.Code, r.Body)
 			continue
 		}
-		if msg, _ := r.json(t)["error"].(string); !strings.Contains(msg, tt.field) {
+		if msg, _ := r.JSON(t)["error"].(string); !strings.Contains(msg, tt.field) {
 			t.Errorf("%s: message %q does not name %s", tt.name, msg, tt.field)
 		}
 	}
 	for _, p := range []string{"/status/x?ttl=5", "/status/x?ttl=abc", "/stream/x?wait=-1", "/status-sync/x?wait=0"} {
-		if r := e.do("GET", "/v2/"+ep+p, adminKey, nil); r.code != 400 {
-			t.Errorf("%s: %d %s", p, r.code, r.body)
+		if r := e.Do("GET", "/v2/"+ep+p, apitest.Key, nil); r.Code != 400 {
+			t.Errorf("%s: %d %s", p, r.Code, r.Body)
 		}
 	}
-	if h := e.q.Health(ep); h.Jobs != (queue.JobCounts{}) {
+	if h := e.Q.Health(ep); h.Jobs != (queue.JobCounts{}) {
 		t.Fatalf("bad requests stored jobs: %+v", h.Jobs)
 	}
 	// Valid optional fields are accepted and handed to the worker.
-	e.admin("POST", "/v2/"+ep+"/run", `{"input":{},"policy":{"ttl":10000,"executionTimeout":5000,"lowPriority":true},"s3Config":{"accessId":"a","accessSecret":"b","bucketName":"c","endpointUrl":"http://s3"}}`, 200)
-	if st := e.q.Stats(ep); st.InQueue != 1 || st.LowPriority != 1 {
+	e.Admin("POST", "/v2/"+ep+"/run", `{"input":{},"policy":{"ttl":10000,"executionTimeout":5000,"lowPriority":true},"s3Config":{"accessId":"a","accessSecret":"b","bucketName":"c","endpointUrl":"http://s3"}}`, 200)
+	if st := e.Q.Stats(ep); st.InQueue != 1 || st.LowPriority != 1 {
 		t.Fatalf("lowPriority not exposed to the scaler: %+v", st)
 	}
 	wenv := e.workerEnv(ep)
-	take := e.do("GET", "/v2/"+ep+"/job-take/"+wenv["RUNPOD_POD_ID"]+"?gpu=&job_in_progress=0", wenv["RUNPOD_AI_API_KEY"], nil)
-	job := take.json(t)
-	if take.hdr.Get("Content-Type") != "application/json" || job["s3Config"] == nil || job["policy"] == nil || job["input"] == nil {
-		t.Fatalf("taken job %d %v", take.code, job)
+	take := e.Do("GET", "/v2/"+ep+"/job-take/"+wenv["RUNPOD_POD_ID"]+"?gpu=&job_in_progress=0", wenv["RUNPOD_AI_API_KEY"], nil)
+	job := take.JSON(t)
+	if take.Hdr.Get("Content-Type") != "application/json" || job["s3Config"] == nil || job["policy"] == nil || job["input"] == nil {
+		t.Fatalf("taken job %d %v", take.Code, job)
 	}
 }
 
@@ -566,18 +567,18 @@ func TestE2ENotFound(t *testing.T) {
 		if strings.HasSuffix(p, "run") {
 			method = "POST"
 		}
-		if r := e.do(method, p, adminKey, `{"input":{}}`); r.code != 404 || !strings.Contains(string(r.body), "endpoint") {
-			t.Errorf("%s: %d %s", p, r.code, r.body)
+		if r := e.Do(method, p, apitest.Key, `{"input":{}}`); r.Code != 404 || !strings.Contains(string(r.Body), "endpoint") {
+			t.Errorf("%s: %d %s", p, r.Code, r.Body)
 		}
 	}
 	for _, op := range []string{"status", "status-sync", "stream", "cancel", "retry"} {
 		method := "POST"
-		if r := e.do(method, "/v2/"+ep+"/"+op+"/nosuchjob", adminKey, nil); r.code != 404 || r.json(t)["error"] == nil {
-			t.Errorf("%s: %d %s", op, r.code, r.body)
+		if r := e.Do(method, "/v2/"+ep+"/"+op+"/nosuchjob", apitest.Key, nil); r.Code != 404 || r.JSON(t)["error"] == nil {
+			t.Errorf("%s: %d %s", op, r.Code, r.Body)
 		}
 	}
-	if r := e.do("GET", "/v1/endpoints/nosuch", adminKey, nil); r.code != 404 || r.json(t)["message"] == nil {
-		t.Errorf("management 404: %d %s", r.code, r.body)
+	if r := e.Do("GET", "/v1/endpoints/nosuch", apitest.Key, nil); r.Code != 404 || r.JSON(t)["message"] == nil {
+		t.Errorf("management 404: %d %s", r.Code, r.Body)
 	}
 }
 
@@ -585,40 +586,40 @@ func TestE2EPayloadLimits(t *testing.T) {
 	// Without the validating wrapper: it would decode each body of many
 	// megabytes again, which under -race takes minutes on a busy machine,
 	// and a size limit is not a question of the document.
-	e := newEnv(t, rawHTTP(func(*httpapi.Config) {}))
+	e := newEnv(t, apitest.RawHTTP(func(*httpapi.Config) {}))
 	ep := e.endpoint(nil)
 	big := func(n int) string { return `{"input":{"b":"` + strings.Repeat("x", n) + `"}}` }
-	if r := e.do("POST", "/v2/"+ep+"/run", adminKey, big(10<<20)); r.code != 413 || r.json(t)["error"] == nil {
-		t.Fatalf("11 MB /run: %d", r.code)
+	if r := e.Do("POST", "/v2/"+ep+"/run", apitest.Key, big(10<<20)); r.Code != 413 || r.JSON(t)["error"] == nil {
+		t.Fatalf("11 MB /run: %d", r.Code)
 	}
-	e.admin("POST", "/v2/"+ep+"/run", big(9<<20), 200)
-	if r := e.do("POST", "/v2/"+ep+"/runsync?wait=1000", adminKey, big(20<<20)); r.code != 413 {
-		t.Fatalf("21 MB /runsync: %d", r.code)
+	e.Admin("POST", "/v2/"+ep+"/run", big(9<<20), 200)
+	if r := e.Do("POST", "/v2/"+ep+"/runsync?wait=1000", apitest.Key, big(20<<20)); r.Code != 413 {
+		t.Fatalf("21 MB /runsync: %d", r.Code)
 	}
 }
 
 func TestE2ERateLimits(t *testing.T) {
-	e := newEnv(t, withRateLimits(3))
+	e := newEnv(t, apitest.WithRateLimits(3))
 	ep := e.endpoint(nil)
-	purge := func() resp { return e.do("POST", "/v2/"+ep+"/purge-queue", adminKey, nil) }
+	purge := func() resp { return e.Do("POST", "/v2/"+ep+"/purge-queue", apitest.Key, nil) }
 	for i := 0; i < 2; i++ {
-		if r := purge(); r.code != 200 {
-			t.Fatalf("purge %d: %d", i, r.code)
+		if r := purge(); r.Code != 200 {
+			t.Fatalf("purge %d: %d", i, r.Code)
 		}
 	}
 	r := purge()
-	if r.code != 429 || r.hdr.Get("Retry-After") == "" || r.json(t)["error"] == nil {
-		t.Fatalf("third purge: %d %v", r.code, r.hdr)
+	if r.Code != 429 || r.Hdr.Get("Retry-After") == "" || r.JSON(t)["error"] == nil {
+		t.Fatalf("third purge: %d %v", r.Code, r.Hdr)
 	}
 	// Dynamic limit: 2 live workers × 3 per worker = 6 > base 2.
 	other := e.endpoint(nil)
 	for i := 0; i < 2; i++ {
 		wenv := e.workerEnv(other)
-		e.do("GET", "/v2/"+other+"/ping/"+wenv["RUNPOD_POD_ID"], wenv["RUNPOD_AI_API_KEY"], nil)
+		e.Do("GET", "/v2/"+other+"/ping/"+wenv["RUNPOD_POD_ID"], wenv["RUNPOD_AI_API_KEY"], nil)
 	}
 	n := 0
 	for i := 0; i < 10; i++ {
-		if e.do("POST", "/v2/"+other+"/purge-queue", adminKey, nil).code == 200 {
+		if e.Do("POST", "/v2/"+other+"/purge-queue", apitest.Key, nil).Code == 200 {
 			n++
 		}
 	}
@@ -626,8 +627,8 @@ func TestE2ERateLimits(t *testing.T) {
 		t.Fatalf("%d purges allowed with 2 workers, want 6", n)
 	}
 	// Limits are per endpoint and operation: health is not limited.
-	if r := e.do("GET", "/v2/"+ep+"/health", adminKey, nil); r.code != 200 {
-		t.Fatal(r.code)
+	if r := e.Do("GET", "/v2/"+ep+"/health", apitest.Key, nil); r.Code != 200 {
+		t.Fatal(r.Code)
 	}
 }
 
@@ -649,8 +650,8 @@ func TestE2EWorkerEnvTemplates(t *testing.T) {
 	if again := e.workerEnv(ep); again["RUNPOD_POD_ID"] == wenv["RUNPOD_POD_ID"] || again["RUNPOD_AI_API_KEY"] == wenv["RUNPOD_AI_API_KEY"] {
 		t.Fatal("worker-env reused an identity")
 	}
-	if r := e.do("GET", "/v1/endpoints/nosuch/worker-env", adminKey, nil); r.code != 404 {
-		t.Fatal(r.code)
+	if r := e.Do("GET", "/v1/endpoints/nosuch/worker-env", apitest.Key, nil); r.Code != 404 {
+		t.Fatal(r.Code)
 	}
 }
 
@@ -658,21 +659,21 @@ func TestE2EMetrics(t *testing.T) {
 	e := newEnv(t)
 	ep := e.endpoint(nil)
 	e.run(ep, `{}`)
-	r := e.do("GET", "/metrics", adminKey, nil)
-	sc := bufio.NewScanner(bytes.NewReader(r.body))
+	r := e.Do("GET", "/metrics", apitest.Key, nil)
+	sc := bufio.NewScanner(bytes.NewReader(r.Body))
 	found := false
 	for sc.Scan() {
 		if strings.HasPrefix(sc.Text(), `berth_queue_jobs{endpoint="`+ep+`",state="in_queue"} 1`) {
 			found = true
 		}
 	}
-	if r.code != 200 || !found {
-		t.Fatalf("%d, queue depth not in metrics:\n%s", r.code, r.body)
+	if r.Code != 200 || !found {
+		t.Fatalf("%d, queue depth not in metrics:\n%s", r.Code, r.Body)
 	}
 }
 
 func TestE2EConcurrencyCap(t *testing.T) {
-	e := newEnv(t, withRateLimits(100))
+	e := newEnv(t, apitest.WithRateLimits(100))
 	ep := e.endpoint(nil)
 	id := e.run(ep, `{}`)
 	// 400 concurrent /stream requests hold (the job never runs and the
@@ -685,8 +686,8 @@ func TestE2EConcurrencyCap(t *testing.T) {
 		held.Add(1)
 		go func() {
 			defer held.Done()
-			req, _ := http.NewRequestWithContext(ctx, "GET", e.base+"/v2/"+ep+"/stream/"+id+"?wait=300000", nil)
-			req.Header.Set("Authorization", adminKey)
+			req, _ := http.NewRequestWithContext(ctx, "GET", e.Base+"/v2/"+ep+"/stream/"+id+"?wait=300000", nil)
+			req.Header.Set("Authorization", apitest.Key)
 			started <- struct{}{}
 			if res, err := client.Do(req); err == nil {
 				res.Body.Close()
@@ -701,21 +702,21 @@ func TestE2EConcurrencyCap(t *testing.T) {
 	// (Other timers wait on the fake clock too — the cleaner's, one a
 	// task — so the count only says most holds are in; the last few may
 	// still be on their way: ask until the cap answers, within a deadline.)
-	e.clock.BlockUntilContext(context.Background(), 402)
-	r := e.do("GET", "/v2/"+ep+"/stream/"+id+"?wait=0", adminKey, nil)
-	for deadline := time.Now().Add(30 * time.Second); r.code == 200 && time.Now().Before(deadline); {
-		r = e.do("GET", "/v2/"+ep+"/stream/"+id+"?wait=0", adminKey, nil)
+	e.Clock.BlockUntilContext(context.Background(), 402)
+	r := e.Do("GET", "/v2/"+ep+"/stream/"+id+"?wait=0", apitest.Key, nil)
+	for deadline := time.Now().Add(30 * time.Second); r.Code == 200 && time.Now().Before(deadline); {
+		r = e.Do("GET", "/v2/"+ep+"/stream/"+id+"?wait=0", apitest.Key, nil)
 	}
-	if r.code != 429 || r.hdr.Get("Retry-After") != "1" || !strings.Contains(string(r.body), "concurrent") {
-		t.Fatalf("401st stream: %d %v %s", r.code, r.hdr, r.body)
+	if r.Code != 429 || r.Hdr.Get("Retry-After") != "1" || !strings.Contains(string(r.Body), "concurrent") {
+		t.Fatalf("401st stream: %d %v %s", r.Code, r.Hdr, r.Body)
 	}
 	// Other operations have their own caps.
-	if r := e.do("GET", "/v2/"+ep+"/status/"+id, adminKey, nil); r.code != 200 {
-		t.Fatalf("status while streams are held: %d", r.code)
+	if r := e.Do("GET", "/v2/"+ep+"/status/"+id, apitest.Key, nil); r.Code != 200 {
+		t.Fatalf("status while streams are held: %d", r.Code)
 	}
 	cancel()
 	held.Wait()
-	if r := e.do("GET", "/v2/"+ep+"/stream/"+id+"?wait=0", adminKey, nil); r.code != 200 {
-		t.Fatalf("stream after release: %d %s", r.code, r.body)
+	if r := e.Do("GET", "/v2/"+ep+"/stream/"+id+"?wait=0", apitest.Key, nil); r.Code != 200 {
+		t.Fatalf("stream after release: %d %s", r.Code, r.Body)
 	}
 }

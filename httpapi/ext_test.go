@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"berth/gpu"
+	"berth/internal/apitest"
 	"berth/mgmt"
 )
 
@@ -46,11 +47,11 @@ var fakeGPUs = []gpu.Device{
 // withFakeRuntime gives the API f's WorkerLogs, PodLogs and
 // EndpointStatus (Berth has no runtime of its own without Docker), and
 // Berth two GPUs found at start, the first held by worker wkr1.
-func withFakeRuntime(f *fakeRuntime) envOpt {
-	return func(e *testEnv) {
-		e.cfg.DiscoverGPUs = func() ([]gpu.Device, error) { return fakeGPUs, nil }
-		e.holders = map[string][]string{"wkr1": {fakeGPUs[0].UUID}}
-		c := &e.cfg.HTTP
+func withFakeRuntime(f *fakeRuntime) apitest.Option {
+	return func(e *apitest.Env) {
+		e.Cfg.DiscoverGPUs = func() ([]gpu.Device, error) { return fakeGPUs, nil }
+		e.Holders = map[string][]string{"wkr1": {fakeGPUs[0].UUID}}
+		c := &e.Cfg.HTTP
 		c.WorkerLogs = func(ctx context.Context, ep, w string, follow bool, tail int, job string) (io.ReadCloser, error) {
 			return f.open(fmt.Sprintf("worker %s/%s follow=%v tail=%d job=%s", ep, w, follow, tail, job), ep+"/"+w, follow, tail, job,
 				fmt.Errorf("worker %s: %w", w, mgmt.ErrNoSuchWorker))
@@ -139,7 +140,7 @@ func TestGPUs(t *testing.T) {
 	f := newFakeRuntime()
 	e := newValidatingServer(t, withFakeRuntime(f))
 	var got []map[string]any
-	e.must(200, "GET", "/v1/gpus", nil, &got)
+	e.Must(200, "GET", "/v1/gpus", nil, &got)
 	want := []map[string]any{
 		{"index": 0.0, "uuid": "GPU-0000", "name": "NVIDIA GeForce RTX 4090", "gpuTypeId": "NVIDIA GeForce RTX 4090", "memoryInMiB": 24564.0, "pciBusId": "00000000:01:00.0", "holder": "wkr1"},
 		{"index": 1.0, "uuid": "GPU-0001", "name": "NVIDIA GeForce RTX 4090", "gpuTypeId": "NVIDIA GeForce RTX 4090", "memoryInMiB": 24564.0, "pciBusId": "00000000:02:00.0", "holder": ""},
@@ -147,17 +148,17 @@ func TestGPUs(t *testing.T) {
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("GET /v1/gpus:\n got %v\nwant %v", got, want)
 	}
-	if code, _ := e.callWith("GET", "/v1/gpus", nil, nil); code != http.StatusUnauthorized {
+	if code, _ := e.CallWith("GET", "/v1/gpus", nil, nil); code != http.StatusUnauthorized {
 		t.Errorf("GET /v1/gpus without a key: %d, want 401", code)
 	}
 
 	// No GPUs, or no GPU source at all: a bare empty array.
-	e.app.GPUs().SetDevices(nil)
-	if out := e.must(200, "GET", "/v1/gpus", nil, nil); string(out) != "[]" {
+	e.App.GPUs().SetDevices(nil)
+	if out := e.Must(200, "GET", "/v1/gpus", nil, nil); string(out) != "[]" {
 		t.Errorf("GET /v1/gpus without GPUs: %s, want []", out)
 	}
 	bare := newValidatingServer(t)
-	if out := bare.must(200, "GET", "/v1/gpus", nil, nil); string(out) != "[]" {
+	if out := bare.Must(200, "GET", "/v1/gpus", nil, nil); string(out) != "[]" {
 		t.Errorf("GET /v1/gpus without Config.GPUs: %s, want []", out)
 	}
 }
@@ -166,10 +167,10 @@ func TestGPUs(t *testing.T) {
 // worker "wkr1" has a log, and a pod with a log.
 func logsEnv(t *testing.T) (e *testEnv, f *fakeRuntime, ep, pod string) {
 	f = newFakeRuntime()
-	e = newValidatingServer(t, withFakeRuntime(f), withFakePods(newFakePods()))
-	tpl := e.newTemplate("t", "alpine:3", nil)
-	ep = e.newEndpoint(tpl.ID, nil).ID
-	pod = e.newPod(J{"imageName": "alpine:3", "computeType": "CPU"}).ID
+	e = newValidatingServer(t, withFakeRuntime(f), apitest.WithFakePods(apitest.NewFakePods()))
+	tpl := e.NewTemplate("t", "alpine:3", nil)
+	ep = e.NewEndpoint(tpl.ID, nil).ID
+	pod = e.NewPod(J{"imageName": "alpine:3", "computeType": "CPU"}).ID
 	f.set(func(f *fakeRuntime) {
 		f.logs[ep+"/wkr1"] = workerLog
 		f.logs[pod] = "pod line 1\npod line 2\npod line 3\n"
@@ -190,17 +191,17 @@ plain print from the handler
 
 // getText answers a text route: status, Content-Type and body.
 func (e *testEnv) getText(path string) (int, string, string) {
-	e.t.Helper()
-	req, _ := http.NewRequest("GET", e.base+path, nil)
-	req.Header.Set("Authorization", "Bearer "+testKey)
+	e.T.Helper()
+	req, _ := http.NewRequest("GET", e.Base+path, nil)
+	req.Header.Set("Authorization", "Bearer "+apitest.Key)
 	res, err := http.DefaultClient.Do(req)
 	if err != nil {
-		e.t.Fatal(err)
+		e.T.Fatal(err)
 	}
 	defer res.Body.Close()
 	b, err := io.ReadAll(res.Body)
 	if err != nil {
-		e.t.Fatal(err)
+		e.T.Fatal(err)
 	}
 	return res.StatusCode, res.Header.Get("Content-Type"), string(b)
 }
@@ -235,30 +236,30 @@ func TestContainerLogs(t *testing.T) {
 
 	// Bad parameters are refused before the runtime is asked.
 	for _, p := range []string{wlogs + "?tail=-1", wlogs + "?tail=ten", plogs + "?tail=1.5", plogs + "?tail=-3"} {
-		e.mustErr(400, "GET", p, nil, "tail", "non-negative integer")
+		e.MustErr(400, "GET", p, nil, "tail", "non-negative integer")
 	}
-	e.mustErr(400, "GET", wlogs+"?follow=maybe", nil, "follow")
-	e.mustErr(400, "GET", wlogs+"?jobId=", nil, "jobId")
-	e.mustErr(400, "GET", plogs+"?jobId=job-a", nil, "jobId", "worker logs only")
+	e.MustErr(400, "GET", wlogs+"?follow=maybe", nil, "follow")
+	e.MustErr(400, "GET", wlogs+"?jobId=", nil, "jobId")
+	e.MustErr(400, "GET", plogs+"?jobId=job-a", nil, "jobId", "worker logs only")
 	if calls := f.takeCalls(); len(calls) != 0 {
 		t.Errorf("bad requests reached the runtime: %q", calls)
 	}
 
 	// Unknown endpoint, worker, pod; a pod whose container is gone.
-	e.mustErr(404, "GET", "/v1/endpoints/nosuchendpoint/workers/wkr1/logs", nil, "endpoint nosuchendpoint not found")
-	e.mustErr(404, "GET", "/v1/endpoints/"+ep+"/workers/nosuchworker/logs", nil, "worker nosuchworker", "not found")
-	e.mustErr(404, "GET", "/v1/pods/nosuchpod/logs", nil, "pod nosuchpod not found")
+	e.MustErr(404, "GET", "/v1/endpoints/nosuchendpoint/workers/wkr1/logs", nil, "endpoint nosuchendpoint not found")
+	e.MustErr(404, "GET", "/v1/endpoints/"+ep+"/workers/nosuchworker/logs", nil, "worker nosuchworker", "not found")
+	e.MustErr(404, "GET", "/v1/pods/nosuchpod/logs", nil, "pod nosuchpod not found")
 	f.set(func(f *fakeRuntime) { delete(f.logs, pod) })
-	e.mustErr(404, "GET", plogs, nil, "pod "+pod, "no container")
+	e.MustErr(404, "GET", plogs, nil, "pod "+pod, "no container")
 
 	// A runtime failure is 503 and says what failed.
 	f.set(func(f *fakeRuntime) { f.fail = errors.New("Cannot connect to the Docker daemon") })
-	e.mustErr(503, "GET", wlogs, nil, "Cannot connect to the Docker daemon")
+	e.MustErr(503, "GET", wlogs, nil, "Cannot connect to the Docker daemon")
 
 	// Every log route needs the key.
 	for _, p := range []string{wlogs, plogs, wlogs + "?follow=true"} {
 		for _, hdr := range []map[string]string{nil, {"Authorization": "Bearer wrong"}} {
-			if code, out := e.callWith("GET", p, nil, hdr); code != http.StatusUnauthorized || !strings.Contains(string(out), `"message"`) {
+			if code, out := e.CallWith("GET", p, nil, hdr); code != http.StatusUnauthorized || !strings.Contains(string(out), `"message"`) {
 				t.Errorf("GET %s with %v: %d %s, want 401 {message}", p, hdr, code, out)
 			}
 		}
@@ -266,26 +267,26 @@ func TestContainerLogs(t *testing.T) {
 }
 
 func TestContainerLogsWithoutRuntime(t *testing.T) {
-	e := newValidatingServer(t, withFakePods(newFakePods()))
-	tpl := e.newTemplate("t", "alpine:3", nil)
-	ep := e.newEndpoint(tpl.ID, nil).ID
-	pod := e.newPod(J{"imageName": "alpine:3"}).ID
+	e := newValidatingServer(t, apitest.WithFakePods(apitest.NewFakePods()))
+	tpl := e.NewTemplate("t", "alpine:3", nil)
+	ep := e.NewEndpoint(tpl.ID, nil).ID
+	pod := e.NewPod(J{"imageName": "alpine:3"}).ID
 	for _, p := range []string{"/v1/endpoints/" + ep + "/workers/wkr1/logs?follow=true", "/v1/pods/" + pod + "/logs?tail=5"} {
-		code, out := e.call("GET", p, nil)
+		code, out := e.Call("GET", p, nil)
 		if code != 503 || string(out) != `{"message":"no container runtime: Docker is not reachable"}` {
 			t.Errorf("GET %s without a runtime: %d %s", p, code, out)
 		}
 	}
 	// An unknown endpoint or pod is still 404.
-	e.mustErr(404, "GET", "/v1/endpoints/nosuchendpoint/workers/wkr1/logs", nil, "not found")
-	e.mustErr(404, "GET", "/v1/pods/nosuchpod/logs", nil, "not found")
+	e.MustErr(404, "GET", "/v1/endpoints/nosuchendpoint/workers/wkr1/logs", nil, "not found")
+	e.MustErr(404, "GET", "/v1/pods/nosuchpod/logs", nil, "not found")
 }
 
 // openFollow starts a follow request; the answer's headers are in.
 func openFollow(t *testing.T, ctx context.Context, e *testEnv, path string) (*http.Response, *bufio.Reader) {
 	t.Helper()
-	req, _ := http.NewRequestWithContext(ctx, "GET", e.base+path, nil)
-	req.Header.Set("Authorization", "Bearer "+testKey)
+	req, _ := http.NewRequestWithContext(ctx, "GET", e.Base+path, nil)
+	req.Header.Set("Authorization", "Bearer "+apitest.Key)
 	// The headers must come before the first line does.
 	c := &http.Client{Transport: &http.Transport{ResponseHeaderTimeout: 30 * time.Second}}
 	t.Cleanup(c.CloseIdleConnections)
@@ -391,9 +392,9 @@ func TestContainerLogsFollow(t *testing.T) {
 func TestEndpointStatus(t *testing.T) {
 	f := newFakeRuntime()
 	e := newValidatingServer(t, withFakeRuntime(f))
-	tpl := e.newTemplate("t", "alpine:3", nil)
-	held := e.newEndpoint(tpl.ID, J{"workersMax": 1}).ID
-	fine := e.newEndpoint(tpl.ID, nil).ID
+	tpl := e.NewTemplate("t", "alpine:3", nil)
+	held := e.NewEndpoint(tpl.ID, J{"workersMax": 1}).ID
+	fine := e.NewEndpoint(tpl.ID, nil).ID
 	status := func(reason string) J {
 		st := J{"workers": J{"initializing": 0, "idle": 0, "running": 1, "throttled": 0, "unhealthy": 0, "draining": 0},
 			"desired": 1, "unhealthy": false, "failures": 0, "crashes": 0, "attempts": 1}
@@ -409,11 +410,11 @@ func TestEndpointStatus(t *testing.T) {
 		ID     string         `json:"id"`
 		Status map[string]any `json:"status"`
 	}
-	e.must(200, "GET", "/v1/endpoints/"+held, nil, &got)
+	e.Must(200, "GET", "/v1/endpoints/"+held, nil, &got)
 	if got.Status["reason"] != reason || got.Status["desired"] != 1.0 || got.Status["workers"].(map[string]any)["running"] != 1.0 {
 		t.Errorf("endpoint status: %v", got.Status)
 	}
-	e.must(200, "GET", "/v1/endpoints/"+fine+"?includeWorkers=true", nil, &got)
+	e.Must(200, "GET", "/v1/endpoints/"+fine+"?includeWorkers=true", nil, &got)
 	if got.Status == nil || got.Status["reason"] != nil {
 		t.Errorf("status of an endpoint nothing holds back: %v", got.Status)
 	}
@@ -421,32 +422,32 @@ func TestEndpointStatus(t *testing.T) {
 		ID     string         `json:"id"`
 		Status map[string]any `json:"status"`
 	}
-	e.must(200, "GET", "/v1/endpoints", nil, &list)
+	e.Must(200, "GET", "/v1/endpoints", nil, &list)
 	if len(list) != 2 || list[0].Status["reason"] != reason || list[1].Status == nil {
 		t.Errorf("list: %+v", list)
 	}
 
 	// /health: RunPod's shape, plus the reason when there is one.
 	var h map[string]any
-	e.must(200, "GET", "/v2/"+held+"/health", nil, &h)
+	e.Must(200, "GET", "/v2/"+held+"/health", nil, &h)
 	if h["reason"] != reason || h["jobs"] == nil || h["workers"] == nil {
 		t.Errorf("health of a held-back endpoint: %v", h)
 	}
-	e.must(200, "GET", "/v2/"+fine+"/health", nil, &h)
+	e.Must(200, "GET", "/v2/"+fine+"/health", nil, &h)
 	if _, ok := h["reason"]; ok || len(h) != 2 {
 		t.Errorf("health of an endpoint nothing holds back: %v", h)
 	}
 
 	// Without a runtime neither appears.
 	bare := newValidatingServer(t)
-	tpl2 := bare.newTemplate("t", "alpine:3", nil)
-	id := bare.newEndpoint(tpl2.ID, nil).ID
+	tpl2 := bare.NewTemplate("t", "alpine:3", nil)
+	id := bare.NewEndpoint(tpl2.ID, nil).ID
 	var raw map[string]any
-	bare.must(200, "GET", "/v1/endpoints/"+id, nil, &raw)
+	bare.Must(200, "GET", "/v1/endpoints/"+id, nil, &raw)
 	if _, ok := raw["status"]; ok {
 		t.Errorf("status without a runtime: %v", raw["status"])
 	}
-	bare.must(200, "GET", "/v2/"+id+"/health", nil, &raw)
+	bare.Must(200, "GET", "/v2/"+id+"/health", nil, &raw)
 	if _, ok := raw["reason"]; ok || len(raw) != 2 {
 		t.Errorf("health without a runtime: %v", raw)
 	}

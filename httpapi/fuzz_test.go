@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"berth/internal/apitest"
 	"berth/internal/apptest"
 	"berth/queue"
 )
@@ -40,12 +41,12 @@ func newFuzzAPI(f testing.TB) *fuzzAPI {
 	// Berth as app composes it, served straight to a recorder (no
 	// listener round trip per input). A 1 ms job-take hold: a fuzzed long
 	// poll returns at once instead of holding the run.
-	e := &testEnv{cfg: apptest.Config(f, adminKey)}
-	e.cfg.Queue.TakeHold = time.Millisecond
-	withFakePods(newFakePods())(e)
+	e := &apitest.Env{Cfg: apptest.Config(f, apitest.Key)}
+	e.Cfg.Queue.TakeHold = time.Millisecond
+	apitest.WithFakePods(apitest.NewFakePods())(e)
 	withFakeRuntime(newFakeRuntime())(e)
-	b := apptest.Start(f, e.cfg)
-	a := &fuzzAPI{h: b.API().Handler(), q: b.Queue(), auth: "Bearer " + adminKey}
+	b := apptest.Start(f, e.Cfg)
+	a := &fuzzAPI{h: b.API().Handler(), q: b.Queue(), auth: "Bearer " + apitest.Key}
 	a.tpl = a.mustID(f, "POST", "/v1/templates", `{"name":"fuzz-tpl","imageName":"echo:latest","isServerless":true}`)
 	a.ep = a.mustID(f, "POST", "/v1/endpoints", `{"templateId":"`+a.tpl+`","name":"fuzz-ep"}`)
 	a.job = a.mustID(f, "POST", "/v2/"+a.ep+"/run", `{"input":{"seed":true}}`)

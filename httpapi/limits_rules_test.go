@@ -6,14 +6,16 @@ import (
 	"math"
 	"strings"
 	"testing"
+
+	"berth/internal/apitest"
 )
 
 // TestLimitsThatArent: each "limit that isn't" an outside sweep found
 // (issue 18) is a refusal now, naming the field and mgmt's range, the
 // same on every surface; nothing is stored.
 func TestLimitsThatArent(t *testing.T) {
-	e := newValidatingServer(t, withFakePods(newFakePods()))
-	tpl := e.newTemplate("t", "alpine:3", nil)
+	e := newValidatingServer(t, apitest.WithFakePods(apitest.NewFakePods()))
+	tpl := e.NewTemplate("t", "alpine:3", nil)
 	endpoint := func(extra J) J {
 		b := J{"name": "ep", "type": "QUEUE", "templateId": tpl.ID, "gpu": J{"pools": []string{"ADA_24"}}, "scaling": J{"type": "QUEUE_DELAY", "queueDelay": 4}}
 		for k, v := range extra {
@@ -49,8 +51,8 @@ func TestLimitsThatArent(t *testing.T) {
 		{"v1 containerDiskInGb 2^63-1", "POST", "/v1/pods", J{"imageName": "alpine:3", "containerDiskInGb": math.MaxInt64}, []string{"containerDiskInGb", "1-4096"}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			e.t = t
-			code, out := e.call(c.method, c.path, c.body)
+			e.T = t
+			code, out := e.Call(c.method, c.path, c.body)
 			if code != 400 {
 				t.Fatalf("%s %s: %d, want 400: %.300s", c.method, c.path, code, out)
 			}
@@ -65,14 +67,14 @@ func TestLimitsThatArent(t *testing.T) {
 			}
 		})
 	}
-	e.t = t
-	if n := e.count("/v1/endpoints"); n != 0 {
+	e.T = t
+	if n := e.Count("/v1/endpoints"); n != 0 {
 		t.Errorf("%d endpoints stored by refused requests", n)
 	}
 
 	// GraphQL refuses the same numbers with the same rule (its Int is 32
 	// bits, so the largest fit the type and reach mgmt).
-	code, out := e.call("POST", "/graphql", J{"query": fmt.Sprintf(`mutation { saveEndpoint(input: {name: "g", templateId: "%s", workersMax: 2000000000}) { id } }`, tpl.ID)})
+	code, out := e.Call("POST", "/graphql", J{"query": fmt.Sprintf(`mutation { saveEndpoint(input: {name: "g", templateId: "%s", workersMax: 2000000000}) { id } }`, tpl.ID)})
 	if code != 200 || !strings.Contains(string(out), "workersMax must be 0-1000") {
 		t.Errorf("GraphQL workersMax 2e9: %d %s", code, out)
 	}
@@ -80,8 +82,8 @@ func TestLimitsThatArent(t *testing.T) {
 	// The largest value one surface stores reads the same on another
 	// (GraphQL's Int is 32 bits).
 	var big struct{ ID string }
-	e.must(201, "POST", "/v2/templates", J{"name": "biggest", "image": "alpine:3", "disk": 4096}, &big)
-	code, out = e.call("POST", "/graphql", J{"query": `{ podTemplate(id: "` + big.ID + `") { containerDiskInGb } }`})
+	e.Must(201, "POST", "/v2/templates", J{"name": "biggest", "image": "alpine:3", "disk": 4096}, &big)
+	code, out = e.Call("POST", "/graphql", J{"query": `{ podTemplate(id: "` + big.ID + `") { containerDiskInGb } }`})
 	if code != 200 || !strings.Contains(string(out), `"containerDiskInGb":4096`) {
 		t.Errorf("GraphQL reads the largest disk v2 stores as: %d %s", code, out)
 	}
@@ -92,7 +94,7 @@ func TestLimitsThatArent(t *testing.T) {
 		{"query": `mutation { saveEndpoint(input: {name: "g", templateId: "` + tpl.ID + `", workersMax: 99999999999}) { id } }`},
 		{"query": `mutation S($i: EndpointInput) { saveEndpoint(input: $i) { id } }`, "variables": J{"i": J{"name": "g", "templateId": tpl.ID, "workersMax": 99999999999}}},
 	} {
-		code, out := e.call("POST", "/graphql", body)
+		code, out := e.Call("POST", "/graphql", body)
 		if code != 200 || !strings.Contains(string(out), "workersMax") || !strings.Contains(string(out), "0-1000 workers") {
 			t.Errorf("GraphQL workersMax 99999999999: %d %s", code, out)
 		}
@@ -101,22 +103,22 @@ func TestLimitsThatArent(t *testing.T) {
 	// Volume sizes: one range, 10-4096 GB, on v1 and v2 (where it is the
 	// schema's: 422).
 	for _, size := range []int{9, 4097} {
-		e.mustErr(400, "POST", "/v1/networkvolumes", J{"name": "v", "size": size, "dataCenterId": "EU-RO-1"}, "size", "10-4096 GB")
+		e.MustErr(400, "POST", "/v1/networkvolumes", J{"name": "v", "size": size, "dataCenterId": "EU-RO-1"}, "size", "10-4096 GB")
 		e.mustProblem(422, "POST", "/v2/network-volumes", J{"name": "v", "size": size, "dataCenter": "EU-RO-1"}, "size")
 	}
 	for _, size := range []int{10, 4096} {
-		v1 := e.newVolume("v1", size)
+		v1 := e.NewVolume("v1", size)
 		var v2 struct{ ID string }
-		e.must(201, "POST", "/v2/network-volumes", J{"name": "v2", "size": size, "dataCenter": "EU-RO-1"}, &v2)
-		e.must(204, "DELETE", "/v1/networkvolumes/"+v1.ID, nil, nil)
-		e.must(204, "DELETE", "/v2/network-volumes/"+v2.ID, nil, nil)
+		e.Must(201, "POST", "/v2/network-volumes", J{"name": "v2", "size": size, "dataCenter": "EU-RO-1"}, &v2)
+		e.Must(204, "DELETE", "/v1/networkvolumes/"+v1.ID, nil, nil)
+		e.Must(204, "DELETE", "/v2/network-volumes/"+v2.ID, nil, nil)
 	}
 
 	// A 60 KB job id is not echoed in the 404.
-	ep := e.newEndpoint(tpl.ID, nil)
+	ep := e.NewEndpoint(tpl.ID, nil)
 	long := huge(60 << 10)
 	for _, path := range []string{"/v2/" + ep.ID + "/status/" + long, "/v1/endpoints/" + ep.ID + "/jobs/" + long, "/v2/templates/" + long, "/v1/endpoints/" + long} {
-		code, out := e.call("GET", path, nil)
+		code, out := e.Call("GET", path, nil)
 		if code/100 != 4 || len(out) > 1024 || !strings.Contains(string(out), "bytes)") {
 			t.Errorf("GET %.60s…: %d, %d bytes: %.200s", path, code, len(out), out)
 		}

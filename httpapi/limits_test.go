@@ -17,6 +17,7 @@ import (
 
 	"berth/httpapi"
 	"berth/httplimit"
+	"berth/internal/apitest"
 	"berth/queue"
 )
 
@@ -24,14 +25,14 @@ import (
 // answered 408 once it falls behind the minimum rate, its connection is
 // closed, and nothing is queued.
 func TestSlowBodyIsCutOff(t *testing.T) {
-	e := newEnv(t, rawConn(httplimit.Limits{BodyGrace: time.Second, MinBodyRate: 1000}))
+	e := newEnv(t, apitest.RawConn(httplimit.Limits{BodyGrace: time.Second, MinBodyRate: 1000}))
 	ep := e.endpoint(nil)
-	conn, err := net.Dial("tcp", e.app.Addr())
+	conn, err := net.Dial("tcp", e.App.Addr())
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer conn.Close()
-	fmt.Fprintf(conn, "POST /v2/%s/run HTTP/1.1\r\nHost: berth\r\nAuthorization: Bearer %s\r\nContent-Type: application/json\r\nContent-Length: 100000\r\n\r\n{\"input\":{\"x\":\"", ep, adminKey)
+	fmt.Fprintf(conn, "POST /v2/%s/run HTTP/1.1\r\nHost: berth\r\nAuthorization: Bearer %s\r\nContent-Type: application/json\r\nContent-Length: 100000\r\n\r\n{\"input\":{\"x\":\"", ep, apitest.Key)
 	start := time.Now()
 	stop := make(chan struct{})
 	var stopOnce sync.Once
@@ -69,7 +70,7 @@ func TestSlowBodyIsCutOff(t *testing.T) {
 	if _, err := br.ReadByte(); err != io.EOF && !errors.Is(err, syscall.ECONNRESET) {
 		t.Errorf("the connection stayed open after the 408: %v", err)
 	}
-	if h := e.q.Health(ep); h.Jobs.InQueue != 0 {
+	if h := e.Q.Health(ep); h.Jobs.InQueue != 0 {
 		t.Errorf("a job was queued from the cut-off body: %+v", h.Jobs)
 	}
 	t.Logf("slow body answered 408 after %s", took.Round(time.Millisecond))
@@ -79,7 +80,7 @@ func TestSlowBodyIsCutOff(t *testing.T) {
 // grace but keeps above the minimum rate is accepted, and a long poll whose
 // body was read is not cut off by the body deadline afterwards.
 func TestSteadyUploadOutlastsTheGrace(t *testing.T) {
-	e := newEnv(t, rawConn(httplimit.Limits{BodyGrace: 500 * time.Millisecond, MinBodyRate: 2000}))
+	e := newEnv(t, apitest.RawConn(httplimit.Limits{BodyGrace: 500 * time.Millisecond, MinBodyRate: 2000}))
 	ep := e.endpoint(nil)
 	pad := strings.Repeat("p", 8000)
 	body := `{"input":{"pad":"` + pad + `"}}`
@@ -93,9 +94,9 @@ func TestSteadyUploadOutlastsTheGrace(t *testing.T) {
 		}
 		pw.Close()
 	}()
-	req, _ := http.NewRequest("POST", e.base+"/v2/"+ep+"/runsync?wait=30000", pr)
+	req, _ := http.NewRequest("POST", e.Base+"/v2/"+ep+"/runsync?wait=30000", pr)
 	req.ContentLength = int64(len(body))
-	req.Header.Set("Authorization", "Bearer "+adminKey)
+	req.Header.Set("Authorization", "Bearer "+apitest.Key)
 	type result struct {
 		code int
 		body string
@@ -120,7 +121,7 @@ func TestSteadyUploadOutlastsTheGrace(t *testing.T) {
 			t.Fatal("the upload never became a job")
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
-		jobs, _ = e.q.Take(ctx, ep, "w1", 1)
+		jobs, _ = e.Q.Take(ctx, ep, "w1", 1)
 		cancel()
 	}
 	taken := time.Now()
@@ -134,7 +135,7 @@ func TestSteadyUploadOutlastsTheGrace(t *testing.T) {
 	<-time.After(time.Until(bodyDeadline) + 100*time.Millisecond)
 	out, _ := json.Marshal(map[string]any{"output": len(pad)})
 	rep, _ := queue.ParseDone(out, false)
-	if ok, err := e.q.Done(ep, "w1", jobs[0].ID, rep); !ok || err != nil {
+	if ok, err := e.Q.Done(ep, "w1", jobs[0].ID, rep); !ok || err != nil {
 		t.Fatalf("done: %v %v", ok, err)
 	}
 	select {
@@ -154,14 +155,14 @@ func TestSteadyUploadOutlastsTheGrace(t *testing.T) {
 // only makes it slower: a poll is proven held, never assumed from a
 // client-side timeout.
 func TestLongPollCaps(t *testing.T) {
-	e := newEnv(t, rawHTTP(func(c *httpapi.Config) { c.MaxLongPollsPerWorker, c.MaxLongPollsPerKey = 2, 3 }))
+	e := newEnv(t, apitest.RawHTTP(func(c *httpapi.Config) { c.MaxLongPollsPerWorker, c.MaxLongPollsPerKey = 2, 3 }))
 	ep := e.endpoint(nil)
 	id := e.run(ep, `{}`)   // a job nobody runs: status-sync on it waits (on the test's fake clock)
 	idle := e.endpoint(nil) // no jobs: job-take on it waits (a job-take on ep would take the job and end)
 
 	call := func(ctx context.Context, path string) (*http.Response, string, error) {
-		req, _ := http.NewRequestWithContext(ctx, "GET", e.base+path, nil)
-		req.Header.Set("Authorization", "Bearer "+adminKey)
+		req, _ := http.NewRequestWithContext(ctx, "GET", e.Base+path, nil)
+		req.Header.Set("Authorization", "Bearer "+apitest.Key)
 		res, err := http.DefaultClient.Do(req)
 		if err != nil {
 			return nil, "", err

@@ -10,6 +10,7 @@ import (
 
 	"berth/gpu"
 	"berth/httpapi"
+	"berth/internal/apitest"
 )
 
 // GPU series come from NVML at scrape time (go-nvml's DGX A100 mock here).
@@ -21,7 +22,7 @@ func TestMetricsGPUSeries(t *testing.T) {
 			return nvml.Utilization{Gpu: uint32(i * 10)}, nvml.SUCCESS
 		}
 	}
-	e := newMetricsEnv(t, withHTTP(func(c *httpapi.Config) {
+	e := newMetricsEnv(t, apitest.WithHTTP(func(c *httpapi.Config) {
 		c.GPUUsage = func() ([]gpu.Usage, error) { return gpu.Sample(lib) }
 	}))
 	text := e.scrape()

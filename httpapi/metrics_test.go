@@ -11,6 +11,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"berth/internal/apitest"
 )
 
 // metricsEnv is a Berth (app's composition: its store, queue and server
@@ -20,12 +22,12 @@ type metricsEnv struct {
 	base string
 }
 
-func newMetricsEnv(t *testing.T, opts ...envOpt) *metricsEnv {
+func newMetricsEnv(t *testing.T, opts ...apitest.Option) *metricsEnv {
 	// The real clock: the job histograms measure real time.
-	e := newTestEnvConfig(t)
-	e.cfg.Queue.TakeHold = 100 * time.Millisecond
-	e.startWith(append([]envOpt{withLoopbackWebhooks, func(e *testEnv) { e.raw = true }}, opts...))
-	return &metricsEnv{t: t, base: e.base}
+	e := apitest.NewConfig(t)
+	e.Cfg.Queue.TakeHold = 100 * time.Millisecond
+	e.Start(append([]apitest.Option{apitest.WithLoopbackWebhooks, apitest.Unvalidated}, opts...)...)
+	return &metricsEnv{t: t, base: e.Base}
 }
 
 func (e *metricsEnv) do(method, path, key string, body any, out any) {
@@ -54,7 +56,7 @@ func (e *metricsEnv) do(method, path, key string, body any, out any) {
 
 func (e *metricsEnv) scrape() string {
 	req, _ := http.NewRequest("GET", e.base+"/metrics", nil)
-	req.Header.Set("Authorization", "Bearer "+testKey)
+	req.Header.Set("Authorization", "Bearer "+apitest.Key)
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		e.t.Fatal(err)
@@ -103,7 +105,7 @@ func TestMetricsAfterActivity(t *testing.T) {
 	}))
 	defer recv.Close()
 
-	admin := "Bearer " + testKey
+	admin := "Bearer " + apitest.Key
 	var tpl, ep, idle struct{ ID string }
 	e.do("POST", "/v1/templates", admin, map[string]any{"name": "m", "imageName": "img:1", "isServerless": true}, &tpl)
 	e.do("POST", "/v1/endpoints", admin, map[string]any{"templateId": tpl.ID}, &ep)

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"berth/httpapi"
+	"berth/internal/apitest"
 	"berth/mgmt"
 	"berth/store"
 )
@@ -27,7 +28,7 @@ type endpointJSON struct {
 
 func TestEndpointCreateValidation(t *testing.T) {
 	e := newValidatingServer(t)
-	tpl := e.newTemplate("t", "alpine:3", nil)
+	tpl := e.NewTemplate("t", "alpine:3", nil)
 	ok := func(extra J) J {
 		b := J{"templateId": tpl.ID}
 		for k, v := range extra {
@@ -63,27 +64,27 @@ func TestEndpointCreateValidation(t *testing.T) {
 		{"type", ok(J{"workersMax": "3"}), []string{"workersMax"}},
 	}
 	for _, c := range cases {
-		t.Run(c.name, func(t *testing.T) { e.mustErr(400, "POST", "/v1/endpoints", c.body, c.words...) })
+		t.Run(c.name, func(t *testing.T) { e.MustErr(400, "POST", "/v1/endpoints", c.body, c.words...) })
 	}
-	if n := e.count("/v1/endpoints"); n != 0 {
+	if n := e.Count("/v1/endpoints"); n != 0 {
 		t.Errorf("%d endpoints after refused creates", n)
 	}
 }
 
 func TestEndpointListGetIncludes(t *testing.T) {
-	e := newValidatingServer(t, withHTTP(func(c *httpapi.Config) {
+	e := newValidatingServer(t, apitest.WithHTTP(func(c *httpapi.Config) {
 		c.WorkerInfo = func(ep string) []mgmt.WorkerInfo {
 			return []mgmt.WorkerInfo{{ID: "aaaaworker0001", State: "unhealthy", ImageName: "alpine:3", Version: 1, Message: "exit 1"}}
 		}
 	}))
-	tpl := e.newTemplate("t", "alpine:3", nil)
-	a := e.newEndpoint(tpl.ID, J{"name": "first", "gpuTypeIds": []string{"NVIDIA A40"}, "workersMax": 5})
-	b := e.newEndpoint(tpl.ID, nil)
+	tpl := e.NewTemplate("t", "alpine:3", nil)
+	a := e.NewEndpoint(tpl.ID, J{"name": "first", "gpuTypeIds": []string{"NVIDIA A40"}, "workersMax": 5})
+	b := e.NewEndpoint(tpl.ID, nil)
 	if len(a.ID) != 14 || a.Version != 1 || a.Name != "first" || b.Name != b.ID || a.Type != "QUEUE" {
 		t.Errorf("created %+v / %+v", a, b)
 	}
 	var list []endpointJSON
-	e.must(200, "GET", "/v1/endpoints", nil, &list)
+	e.Must(200, "GET", "/v1/endpoints", nil, &list)
 	if len(list) != 2 || list[0].ID != a.ID || list[1].ID != b.ID || list[0].Template != nil || list[0].Workers != nil {
 		t.Fatalf("plain list %+v", list)
 	}
@@ -91,8 +92,8 @@ func TestEndpointListGetIncludes(t *testing.T) {
 		t.Errorf("listed %+v\ncreated %+v", list[0].Endpoint, a)
 	}
 	var env map[string]string
-	e.must(200, "GET", "/v1/endpoints/"+a.ID+"/worker-env", nil, &env)
-	e.must(200, "GET", "/v1/endpoints?includeTemplate=true&includeWorkers=true", nil, &list)
+	e.Must(200, "GET", "/v1/endpoints/"+a.ID+"/worker-env", nil, &env)
+	e.Must(200, "GET", "/v1/endpoints?includeTemplate=true&includeWorkers=true", nil, &list)
 	if list[0].Template == nil || list[0].Template.ID != tpl.ID || list[0].Workers == nil {
 		t.Fatalf("includes: %+v", list[0])
 	}
@@ -108,25 +109,25 @@ func TestEndpointListGetIncludes(t *testing.T) {
 		t.Errorf("workers %+v", ws)
 	}
 	var one endpointJSON
-	e.must(200, "GET", "/v1/endpoints/"+b.ID+"?includeWorkers=true", nil, &one)
+	e.Must(200, "GET", "/v1/endpoints/"+b.ID+"?includeWorkers=true", nil, &one)
 	if one.Workers == nil || len(*one.Workers) != 1 || one.Template != nil {
 		t.Errorf("get with includeWorkers: %+v", one)
 	}
-	e.mustErr(400, "GET", "/v1/endpoints?includeTemplate=sure", nil, "includeTemplate")
-	e.mustErr(400, "GET", "/v1/endpoints/"+a.ID+"?includeWorkers=2", nil, "includeWorkers")
-	e.mustErr(404, "GET", "/v1/endpoints/nosuchendpoint", nil, "not found")
-	e.mustErr(404, "GET", "/v1/endpoints/nosuchendpoint/worker-env", nil, "not found")
+	e.MustErr(400, "GET", "/v1/endpoints?includeTemplate=sure", nil, "includeTemplate")
+	e.MustErr(400, "GET", "/v1/endpoints/"+a.ID+"?includeWorkers=2", nil, "includeWorkers")
+	e.MustErr(404, "GET", "/v1/endpoints/nosuchendpoint", nil, "not found")
+	e.MustErr(404, "GET", "/v1/endpoints/nosuchendpoint/worker-env", nil, "not found")
 }
 
 func TestEndpointUpdate(t *testing.T) {
 	var mu sync.Mutex
 	var changed []string
-	e := newValidatingServer(t, withHTTP(func(c *httpapi.Config) {
+	e := newValidatingServer(t, apitest.WithHTTP(func(c *httpapi.Config) {
 		c.EndpointChanged = func(id string) { mu.Lock(); changed = append(changed, id); mu.Unlock() }
 	}))
-	t1 := e.newTemplate("t1", "alpine:3", nil)
-	t2 := e.newTemplate("t2", "alpine:4", nil)
-	ep := e.newEndpoint(t1.ID, J{"env": J{"A": "1"}})
+	t1 := e.NewTemplate("t1", "alpine:3", nil)
+	t2 := e.NewTemplate("t2", "alpine:4", nil)
+	ep := e.NewEndpoint(t1.ID, J{"env": J{"A": "1"}})
 	path := "/v1/endpoints/" + ep.ID
 
 	steps := []struct {
@@ -142,7 +143,7 @@ func TestEndpointUpdate(t *testing.T) {
 	}
 	var got store.Endpoint
 	for _, s := range steps {
-		e.must(200, s.method, s.path, s.body, &got)
+		e.Must(200, s.method, s.path, s.body, &got)
 		if got.Version != s.version {
 			t.Errorf("%s %v: version %d, want %d", s.method, s.body, got.Version, s.version)
 		}
@@ -156,7 +157,7 @@ func TestEndpointUpdate(t *testing.T) {
 	}
 	mu.Unlock()
 
-	before := e.must(200, "GET", path, nil, nil)
+	before := e.Must(200, "GET", path, nil, nil)
 	for _, c := range []struct {
 		body J
 		word string
@@ -172,96 +173,96 @@ func TestEndpointUpdate(t *testing.T) {
 		{J{"networkVolumeIds": []string{"nope"}}, "networkVolumeIds"},
 		{J{"nope": 1}, "nope"},
 	} {
-		e.mustErr(400, "PATCH", path, c.body, c.word)
+		e.MustErr(400, "PATCH", path, c.body, c.word)
 	}
-	if after := e.must(200, "GET", path, nil, nil); string(after) != string(before) {
+	if after := e.Must(200, "GET", path, nil, nil); string(after) != string(before) {
 		t.Errorf("refused updates changed the endpoint:\n%s\n%s", before, after)
 	}
-	e.mustErr(404, "PATCH", "/v1/endpoints/nosuchendpoint", J{"name": "x"}, "not found")
-	e.mustErr(404, "POST", "/v1/endpoints/nosuchendpoint/update", J{"name": "x"}, "not found")
+	e.MustErr(404, "PATCH", "/v1/endpoints/nosuchendpoint", J{"name": "x"}, "not found")
+	e.MustErr(404, "POST", "/v1/endpoints/nosuchendpoint/update", J{"name": "x"}, "not found")
 	// The job API sees the change at once.
 	var h map[string]any
-	e.must(200, "GET", "/v2/"+ep.ID+"/health", nil, &h)
+	e.Must(200, "GET", "/v2/"+ep.ID+"/health", nil, &h)
 }
 
 func TestEndpointDelete(t *testing.T) {
 	var deleted []string
-	e := newValidatingServer(t, withHTTP(func(c *httpapi.Config) { c.EndpointDeleted = func(id string) { deleted = append(deleted, id) } }))
-	tpl := e.newTemplate("t", "alpine:3", nil)
-	ep := e.newEndpoint(tpl.ID, nil)
-	other := e.newEndpoint(tpl.ID, nil)
+	e := newValidatingServer(t, apitest.WithHTTP(func(c *httpapi.Config) { c.EndpointDeleted = func(id string) { deleted = append(deleted, id) } }))
+	tpl := e.NewTemplate("t", "alpine:3", nil)
+	ep := e.NewEndpoint(tpl.ID, nil)
+	other := e.NewEndpoint(tpl.ID, nil)
 	v2 := "/v2/" + ep.ID
 
 	// One job running on a worker, one queued, one on another endpoint.
 	var running, queued, kept map[string]any
-	e.must(200, "POST", v2+"/run", J{"input": J{"n": 1}}, &running)
+	e.Must(200, "POST", v2+"/run", J{"input": J{"n": 1}}, &running)
 	var env map[string]string
-	e.must(200, "GET", "/v1/endpoints/"+ep.ID+"/worker-env", nil, &env)
+	e.Must(200, "GET", "/v1/endpoints/"+ep.ID+"/worker-env", nil, &env)
 	wk := map[string]string{"Authorization": env["RUNPOD_AI_API_KEY"]}
-	if code, out := e.callWith("GET", v2+"/job-take/"+env["RUNPOD_POD_ID"], nil, wk); code != 200 {
+	if code, out := e.CallWith("GET", v2+"/job-take/"+env["RUNPOD_POD_ID"], nil, wk); code != 200 {
 		t.Fatalf("job-take: %d %s", code, out)
 	}
-	e.must(200, "POST", v2+"/run", J{"input": J{"n": 2}}, &queued)
-	e.must(200, "POST", "/v2/"+other.ID+"/run", J{"input": J{"n": 3}}, &kept)
+	e.Must(200, "POST", v2+"/run", J{"input": J{"n": 2}}, &queued)
+	e.Must(200, "POST", "/v2/"+other.ID+"/run", J{"input": J{"n": 3}}, &kept)
 
-	e.must(204, "DELETE", "/v1/endpoints/"+ep.ID, nil, nil)
+	e.Must(204, "DELETE", "/v1/endpoints/"+ep.ID, nil, nil)
 	if !reflect.DeepEqual(deleted, []string{ep.ID}) {
 		t.Errorf("EndpointDeleted calls %v", deleted)
 	}
-	e.mustErr(404, "GET", "/v1/endpoints/"+ep.ID, nil, "not found")
-	e.mustErr(404, "POST", v2+"/run", J{"input": J{}}, "not found")
-	e.mustErr(404, "GET", v2+"/health", nil, "not found")
-	e.mustErr(404, "DELETE", "/v1/endpoints/"+ep.ID, nil, "not found")
+	e.MustErr(404, "GET", "/v1/endpoints/"+ep.ID, nil, "not found")
+	e.MustErr(404, "POST", v2+"/run", J{"input": J{}}, "not found")
+	e.MustErr(404, "GET", v2+"/health", nil, "not found")
+	e.MustErr(404, "DELETE", "/v1/endpoints/"+ep.ID, nil, "not found")
 	for _, id := range []any{running["id"], queued["id"]} {
-		st, err := e.q.Status(ep.ID, id.(string), 0)
+		st, err := e.Q.Status(ep.ID, id.(string), 0)
 		if err != nil || st.Status != store.Cancelled {
 			t.Errorf("job %v of the deleted endpoint: %v %v, want CANCELLED", id, st.Status, err)
 		}
 	}
 	var st map[string]any
-	e.must(200, "GET", "/v2/"+other.ID+"/status/"+kept["id"].(string), nil, &st)
+	e.Must(200, "GET", "/v2/"+other.ID+"/status/"+kept["id"].(string), nil, &st)
 	if st["status"] != "IN_QUEUE" {
 		t.Errorf("another endpoint's job: %v", st["status"])
 	}
 	// The template is free again.
-	e.must(204, "DELETE", "/v1/endpoints/"+other.ID, nil, nil)
-	e.must(204, "DELETE", "/v1/templates/"+tpl.ID, nil, nil)
+	e.Must(204, "DELETE", "/v1/endpoints/"+other.ID, nil, nil)
+	e.Must(204, "DELETE", "/v1/templates/"+tpl.ID, nil, nil)
 }
 
 // RunPod scripts send RunPod's data-centre, GPU type and pool ids: they
 // are stored as sent, unknown-but-well-formed ones with a warning, and
 // PATCHing other fields keeps the warnings.
 func TestRunPodIDsAccepted(t *testing.T) {
-	f := newFakePods()
-	e := newValidatingServer(t, withFakePods(f))
-	tpl := e.newTemplate("t", "alpine:3", nil)
-	ep := e.newEndpoint(tpl.ID, J{
+	f := apitest.NewFakePods()
+	e := newValidatingServer(t, apitest.WithFakePods(f))
+	tpl := e.NewTemplate("t", "alpine:3", nil)
+	ep := e.NewEndpoint(tpl.ID, J{
 		"dataCenterIds": []string{"EU-RO-1", "US-TX-3"},
 		"gpuTypeIds":    []string{"AMPERE_16", "-NVIDIA RTX A4000", "NVIDIA H100 80GB HBM3"},
 	})
 	if !reflect.DeepEqual(ep.DataCenterIDs, []string{"EU-RO-1", "US-TX-3"}) || len(ep.GPUTypeIDs) != 3 || len(ep.Warnings) != 0 {
 		t.Fatalf("known ids: got dataCenterIds %q, gpuTypeIds %q, warnings %q", ep.DataCenterIDs, ep.GPUTypeIDs, ep.Warnings)
 	}
-	ep = e.newEndpoint(tpl.ID, J{"dataCenterIds": []string{"MARS-BASE-1"}, "gpuTypeIds": []string{"QUANTUM_512", "Acme Tensor 9000"}})
+	ep = e.NewEndpoint(tpl.ID, J{"dataCenterIds": []string{"MARS-BASE-1"}, "gpuTypeIds": []string{"QUANTUM_512", "Acme Tensor 9000"}})
 	if len(ep.Warnings) != 3 {
 		t.Fatalf("unknown ids: want 3 warnings, got %q", ep.Warnings)
 	}
 	var got store.Endpoint
-	e.must(200, "PATCH", "/v1/endpoints/"+ep.ID, J{"workersMax": 5}, &got)
+	e.Must(200, "PATCH", "/v1/endpoints/"+ep.ID, J{"workersMax": 5}, &got)
 	if !reflect.DeepEqual(got.Warnings, ep.Warnings) {
 		t.Errorf("PATCH of another field: warnings %q, want %q", got.Warnings, ep.Warnings)
 	}
-	e.must(200, "PATCH", "/v1/endpoints/"+ep.ID, J{"gpuTypeIds": []string{"ADA_24"}, "dataCenterIds": []string{"EU-RO-1"}}, &got)
+	e.Must(200, "PATCH", "/v1/endpoints/"+ep.ID, J{"gpuTypeIds": []string{"ADA_24"}, "dataCenterIds": []string{"EU-RO-1"}}, &got)
 	if len(got.Warnings) != 0 {
 		t.Errorf("PATCH to known ids: warnings %q remain", got.Warnings)
 	}
 
-	p := e.newPod(J{"imageName": "alpine:3", "dataCenterIds": []string{"EU-SE-1"}, "gpuTypeIds": []string{"NVIDIA Imaginary 1"}})
+	p := e.NewPod(J{"imageName": "alpine:3", "dataCenterIds": []string{"EU-SE-1"}, "gpuTypeIds": []string{"NVIDIA Imaginary 1"}})
 	if !reflect.DeepEqual(p.DataCenterIDs, []string{"EU-SE-1"}) || len(p.Warnings) != 1 {
 		t.Errorf("pod: dataCenterIds %q, warnings %q", p.DataCenterIDs, p.Warnings)
 	}
-	var v volumeJSON
-	e.must(200, "POST", "/v1/networkvolumes", J{"name": "v", "size": 10, "dataCenterId": "EU-RO-1"}, &v)
+	var v apitest.VolumeJSON
+	e.Must(200, "POST", "/v1/networkvolumes", J{"name": "v", "size": 10, "dataCenterId": "EU-RO-1"}, &v)
 	if v.DataCenterID != "EU-RO-1" {
 		t.Errorf("volume: dataCenterId %q, want EU-RO-1 as sent", v.DataCenterID)
 	}
@@ -269,23 +270,23 @@ func TestRunPodIDsAccepted(t *testing.T) {
 
 func TestLoadBalancerEndpointType(t *testing.T) {
 	e := newValidatingServer(t)
-	tpl := e.newTemplate("t", "alpine:3", nil)
-	lb := e.newEndpoint(tpl.ID, J{"type": "LOAD_BALANCER"})
+	tpl := e.NewTemplate("t", "alpine:3", nil)
+	lb := e.NewEndpoint(tpl.ID, J{"type": "LOAD_BALANCER"})
 	if lb.Type != "LOAD_BALANCER" || lb.ScalerType != "REQUEST_COUNT" {
 		t.Fatalf("created %+v; want type LOAD_BALANCER, scalerType REQUEST_COUNT", lb)
 	}
 	var got store.Endpoint
-	e.must(200, "GET", "/v1/endpoints/"+lb.ID, nil, &got)
+	e.Must(200, "GET", "/v1/endpoints/"+lb.ID, nil, &got)
 	if got.Type != "LOAD_BALANCER" {
 		t.Errorf("read back type %q", got.Type)
 	}
-	e.must(200, "PATCH", "/v1/endpoints/"+lb.ID, J{"type": "LOAD_BALANCER", "workersMax": 2}, &got)
+	e.Must(200, "PATCH", "/v1/endpoints/"+lb.ID, J{"type": "LOAD_BALANCER", "workersMax": 2}, &got)
 	if got.Type != "LOAD_BALANCER" || got.WorkersMax != 2 {
 		t.Errorf("after a PATCH repeating the type: %+v", got)
 	}
-	e.mustErr(400, "PATCH", "/v1/endpoints/"+lb.ID, J{"type": "QUEUE"}, "type", "is fixed")
-	e.mustErr(400, "PATCH", "/v1/endpoints/"+lb.ID, J{"scalerType": "QUEUE_DELAY"}, "scalerType")
+	e.MustErr(400, "PATCH", "/v1/endpoints/"+lb.ID, J{"type": "QUEUE"}, "type", "is fixed")
+	e.MustErr(400, "PATCH", "/v1/endpoints/"+lb.ID, J{"scalerType": "QUEUE_DELAY"}, "scalerType")
 	// No queue: jobs are refused rather than left waiting forever.
-	e.mustErr(400, "POST", "/v2/"+lb.ID+"/run", J{"input": J{}}, "LOAD_BALANCER", "/lb/"+lb.ID)
-	e.mustErr(400, "POST", "/v2/"+lb.ID+"/runsync", J{"input": J{}}, "LOAD_BALANCER")
+	e.MustErr(400, "POST", "/v2/"+lb.ID+"/run", J{"input": J{}}, "LOAD_BALANCER", "/lb/"+lb.ID)
+	e.MustErr(400, "POST", "/v2/"+lb.ID+"/runsync", J{"input": J{}}, "LOAD_BALANCER")
 }

@@ -6,44 +6,13 @@ import (
 	"testing"
 
 	"berth/httpapi"
+	"berth/internal/apitest"
 	"berth/store"
 )
 
-type J = map[string]any
-
-// newTemplate creates a template and returns it.
-func (e *testEnv) newTemplate(name, image string, extra J) store.Template {
-	e.t.Helper()
-	body := J{"name": name, "imageName": image}
-	for k, v := range extra {
-		body[k] = v
-	}
-	var t store.Template
-	e.must(http.StatusOK, "POST", "/v1/templates", body, &t)
-	return t
-}
-
-func (e *testEnv) newEndpoint(templateID string, extra J) store.Endpoint {
-	e.t.Helper()
-	body := J{"templateId": templateID}
-	for k, v := range extra {
-		body[k] = v
-	}
-	var ep store.Endpoint
-	e.must(http.StatusOK, "POST", "/v1/endpoints", body, &ep)
-	return ep
-}
-
-func (e *testEnv) count(path string) int {
-	e.t.Helper()
-	var list []J
-	e.must(http.StatusOK, "GET", path, nil, &list)
-	return len(list)
-}
-
 func TestTemplateCreateDefaultsAndGet(t *testing.T) {
 	e := newValidatingServer(t)
-	tpl := e.newTemplate("base", "alpine:3", nil)
+	tpl := e.NewTemplate("base", "alpine:3", nil)
 	if len(tpl.ID) != 10 {
 		t.Errorf("id %q: want 10 characters", tpl.ID)
 	}
@@ -54,12 +23,12 @@ func TestTemplateCreateDefaultsAndGet(t *testing.T) {
 		t.Errorf("created %+v\nwant    %+v", tpl, want)
 	}
 	var got store.Template
-	e.must(http.StatusOK, "GET", "/v1/templates/"+tpl.ID, nil, &got)
+	e.Must(http.StatusOK, "GET", "/v1/templates/"+tpl.ID, nil, &got)
 	if !reflect.DeepEqual(got, tpl) {
 		t.Errorf("GET gives %+v, want %+v", got, tpl)
 	}
 	// The comma-joined ports form (RunPod's default, runpod-python).
-	p := e.newTemplate("ports", "alpine:3", J{"ports": "8000/http, 22/tcp", "category": "CPU", "isServerless": true, "env": J{"A": "1"}})
+	p := e.NewTemplate("ports", "alpine:3", J{"ports": "8000/http, 22/tcp", "category": "CPU", "isServerless": true, "env": J{"A": "1"}})
 	if !reflect.DeepEqual(p.Ports, []string{"8000/http", "22/tcp"}) || p.Category != "CPU" || !p.IsServerless || p.Env["A"] != "1" {
 		t.Errorf("template from comma-joined ports: %+v", p)
 	}
@@ -67,8 +36,8 @@ func TestTemplateCreateDefaultsAndGet(t *testing.T) {
 
 func TestTemplateValidation(t *testing.T) {
 	e := newValidatingServer(t)
-	auth := e.newRegistryAuth("hub", "u", "secret-pass")
-	e.newTemplate("taken", "alpine:3", nil)
+	auth := e.NewRegistryAuth("hub", "u", "secret-pass")
+	e.NewTemplate("taken", "alpine:3", nil)
 	cases := []struct {
 		name  string
 		body  any
@@ -96,13 +65,13 @@ func TestTemplateValidation(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			e.mustErr(c.code, "POST", "/v1/templates", c.body, c.words...)
+			e.MustErr(c.code, "POST", "/v1/templates", c.body, c.words...)
 		})
 	}
-	if n := e.count("/v1/templates"); n != 1 {
+	if n := e.Count("/v1/templates"); n != 1 {
 		t.Errorf("%d templates stored after refused creates, want 1", n)
 	}
-	withAuth := e.newTemplate("private", "registry.local/x:1", J{"containerRegistryAuthId": auth.ID})
+	withAuth := e.NewTemplate("private", "registry.local/x:1", J{"containerRegistryAuthId": auth.ID})
 	if withAuth.ContainerRegistryAuthID != auth.ID {
 		t.Errorf("containerRegistryAuthId = %q", withAuth.ContainerRegistryAuthID)
 	}
@@ -110,31 +79,31 @@ func TestTemplateValidation(t *testing.T) {
 
 func TestTemplateGetErrors(t *testing.T) {
 	e := newValidatingServer(t)
-	tpl := e.newTemplate("base", "alpine:3", nil)
-	e.mustErr(400, "GET", "/v1/templates/NOT-AN-ID", nil, "invalid template id")
-	e.mustErr(400, "GET", "/v1/templates/abc", nil, "10 lowercase")
-	e.mustErr(404, "GET", "/v1/templates/zzzzzzzzzz", nil, "not found")
-	e.mustErr(400, "GET", "/v1/templates/"+tpl.ID+"?includePublicTemplates=maybe", nil, "includePublicTemplates")
-	e.mustErr(400, "GET", "/v1/templates?includeRunpodTemplates=2", nil, "includeRunpodTemplates")
-	e.must(200, "GET", "/v1/templates/"+tpl.ID+"?includePublicTemplates=true&includeRunpodTemplates=true&includeEndpointBoundTemplates=false", nil, nil)
+	tpl := e.NewTemplate("base", "alpine:3", nil)
+	e.MustErr(400, "GET", "/v1/templates/NOT-AN-ID", nil, "invalid template id")
+	e.MustErr(400, "GET", "/v1/templates/abc", nil, "10 lowercase")
+	e.MustErr(404, "GET", "/v1/templates/zzzzzzzzzz", nil, "not found")
+	e.MustErr(400, "GET", "/v1/templates/"+tpl.ID+"?includePublicTemplates=maybe", nil, "includePublicTemplates")
+	e.MustErr(400, "GET", "/v1/templates?includeRunpodTemplates=2", nil, "includeRunpodTemplates")
+	e.Must(200, "GET", "/v1/templates/"+tpl.ID+"?includePublicTemplates=true&includeRunpodTemplates=true&includeEndpointBoundTemplates=false", nil, nil)
 }
 
 func TestTemplateListHidesEndpointBound(t *testing.T) {
 	e := newValidatingServer(t)
-	a := e.newTemplate("a", "alpine:3", nil)
-	b := e.newTemplate("b", "alpine:3", nil)
-	e.newEndpoint(b.ID, nil)
+	a := e.NewTemplate("a", "alpine:3", nil)
+	b := e.NewTemplate("b", "alpine:3", nil)
+	e.NewEndpoint(b.ID, nil)
 	var list []store.Template
-	e.must(200, "GET", "/v1/templates", nil, &list)
+	e.Must(200, "GET", "/v1/templates", nil, &list)
 	if len(list) != 1 || list[0].ID != a.ID {
 		t.Errorf("list without includeEndpointBoundTemplates = %v, want only %s", templateIDs(list), a.ID)
 	}
-	e.must(200, "GET", "/v1/templates?includeEndpointBoundTemplates=true", nil, &list)
+	e.Must(200, "GET", "/v1/templates?includeEndpointBoundTemplates=true", nil, &list)
 	if got := templateIDs(list); !reflect.DeepEqual(got, []string{a.ID, b.ID}) {
 		t.Errorf("list with includeEndpointBoundTemplates = %v, want %v (oldest first)", got, []string{a.ID, b.ID})
 	}
 	// Asked for by id, a bound template is found.
-	e.must(200, "GET", "/v1/templates/"+b.ID, nil, nil)
+	e.Must(200, "GET", "/v1/templates/"+b.ID, nil, nil)
 }
 
 func templateIDs(ts []store.Template) []string {
@@ -147,34 +116,34 @@ func templateIDs(ts []store.Template) []string {
 
 func TestTemplateUpdate(t *testing.T) {
 	e := newValidatingServer(t)
-	tpl := e.newTemplate("base", "alpine:3", J{"env": J{"A": "1"}})
-	e.newTemplate("other", "alpine:3", nil)
-	ep := e.newEndpoint(tpl.ID, nil)
+	tpl := e.NewTemplate("base", "alpine:3", J{"env": J{"A": "1"}})
+	e.NewTemplate("other", "alpine:3", nil)
+	ep := e.NewEndpoint(tpl.ID, nil)
 
 	// A readme change: no new worker version.
 	var got store.Template
-	e.must(200, "PATCH", "/v1/templates/"+tpl.ID, J{"readme": "# hi", "name": "renamed"}, &got)
+	e.Must(200, "PATCH", "/v1/templates/"+tpl.ID, J{"readme": "# hi", "name": "renamed"}, &got)
 	if got.Readme != "# hi" || got.Name != "renamed" || got.ImageName != "alpine:3" || got.Env["A"] != "1" {
 		t.Errorf("after PATCH: %+v", got)
 	}
 	var epNow store.Endpoint
-	e.must(200, "GET", "/v1/endpoints/"+ep.ID, nil, &epNow)
+	e.Must(200, "GET", "/v1/endpoints/"+ep.ID, nil, &epNow)
 	if epNow.Version != 1 {
 		t.Errorf("endpoint version %d after a readme change, want 1", epNow.Version)
 	}
 	// An image change through the POST synonym rolls the endpoint.
-	e.must(200, "POST", "/v1/templates/"+tpl.ID+"/update", J{"imageName": "alpine:4"}, &got)
-	e.must(200, "GET", "/v1/endpoints/"+ep.ID, nil, &epNow)
+	e.Must(200, "POST", "/v1/templates/"+tpl.ID+"/update", J{"imageName": "alpine:4"}, &got)
+	e.Must(200, "GET", "/v1/endpoints/"+ep.ID, nil, &epNow)
 	if got.ImageName != "alpine:4" || epNow.Version != 2 {
 		t.Errorf("after image change: template image %q, endpoint version %d; want alpine:4 and 2", got.ImageName, epNow.Version)
 	}
-	e.must(200, "PATCH", "/v1/templates/"+tpl.ID, J{"env": J{"A": "2"}}, nil)
-	e.must(200, "GET", "/v1/endpoints/"+ep.ID, nil, &epNow)
+	e.Must(200, "PATCH", "/v1/templates/"+tpl.ID, J{"env": J{"A": "2"}}, nil)
+	e.Must(200, "GET", "/v1/endpoints/"+ep.ID, nil, &epNow)
 	if epNow.Version != 3 {
 		t.Errorf("endpoint version %d after an env change, want 3", epNow.Version)
 	}
 
-	before := e.must(200, "GET", "/v1/templates/"+tpl.ID, nil, nil)
+	before := e.Must(200, "GET", "/v1/templates/"+tpl.ID, nil, nil)
 	for _, c := range []struct {
 		body  any
 		code  int
@@ -189,45 +158,45 @@ func TestTemplateUpdate(t *testing.T) {
 		{J{"containerRegistryAuthId": "missing"}, 400, []string{"containerRegistryAuthId"}},
 		{J{"bogus": 1}, 400, []string{"bogus"}},
 	} {
-		e.mustErr(c.code, "PATCH", "/v1/templates/"+tpl.ID, c.body, c.words...)
+		e.MustErr(c.code, "PATCH", "/v1/templates/"+tpl.ID, c.body, c.words...)
 	}
-	if after := e.must(200, "GET", "/v1/templates/"+tpl.ID, nil, nil); string(after) != string(before) {
+	if after := e.Must(200, "GET", "/v1/templates/"+tpl.ID, nil, nil); string(after) != string(before) {
 		t.Errorf("refused updates changed the template:\n%s\n%s", before, after)
 	}
-	e.mustErr(404, "PATCH", "/v1/templates/zzzzzzzzzz", J{"name": "n"}, "not found")
-	e.mustErr(400, "PATCH", "/v1/templates/BAD", J{"name": "n"}, "invalid template id")
+	e.MustErr(404, "PATCH", "/v1/templates/zzzzzzzzzz", J{"name": "n"}, "not found")
+	e.MustErr(400, "PATCH", "/v1/templates/BAD", J{"name": "n"}, "invalid template id")
 }
 
 func TestTemplateUpdateTellsRuntime(t *testing.T) {
 	var changed []string
-	e := newValidatingServer(t, withHTTP(func(c *httpapi.Config) { c.EndpointChanged = func(id string) { changed = append(changed, id) } }))
-	tpl := e.newTemplate("base", "alpine:3", nil)
-	ep := e.newEndpoint(tpl.ID, nil)
+	e := newValidatingServer(t, apitest.WithHTTP(func(c *httpapi.Config) { c.EndpointChanged = func(id string) { changed = append(changed, id) } }))
+	tpl := e.NewTemplate("base", "alpine:3", nil)
+	ep := e.NewEndpoint(tpl.ID, nil)
 	changed = nil
-	e.must(200, "PATCH", "/v1/templates/"+tpl.ID, J{"dockerStartCmd": []string{"run"}}, nil)
+	e.Must(200, "PATCH", "/v1/templates/"+tpl.ID, J{"dockerStartCmd": []string{"run"}}, nil)
 	if !reflect.DeepEqual(changed, []string{ep.ID}) {
 		t.Errorf("EndpointChanged calls %v, want [%s]", changed, ep.ID)
 	}
 	// The job API sees the new version at once (its endpoint cache is dropped).
 	var v store.Endpoint
-	e.must(200, "GET", "/v1/endpoints/"+ep.ID, nil, &v)
+	e.Must(200, "GET", "/v1/endpoints/"+ep.ID, nil, &v)
 	if v.Version != 2 {
 		t.Errorf("version %d, want 2", v.Version)
 	}
 }
 
 func TestTemplateDelete(t *testing.T) {
-	e := newValidatingServer(t, withFakePods(newFakePods()))
-	tpl := e.newTemplate("base", "alpine:3", nil)
-	ep := e.newEndpoint(tpl.ID, nil)
-	e.mustErr(409, "DELETE", "/v1/templates/"+tpl.ID, nil, "endpoint "+ep.ID)
-	e.must(204, "DELETE", "/v1/endpoints/"+ep.ID, nil, nil)
+	e := newValidatingServer(t, apitest.WithFakePods(apitest.NewFakePods()))
+	tpl := e.NewTemplate("base", "alpine:3", nil)
+	ep := e.NewEndpoint(tpl.ID, nil)
+	e.MustErr(409, "DELETE", "/v1/templates/"+tpl.ID, nil, "endpoint "+ep.ID)
+	e.Must(204, "DELETE", "/v1/endpoints/"+ep.ID, nil, nil)
 	var pod store.Pod
-	e.must(201, "POST", "/v1/pods", J{"templateId": tpl.ID}, &pod)
-	e.mustErr(409, "DELETE", "/v1/templates/"+tpl.ID, nil, "pod "+pod.ID)
-	e.must(204, "DELETE", "/v1/pods/"+pod.ID, nil, nil)
-	e.must(204, "DELETE", "/v1/templates/"+tpl.ID, nil, nil)
-	e.mustErr(404, "GET", "/v1/templates/"+tpl.ID, nil, "not found")
-	e.mustErr(404, "DELETE", "/v1/templates/"+tpl.ID, nil, "not found")
-	e.mustErr(400, "DELETE", "/v1/templates/x", nil, "invalid template id")
+	e.Must(201, "POST", "/v1/pods", J{"templateId": tpl.ID}, &pod)
+	e.MustErr(409, "DELETE", "/v1/templates/"+tpl.ID, nil, "pod "+pod.ID)
+	e.Must(204, "DELETE", "/v1/pods/"+pod.ID, nil, nil)
+	e.Must(204, "DELETE", "/v1/templates/"+tpl.ID, nil, nil)
+	e.MustErr(404, "GET", "/v1/templates/"+tpl.ID, nil, "not found")
+	e.MustErr(404, "DELETE", "/v1/templates/"+tpl.ID, nil, "not found")
+	e.MustErr(400, "DELETE", "/v1/templates/x", nil, "invalid template id")
 }

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"berth/internal/apitest"
 	"berth/store"
 )
 
@@ -22,7 +23,7 @@ import (
 func (bs *benchServer) streamWorker(b *testing.B, ctx context.Context, id string) {
 	post := func(path, body string) bool {
 		req, _ := http.NewRequest("POST", bs.srv.URL+"/v2/"+bs.ep+path, strings.NewReader(body))
-		req.Header.Set("Authorization", adminKey)
+		req.Header.Set("Authorization", apitest.Key)
 		req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
 		res, err := bs.client.Do(req)
 		if err != nil {
@@ -35,7 +36,7 @@ func (bs *benchServer) streamWorker(b *testing.B, ctx context.Context, id string
 	first, _ := json.Marshal(map[string]string{"output": "data: {\"choices\":[{\"delta\":{\"content\":\"hi\"}}]}\n\n"})
 	for ctx.Err() == nil {
 		req, _ := http.NewRequestWithContext(ctx, "GET", bs.srv.URL+"/v2/"+bs.ep+"/job-take/"+id+"?job_in_progress=0", nil)
-		req.Header.Set("Authorization", adminKey)
+		req.Header.Set("Authorization", apitest.Key)
 		res, err := bs.client.Do(req)
 		if err != nil {
 			return
@@ -73,7 +74,7 @@ func BenchmarkOpenAIStreamTTFT(b *testing.B) {
 	body := []byte(`{"model":"m","stream":true,"messages":[{"role":"user","content":"hi"}]}`)
 	ttft := func() time.Duration {
 		req, _ := http.NewRequest("POST", bs.srv.URL+"/v2/"+bs.ep+"/openai/v1/chat/completions", bytes.NewReader(body))
-		req.Header.Set("Authorization", adminKey)
+		req.Header.Set("Authorization", apitest.Key)
 		t0 := time.Now()
 		res, err := bs.client.Do(req)
 		if err != nil {

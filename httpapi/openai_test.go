@@ -10,17 +10,19 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"berth/internal/apitest"
 )
 
 // takeWait takes the next job, polling until one is there, and returns
 // its id and input.
 func (w *testWorker) takeWait() (string, json.RawMessage) {
-	w.e.t.Helper()
+	w.e.T.Helper()
 	deadline := time.Now().Add(30 * time.Second)
 	for time.Now().Before(deadline) {
 		code, out, err := w.req("GET", "/job-take/"+w.id+"?job_in_progress=0", "")
 		if err != nil {
-			w.e.t.Errorf("job-take: %v", err)
+			w.e.T.Errorf("job-take: %v", err)
 			return "", nil
 		}
 		if code == 200 {
@@ -32,7 +34,7 @@ func (w *testWorker) takeWait() (string, json.RawMessage) {
 			return j.ID, j.Input
 		}
 	}
-	w.e.t.Errorf("no job within 30 s")
+	w.e.T.Errorf("no job within 30 s")
 	return "", nil
 }
 
@@ -48,7 +50,7 @@ func answerOpenAI(w *testWorker, done string) <-chan json.RawMessage {
 		}
 		ch <- in
 		if code, out, err := w.req("POST", "/job-done/"+w.id+"/"+id+"?isStream=true", done); err != nil || code != 200 {
-			w.e.t.Errorf("job-done: %d %v %s", code, err, out)
+			w.e.T.Errorf("job-done: %d %v %s", code, err, out)
 		}
 	}()
 	return ch
@@ -65,8 +67,8 @@ type openaiErrBody struct {
 
 func TestOpenAIRouteJobAndReplies(t *testing.T) {
 	e := newValidatingServer(t)
-	tpl := e.newTemplate("t", "alpine:3", nil)
-	ep := e.newEndpoint(tpl.ID, nil)
+	tpl := e.NewTemplate("t", "alpine:3", nil)
+	ep := e.NewEndpoint(tpl.ID, nil)
 	w := e.newWorker(ep.ID)
 	base := "/v2/" + ep.ID + "/openai/v1"
 	chat := J{"model": "m", "messages": []J{{"role": "user", "content": "hi"}}}
@@ -74,7 +76,7 @@ func TestOpenAIRouteJobAndReplies(t *testing.T) {
 	// The job input is RunPod's shape; a one-element output is unwrapped.
 	taken := answerOpenAI(w, `{"output": [{"object": "chat.completion", "id": "c1"}]}`)
 	var got map[string]any
-	e.must(200, "POST", base+"/chat/completions", chat, &got)
+	e.Must(200, "POST", base+"/chat/completions", chat, &got)
 	var in struct {
 		Route string         `json:"openai_route"`
 		Input map[string]any `json:"openai_input"`
@@ -89,7 +91,7 @@ func TestOpenAIRouteJobAndReplies(t *testing.T) {
 
 	// GET: openai_input is {}; any route under /openai/v1/ is passed on.
 	taken = answerOpenAI(w, `{"output": [{"object": "list", "data": []}]}`)
-	e.must(200, "GET", base+"/models", nil, &got)
+	e.Must(200, "GET", base+"/models", nil, &got)
 	in.Input = nil
 	json.Unmarshal(<-taken, &in)
 	if in.Route != "/v1/models" || in.Input == nil || len(in.Input) != 0 || got["object"] != "list" {
@@ -97,7 +99,7 @@ func TestOpenAIRouteJobAndReplies(t *testing.T) {
 	}
 	for _, r := range []string{"/completions", "/embeddings", "/responses"} {
 		taken = answerOpenAI(w, `{"output": {"object": "x"}}`)
-		e.must(200, "POST", base+r, J{"model": "m"}, &got)
+		e.Must(200, "POST", base+r, J{"model": "m"}, &got)
 		json.Unmarshal(<-taken, &in)
 		if in.Route != "/v1"+r || got["object"] != "x" {
 			t.Errorf("%s: input %+v, reply %v", r, in, got)
@@ -105,7 +107,7 @@ func TestOpenAIRouteJobAndReplies(t *testing.T) {
 	}
 	// A route not named in the document goes through the prefix route
 	// (not validated: the document cannot list every path).
-	raw := httptest.NewServer(e.api.Handler())
+	raw := httptest.NewServer(e.API.Handler())
 	defer raw.Close()
 	taken = answerOpenAI(w, `{"output": ["{\"ok\": true}"]}`)
 	code, body := postRaw(t, raw.URL+base+"/audio/speech/extra", `{"input": "x"}`)
@@ -126,7 +128,7 @@ func TestOpenAIRouteJobAndReplies(t *testing.T) {
 	} {
 		answerOpenAI(w, `{"output": `+c.output+`}`)
 		var eb openaiErrBody
-		e.must(c.code, "POST", base+"/chat/completions", chat, &eb)
+		e.Must(c.code, "POST", base+"/chat/completions", chat, &eb)
 		if !strings.Contains(eb.Error.Message, c.msg) || eb.Error.Type == "" {
 			t.Errorf("%s → %+v", c.output, eb)
 		}
@@ -134,31 +136,31 @@ func TestOpenAIRouteJobAndReplies(t *testing.T) {
 	// A failed job is a server error.
 	answerOpenAI(w, `{"error": "{\"error_message\": \"engine died\"}"}`)
 	var eb openaiErrBody
-	e.must(500, "POST", base+"/chat/completions", chat, &eb)
+	e.Must(500, "POST", base+"/chat/completions", chat, &eb)
 	if !strings.Contains(eb.Error.Message, "engine died") || eb.Error.Type != "server_error" {
 		t.Errorf("failed job: %+v", eb)
 	}
 
 	// Bad input: nothing queued.
 	for _, b := range []any{"[1]", J{"stream": "yes"}} {
-		e.must(400, "POST", base+"/chat/completions", b, &eb)
+		e.Must(400, "POST", base+"/chat/completions", b, &eb)
 		if eb.Error.Message == "" {
 			t.Errorf("%v: no message", b)
 		}
 	}
-	e.must(404, "POST", base+"/", J{}, &eb)
-	e.must(404, "GET", base+"/", nil, &eb)
-	lb := e.newEndpoint(tpl.ID, J{"type": "LOAD_BALANCER"})
-	e.must(400, "POST", "/v2/"+lb.ID+"/openai/v1/chat/completions", chat, &eb)
+	e.Must(404, "POST", base+"/", J{}, &eb)
+	e.Must(404, "GET", base+"/", nil, &eb)
+	lb := e.NewEndpoint(tpl.ID, J{"type": "LOAD_BALANCER"})
+	e.Must(400, "POST", "/v2/"+lb.ID+"/openai/v1/chat/completions", chat, &eb)
 	if !strings.Contains(eb.Error.Message, "LOAD_BALANCER") {
 		t.Errorf("LB endpoint: %+v", eb)
 	}
 	var h struct{ Jobs struct{ InQueue int } }
-	e.must(200, "GET", "/v2/"+ep.ID+"/health", nil, &h)
+	e.Must(200, "GET", "/v2/"+ep.ID+"/health", nil, &h)
 	if h.Jobs.InQueue != 0 {
 		t.Errorf("%d jobs queued after refused requests", h.Jobs.InQueue)
 	}
-	if code, _ := e.callWith("POST", base+"/chat/completions", chat, nil); code != 401 {
+	if code, _ := e.CallWith("POST", base+"/chat/completions", chat, nil); code != 401 {
 		t.Errorf("without a key: %d", code)
 	}
 }
@@ -166,7 +168,7 @@ func TestOpenAIRouteJobAndReplies(t *testing.T) {
 func postRaw(t *testing.T, url, body string) (int, string) {
 	t.Helper()
 	req, _ := http.NewRequest("POST", url, strings.NewReader(body))
-	req.Header.Set("Authorization", "Bearer "+testKey)
+	req.Header.Set("Authorization", "Bearer "+apitest.Key)
 	res, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)
@@ -181,10 +183,10 @@ func postRaw(t *testing.T, url, body string) (int, string) {
 // client that goes away cancels the job.
 func TestOpenAIRouteStreams(t *testing.T) {
 	e := newValidatingServer(t)
-	tpl := e.newTemplate("t", "alpine:3", nil)
-	ep := e.newEndpoint(tpl.ID, nil)
+	tpl := e.NewTemplate("t", "alpine:3", nil)
+	ep := e.NewEndpoint(tpl.ID, nil)
 	w := e.newWorker(ep.ID)
-	raw := httptest.NewServer(e.api.Handler()) // the validator buffers replies
+	raw := httptest.NewServer(e.API.Handler()) // the validator buffers replies
 	defer raw.Close()
 	url := raw.URL + "/v2/" + ep.ID + "/openai/v1/chat/completions"
 
@@ -194,7 +196,7 @@ func TestOpenAIRouteStreams(t *testing.T) {
 	}
 	do := func(ctx context.Context) <-chan result {
 		req, _ := http.NewRequestWithContext(ctx, "POST", url, strings.NewReader(`{"model": "m", "stream": true, "messages": []}`))
-		req.Header.Set("Authorization", "Bearer "+testKey)
+		req.Header.Set("Authorization", "Bearer "+apitest.Key)
 		ch := make(chan result, 1)
 		go func() { res, err := http.DefaultClient.Do(req); ch <- result{res, err} }()
 		return ch
@@ -286,7 +288,7 @@ func TestOpenAIRouteStreams(t *testing.T) {
 	var st struct{ Status string }
 	deadline := time.Now().Add(30 * time.Second)
 	for {
-		e.must(200, "GET", "/v2/"+ep.ID+"/status/"+id, nil, &st)
+		e.Must(200, "GET", "/v2/"+ep.ID+"/status/"+id, nil, &st)
 		if st.Status == "CANCELLED" || time.Now().After(deadline) {
 			break
 		}

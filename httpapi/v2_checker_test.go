@@ -13,6 +13,8 @@ import (
 
 	"github.com/getkin/kin-openapi/openapi3"
 	"github.com/getkin/kin-openapi/openapi3filter"
+
+	"berth/internal/apitest"
 )
 
 // The v2 checker: an instrument built from RunPod's v2.json alone, as the
@@ -230,7 +232,7 @@ func roundTrip(v any) any {
 // payload derived from a request example fails it. The counts are the
 // instrument's coverage.
 func TestV2CheckerIsSound(t *testing.T) {
-	doc, _ := runpodDoc(t, "v2")
+	doc, _ := apitest.RunPodDoc(t, "v2")
 	examples := 0
 	for path, item := range doc.Paths.Map() {
 		for method, op := range item.Operations() {
@@ -295,15 +297,15 @@ func TestV2CheckerIsSound(t *testing.T) {
 // problem body listing its violations; and known-bad parameters of every
 // operation that has parameters are 422 too.
 func TestV2CheckerOnBerth(t *testing.T) {
-	e := newValidatingServer(t, withFakePods(newFakePods()), withFakeRuntime(newFakeRuntime()))
-	e.conformant(false)
-	doc, router := runpodDoc(t, "v2")
+	e := newValidatingServer(t, apitest.WithFakePods(apitest.NewFakePods()), withFakeRuntime(newFakeRuntime()))
+	e.Conformant(false)
+	doc, router := apitest.RunPodDoc(t, "v2")
 	ids := strings.NewReplacer("{id}", "nosuchid123", "{workerId}", "nosuchworker")
 	caught, allowed := 0, 0
 	for _, op := range v2BodyOps(t, doc) {
 		path := ids.Replace(op.path)
 		for name, ex := range op.examples {
-			code, out := e.call(op.method, path, roundTrip(ex))
+			code, out := e.Call(op.method, path, roundTrip(ex))
 			allowed++
 			if code == 422 {
 				t.Errorf("%s example %q (valid per v2.json): 422 %s", op.id, name, out)
@@ -316,7 +318,7 @@ func TestV2CheckerOnBerth(t *testing.T) {
 				if validBody(op.schema, m.body) == nil {
 					continue
 				}
-				code, out := e.call(op.method, path, m.body)
+				code, out := e.Call(op.method, path, m.body)
 				var p httpapiProblem
 				json.Unmarshal(out, &p)
 				if code != 422 || p.Status != 422 || len(p.Errors) == 0 {
@@ -375,12 +377,12 @@ func TestV2CheckerOnBerth(t *testing.T) {
 						t.Fatal(err)
 					}
 					verr := openapi3filter.ValidateRequest(context.Background(), &openapi3filter.RequestValidationInput{
-						Request: req, PathParams: pp, Route: route, Options: conformanceOpts})
+						Request: req, PathParams: pp, Route: route, Options: apitest.ConformanceOpts})
 					if verr == nil {
 						continue
 					}
 					params++
-					if code, out := e.call(method, target, nil); code != http.StatusUnprocessableEntity {
+					if code, out := e.Call(method, target, nil); code != http.StatusUnprocessableEntity {
 						t.Errorf("%s %s (invalid per v2.json): %d %.300s", method, target, code, out)
 					}
 				}

@@ -8,20 +8,22 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"berth/internal/apitest"
 )
 
 // TestV2AsTheDocumentSays: each behaviour an outside checker built from
 // RunPod's v2.json found Berth doing otherwise (issue 16), as the
 // document's text states it.
 func TestV2AsTheDocumentSays(t *testing.T) {
-	f := newFakePods()
+	f := apitest.NewFakePods()
 	rt := newFakeRuntime()
-	e := newValidatingServer(t, withFakePods(f), withFakeRuntime(rt))
-	e.conformant(true)
+	e := newValidatingServer(t, apitest.WithFakePods(f), withFakeRuntime(rt))
+	e.Conformant(true)
 	var podTpl, other, sls v2Template
-	e.must(201, "POST", "/v2/templates", J{"name": "pod-tpl", "image": "alpine:3", "env": J{"A": "1", "B": "1"}}, &podTpl)
-	e.must(201, "POST", "/v2/templates", J{"name": "other", "image": "busybox:1", "args": "sleep 9", "env": J{"B": "2"}}, &other)
-	e.must(201, "POST", "/v2/templates", J{"name": "sls", "image": "worker:1", "serverless": true}, &sls)
+	e.Must(201, "POST", "/v2/templates", J{"name": "pod-tpl", "image": "alpine:3", "env": J{"A": "1", "B": "1"}}, &podTpl)
+	e.Must(201, "POST", "/v2/templates", J{"name": "other", "image": "busybox:1", "args": "sleep 9", "env": J{"B": "2"}}, &other)
+	e.Must(201, "POST", "/v2/templates", J{"name": "sls", "image": "worker:1", "serverless": true}, &sls)
 	endpoint := func(extra J) J {
 		b := J{"name": "ep", "type": "QUEUE", "templateId": sls.ID, "gpu": J{"pools": []string{"ADA_24"}}, "scaling": J{"type": "QUEUE_DELAY", "queueDelay": 4}}
 		for k, v := range extra {
@@ -34,16 +36,16 @@ func TestV2AsTheDocumentSays(t *testing.T) {
 	}
 
 	t.Run("PATCH accepts what the schema does", func(t *testing.T) {
-		e.t = t
+		e.T = t
 		var pod v2Pod
-		e.must(201, "POST", "/v2/pods", J{"name": "p", "templateId": podTpl.ID, "cpu": J{"id": "cpu3c", "vcpuCount": 2}}, &pod)
+		e.Must(201, "POST", "/v2/pods", J{"name": "p", "templateId": podTpl.ID, "cpu": J{"id": "cpu3c", "vcpuCount": 2}}, &pod)
 		// A pod's templateId applies that template's container (recreating
 		// it), the body's fields winning and env merged.
-		e.must(200, "PATCH", "/v2/pods/"+pod.ID, J{"templateId": other.ID, "env": J{"C": "3"}}, &pod)
+		e.Must(200, "PATCH", "/v2/pods/"+pod.ID, J{"templateId": other.ID, "env": J{"C": "3"}}, &pod)
 		if pod.Image != "busybox:1" || pod.Env["B"] != "2" || pod.Env["C"] != "3" || pod.Env["A"] != "" {
 			t.Errorf("after PATCH templateId: %+v", pod)
 		}
-		e.must(200, "PATCH", "/v2/pods/"+pod.ID, J{"image": "alpine:4"}, &pod)
+		e.Must(200, "PATCH", "/v2/pods/"+pod.ID, J{"image": "alpine:4"}, &pod)
 		if pod.Image != "alpine:4" {
 			t.Errorf("after an image PATCH: %+v", pod)
 		}
@@ -51,37 +53,37 @@ func TestV2AsTheDocumentSays(t *testing.T) {
 		e.mustProblem(422, "PATCH", "/v2/pods/"+pod.ID, J{"templateId": sls.ID}, "serverless")
 		// A template's category and serverless, with the current value or
 		// a new one.
-		e.must(200, "PATCH", "/v2/templates/"+podTpl.ID, J{"category": "NVIDIA", "serverless": false}, nil)
+		e.Must(200, "PATCH", "/v2/templates/"+podTpl.ID, J{"category": "NVIDIA", "serverless": false}, nil)
 		var tp v2Template
-		e.must(200, "PATCH", "/v2/templates/"+podTpl.ID, J{"category": "CPU"}, &tp)
+		e.Must(200, "PATCH", "/v2/templates/"+podTpl.ID, J{"category": "CPU"}, &tp)
 		if tp.Category != "CPU" {
 			t.Errorf("category after PATCH: %q", tp.Category)
 		}
 		// An endpoint's templateId with container fields; an unchanged
 		// value is no error.
 		var ep v2Endpoint
-		e.must(201, "POST", "/v2/serverless", endpoint(nil), &ep)
-		e.must(200, "PATCH", "/v2/serverless/"+ep.ID, J{"templateId": sls.ID, "image": "worker:2", "name": ep.Name, "flashboot": "OFF"}, &ep)
+		e.Must(201, "POST", "/v2/serverless", endpoint(nil), &ep)
+		e.Must(200, "PATCH", "/v2/serverless/"+ep.ID, J{"templateId": sls.ID, "image": "worker:2", "name": ep.Name, "flashboot": "OFF"}, &ep)
 		if ep.Image != "worker:2" {
 			t.Errorf("after PATCH templateId + image: %+v", ep)
 		}
-		e.must(204, "DELETE", "/v2/serverless/"+ep.ID, nil, nil)
-		e.must(204, "DELETE", "/v2/pods/"+pod.ID, nil, nil)
+		e.Must(204, "DELETE", "/v2/serverless/"+ep.ID, nil, nil)
+		e.Must(204, "DELETE", "/v2/pods/"+pod.ID, nil, nil)
 	})
 
 	t.Run("comma-separated lists", func(t *testing.T) {
-		e.t = t
+		e.T = t
 		for _, p := range []string{"/v2/catalog/gpus?include=AVAILABILITY&product=POD,SERVERLESS",
 			"/v2/catalog/datacenters?include=GPU_AVAILABILITY,CPU_AVAILABILITY", "/v2/catalog/datacenters?regions=EUROPE,UNKNOWN",
 			"/v2/catalog/cpus?include=AVAILABILITY&product=POD,SERVERLESS", "/v2/catalog/gpus?include=AVAILABILITY&product=POD&cudaVersions=12.4,12.8"} {
-			e.must(200, "GET", p, nil, nil)
+			e.Must(200, "GET", p, nil, nil)
 		}
 	})
 
 	t.Run("422 for what fails the schema", func(t *testing.T) {
-		e.t = t
+		e.T = t
 		var pod v2Pod
-		e.must(201, "POST", "/v2/pods", J{"name": "p2", "image": "alpine:3", "cpu": J{"id": "cpu3c", "vcpuCount": 2}}, &pod)
+		e.Must(201, "POST", "/v2/pods", J{"name": "p2", "image": "alpine:3", "cpu": J{"id": "cpu3c", "vcpuCount": 2}}, &pod)
 		for _, c := range []struct {
 			method, path string
 			body         any
@@ -113,11 +115,11 @@ func TestV2AsTheDocumentSays(t *testing.T) {
 		} {
 			e.mustProblem(422, c.method, c.path, c.body, c.word)
 		}
-		e.must(204, "DELETE", "/v2/pods/"+pod.ID, nil, nil)
+		e.Must(204, "DELETE", "/v2/pods/"+pod.ID, nil, nil)
 	})
 
 	t.Run("required-one-of and exclusive parameters", func(t *testing.T) {
-		e.t = t
+		e.T = t
 		e.mustProblem(400, "POST", "/v2/serverless", endpoint(J{"gpu": nil}), "gpu", "cpu")
 		e.mustProblem(400, "POST", "/v2/serverless", endpoint(J{"cpu": []J{{"id": "cpu3c", "vcpuCount": 2}}}), "not both")
 		e.mustProblem(400, "POST", "/v2/pods", J{"name": "x", "image": "alpine:3"}, "gpu", "cpu")
@@ -125,7 +127,7 @@ func TestV2AsTheDocumentSays(t *testing.T) {
 		for _, route := range []string{"/v2/billing", "/v2/billing/pods", "/v2/billing/serverless", "/v2/billing/endpoints", "/v2/billing/network-volumes", "/v2/billing/clusters"} {
 			e.mustProblem(400, "GET", route+"?lastN=3&startTime=2026-01-01T00:00:00Z", nil, "lastN", "startTime")
 			e.mustProblem(400, "GET", route+"?lastN=3&endTime=2026-01-01T00:00:00Z", nil, "lastN", "endTime")
-			e.must(200, "GET", route+"?lastN=3&bucketSize=hour", nil, nil)
+			e.Must(200, "GET", route+"?lastN=3&bucketSize=hour", nil, nil)
 		}
 		e.mustProblem(400, "GET", "/v2/catalog/gpus?include=AVAILABILITY", nil, "product")
 		e.mustProblem(400, "GET", "/v2/catalog/gpus?product=POD", nil, "include=AVAILABILITY")
@@ -135,44 +137,44 @@ func TestV2AsTheDocumentSays(t *testing.T) {
 	})
 
 	t.Run("DELETE rules", func(t *testing.T) {
-		e.t = t
+		e.T = t
 		// An endpoint goes with its own template.
 		var ep v2Endpoint
-		e.must(201, "POST", "/v2/serverless", endpoint(J{"templateId": nil, "image": "inline:1"}), &ep)
-		e.must(200, "GET", "/v2/templates/"+ep.TemplateID, nil, nil)
-		e.must(204, "DELETE", "/v2/serverless/"+ep.ID, nil, nil)
+		e.Must(201, "POST", "/v2/serverless", endpoint(J{"templateId": nil, "image": "inline:1"}), &ep)
+		e.Must(200, "GET", "/v2/templates/"+ep.TemplateID, nil, nil)
+		e.Must(204, "DELETE", "/v2/serverless/"+ep.ID, nil, nil)
 		e.mustProblem(404, "GET", "/v2/templates/"+ep.TemplateID, nil, "not found")
 		// A registry: a pod pulling with it blocks the delete (400); a
 		// template does not (it loses the reference).
 		var reg struct{ ID string }
-		e.must(201, "POST", "/v2/registries", J{"name": "hub", "username": "u", "password": "p"}, &reg)
+		e.Must(201, "POST", "/v2/registries", J{"name": "hub", "username": "u", "password": "p"}, &reg)
 		var tpl v2Template
-		e.must(201, "POST", "/v2/templates", J{"name": "private", "image": "me/private:1", "registry": reg.ID}, &tpl)
+		e.Must(201, "POST", "/v2/templates", J{"name": "private", "image": "me/private:1", "registry": reg.ID}, &tpl)
 		var pod v2Pod
-		e.must(201, "POST", "/v2/pods", J{"name": "puller", "image": "me/private:1", "registry": reg.ID, "cpu": J{"id": "cpu3c", "vcpuCount": 2}}, &pod)
+		e.Must(201, "POST", "/v2/pods", J{"name": "puller", "image": "me/private:1", "registry": reg.ID, "cpu": J{"id": "cpu3c", "vcpuCount": 2}}, &pod)
 		e.mustProblem(400, "DELETE", "/v2/registries/"+reg.ID, nil, "pod "+pod.ID)
-		e.must(204, "DELETE", "/v2/pods/"+pod.ID, nil, nil)
-		e.must(204, "DELETE", "/v2/registries/"+reg.ID, nil, nil)
-		e.must(200, "GET", "/v2/templates/"+tpl.ID, nil, &tpl)
+		e.Must(204, "DELETE", "/v2/pods/"+pod.ID, nil, nil)
+		e.Must(204, "DELETE", "/v2/registries/"+reg.ID, nil, nil)
+		e.Must(200, "GET", "/v2/templates/"+tpl.ID, nil, &tpl)
 		if tpl.Registry != nil {
 			t.Errorf("the template still names the deleted registry: %v", *tpl.Registry)
 		}
 		// A template in use: 400, as the document says.
-		e.must(201, "POST", "/v2/pods", J{"name": "user", "templateId": tpl.ID, "cpu": J{"id": "cpu3c", "vcpuCount": 2}}, &pod)
+		e.Must(201, "POST", "/v2/pods", J{"name": "user", "templateId": tpl.ID, "cpu": J{"id": "cpu3c", "vcpuCount": 2}}, &pod)
 		e.mustProblem(400, "DELETE", "/v2/templates/"+tpl.ID, nil, "in use")
-		e.must(204, "DELETE", "/v2/pods/"+pod.ID, nil, nil)
+		e.Must(204, "DELETE", "/v2/pods/"+pod.ID, nil, nil)
 	})
 
 	t.Run("logs stream until the client leaves", func(t *testing.T) {
-		e.t = t
+		e.T = t
 		var pod v2Pod
-		e.must(201, "POST", "/v2/pods", J{"name": "talker", "image": "alpine:3", "cpu": J{"id": "cpu3c", "vcpuCount": 2}}, &pod)
+		e.Must(201, "POST", "/v2/pods", J{"name": "talker", "image": "alpine:3", "cpu": J{"id": "cpu3c", "vcpuCount": 2}}, &pod)
 		rt.set(func(rt *fakeRuntime) { rt.logs[pod.ID] = "backlog\n" })
 		pw := rt.follow(pod.ID)
 		ctx, cancel := context.WithCancel(context.Background())
 		defer cancel()
-		req, _ := http.NewRequestWithContext(ctx, "GET", e.base+"/v2/pods/"+pod.ID+"/logs", nil)
-		req.Header.Set("Authorization", "Bearer "+testKey)
+		req, _ := http.NewRequestWithContext(ctx, "GET", e.Base+"/v2/pods/"+pod.ID+"/logs", nil)
+		req.Header.Set("Authorization", "Bearer "+apitest.Key)
 		res, err := (&http.Client{Transport: &http.Transport{ResponseHeaderTimeout: 5 * time.Second}}).Do(req)
 		if err != nil || res.StatusCode != 200 || res.Header.Get("Content-Type") != "text/event-stream" {
 			t.Fatalf("GET logs: %v %+v", err, res)
@@ -194,10 +196,10 @@ func TestV2AsTheDocumentSays(t *testing.T) {
 			}
 		}
 		pw.Close()
-		e.must(204, "DELETE", "/v2/pods/"+pod.ID, nil, nil)
+		e.Must(204, "DELETE", "/v2/pods/"+pod.ID, nil, nil)
 	})
-	e.t = t
-	if n := e.count("/v1/pods"); n != 0 {
+	e.T = t
+	if n := e.Count("/v1/pods"); n != 0 {
 		t.Errorf("%d pods left", n)
 	}
 }

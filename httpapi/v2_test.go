@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"slices"
 	"sort"
-
 	"strings"
 	"testing"
 	"time"
@@ -16,6 +15,7 @@ import (
 
 	"berth/httpapi"
 	"berth/httpapi/v2api"
+	"berth/internal/apitest"
 	"berth/mgmt"
 	"berth/store"
 )
@@ -23,10 +23,10 @@ import (
 // mustProblem checks a REST v2 error: its status and an RFC 9457 body
 // whose detail mentions each of words.
 func (e *testEnv) mustProblem(want int, method, path string, body any, words ...string) {
-	e.t.Helper()
-	code, out := e.call(method, path, body)
+	e.T.Helper()
+	code, out := e.Call(method, path, body)
 	if code != want {
-		e.t.Fatalf("%s %s: got %d, want %d: %s", method, path, code, want, out)
+		e.T.Fatalf("%s %s: got %d, want %d: %s", method, path, code, want, out)
 	}
 	var p struct {
 		Title  string
@@ -35,12 +35,12 @@ func (e *testEnv) mustProblem(want int, method, path string, body any, words ...
 		Errors []string
 	}
 	if err := json.Unmarshal(out, &p); err != nil || p.Title == "" || p.Status != want || p.Detail == "" {
-		e.t.Fatalf("%s %s: not a problem body (%v): %s", method, path, err, out)
+		e.T.Fatalf("%s %s: not a problem body (%v): %s", method, path, err, out)
 	}
 	all := p.Detail + "\n" + strings.Join(p.Errors, "\n")
 	for _, w := range words {
 		if !strings.Contains(all, w) {
-			e.t.Errorf("%s %s: detail and errors %q do not mention %q", method, path, all, w)
+			e.T.Errorf("%s %s: detail and errors %q do not mention %q", method, path, all, w)
 		}
 	}
 }
@@ -102,60 +102,60 @@ type v2Pod struct {
 
 // TestV2SharedWithV1: the same records, whichever version made them.
 func TestV2SharedWithV1(t *testing.T) {
-	e := newValidatingServer(t, withFakePods(newFakePods()))
-	e.conformant(true)
+	e := newValidatingServer(t, apitest.WithFakePods(apitest.NewFakePods()))
+	e.Conformant(true)
 
-	v1t := e.newTemplate("made-by-v1", "alpine:3", J{"dockerStartCmd": []string{"sh", "-c", "echo hi there"}, "env": J{"A": "1"}})
+	v1t := e.NewTemplate("made-by-v1", "alpine:3", J{"dockerStartCmd": []string{"sh", "-c", "echo hi there"}, "env": J{"A": "1"}})
 	var list struct{ Templates []v2Template }
-	e.must(200, "GET", "/v2/templates", nil, &list)
+	e.Must(200, "GET", "/v2/templates", nil, &list)
 	if len(list.Templates) != 1 || list.Templates[0].ID != v1t.ID || list.Templates[0].Image != "alpine:3" ||
 		list.Templates[0].Args != `sh -c "echo hi there"` || list.Templates[0].Env["A"] != "1" {
 		t.Fatalf("v2 list of a v1 template: %+v", list.Templates)
 	}
 	var v2t v2Template
-	e.must(201, "POST", "/v2/templates", J{"name": "made-by-v2", "image": "busybox:1", "args": "sleep 'a b'", "ports": []string{"8000/http"}}, &v2t)
+	e.Must(201, "POST", "/v2/templates", J{"name": "made-by-v2", "image": "busybox:1", "args": "sleep 'a b'", "ports": []string{"8000/http"}}, &v2t)
 	var got store.Template
-	e.must(200, "GET", "/v1/templates/"+v2t.ID, nil, &got)
+	e.Must(200, "GET", "/v1/templates/"+v2t.ID, nil, &got)
 	if got.ImageName != "busybox:1" || strings.Join(got.DockerStartCmd, "|") != "sleep|a b" || got.Ports[0] != "8000/http" || !got.StartSSH {
 		t.Errorf("v1 view of a v2 template: %+v", got)
 	}
 
 	// An endpoint made through v1 is listed and changed by v2; v2's
 	// change is seen by v1.
-	ep := e.newEndpoint(v1t.ID, J{"gpuTypeIds": []string{"ADA_24", "-NVIDIA L4"}, "workersMax": 2})
+	ep := e.NewEndpoint(v1t.ID, J{"gpuTypeIds": []string{"ADA_24", "-NVIDIA L4"}, "workersMax": 2})
 	var eps struct{ Endpoints []v2Endpoint }
-	e.must(200, "GET", "/v2/serverless", nil, &eps)
+	e.Must(200, "GET", "/v2/serverless", nil, &eps)
 	if len(eps.Endpoints) != 1 || eps.Endpoints[0].GPU == nil || eps.Endpoints[0].GPU.Pools[0] != "ADA_24" ||
 		eps.Endpoints[0].GPU.ExcludedTypes[0] != "NVIDIA L4" || eps.Endpoints[0].Image != "alpine:3" {
 		t.Fatalf("v2 list of a v1 endpoint: %+v", eps.Endpoints)
 	}
-	e.must(200, "PATCH", "/v2/serverless/"+ep.ID, J{"workers": J{"max": 5}}, nil)
+	e.Must(200, "PATCH", "/v2/serverless/"+ep.ID, J{"workers": J{"max": 5}}, nil)
 	var ep1 store.Endpoint
-	e.must(200, "GET", "/v1/endpoints/"+ep.ID, nil, &ep1)
+	e.Must(200, "GET", "/v1/endpoints/"+ep.ID, nil, &ep1)
 	if ep1.WorkersMax != 5 {
 		t.Errorf("v1 sees workersMax %d after the v2 PATCH, want 5", ep1.WorkersMax)
 	}
 	// v2 deletes what v1 made; v1 no longer finds it.
-	e.must(204, "DELETE", "/v2/serverless/"+ep.ID, nil, nil)
-	e.mustErr(404, "GET", "/v1/endpoints/"+ep.ID, nil, "not found")
-	e.must(204, "DELETE", "/v2/templates/"+v1t.ID, nil, nil)
-	e.mustErr(404, "GET", "/v1/templates/"+v1t.ID, nil, "not found")
+	e.Must(204, "DELETE", "/v2/serverless/"+ep.ID, nil, nil)
+	e.MustErr(404, "GET", "/v1/endpoints/"+ep.ID, nil, "not found")
+	e.Must(204, "DELETE", "/v2/templates/"+v1t.ID, nil, nil)
+	e.MustErr(404, "GET", "/v1/templates/"+v1t.ID, nil, "not found")
 }
 
 // TestV2RoutesDoNotShadowTheJobAPI: /v2/pods and /v2/{endpointId}/run
 // both work, whatever the order of registration.
 func TestV2RoutesDoNotShadowTheJobAPI(t *testing.T) {
-	e := newValidatingServer(t, withFakePods(newFakePods()))
-	tpl := e.newTemplate("t", "alpine:3", nil)
-	ep := e.newEndpoint(tpl.ID, nil)
-	e.must(200, "GET", "/v2/pods", nil, nil)
-	e.must(200, "GET", "/v2/serverless", nil, nil)
+	e := newValidatingServer(t, apitest.WithFakePods(apitest.NewFakePods()))
+	tpl := e.NewTemplate("t", "alpine:3", nil)
+	ep := e.NewEndpoint(tpl.ID, nil)
+	e.Must(200, "GET", "/v2/pods", nil, nil)
+	e.Must(200, "GET", "/v2/serverless", nil, nil)
 	var ref struct{ ID string }
-	e.must(200, "POST", "/v2/"+ep.ID+"/run", J{"input": J{"x": 1}}, &ref)
-	e.must(200, "GET", "/v2/"+ep.ID+"/status/"+ref.ID, nil, nil)
-	e.must(200, "GET", "/v2/"+ep.ID+"/health", nil, nil)
+	e.Must(200, "POST", "/v2/"+ep.ID+"/run", J{"input": J{"x": 1}}, &ref)
+	e.Must(200, "GET", "/v2/"+ep.ID+"/status/"+ref.ID, nil, nil)
+	e.Must(200, "GET", "/v2/"+ep.ID+"/health", nil, nil)
 	// A job-API path under a v2 resource name is still the job API's 404.
-	code, out := e.call("POST", "/v2/pods/run", J{"input": J{}})
+	code, out := e.Call("POST", "/v2/pods/run", J{"input": J{}})
 	if code != 404 || !strings.Contains(string(out), "pods") {
 		t.Errorf("POST /v2/pods/run: %d %s", code, out)
 	}
@@ -165,7 +165,7 @@ func TestV2RoutesDoNotShadowTheJobAPI(t *testing.T) {
 // without the operator's key.
 func TestV2NeedsTheKey(t *testing.T) {
 	e := newValidatingServer(t)
-	for route := range e.api.V2Routes() {
+	for route := range e.API.V2Routes() {
 		if route == "GET /v2/openapi.json" || route == "POST /v2/serverless/{id}/webhooks/git" {
 			continue // served without a key (TestOpenAPIDocument; the webhook's signature: app's TestGitWebhook)
 		}
@@ -176,7 +176,7 @@ func TestV2NeedsTheKey(t *testing.T) {
 			body = "{}"
 		}
 		for _, hdr := range []map[string]string{nil, {"Authorization": "Bearer wrong"}} {
-			code, out := e.callWith(method, path, body, hdr)
+			code, out := e.CallWith(method, path, body, hdr)
 			var p httpapiProblem
 			json.Unmarshal(out, &p)
 			if code != 401 || p.Status != 401 || p.Title == "" || p.Detail == "" {
@@ -199,30 +199,30 @@ type httpapiProblem struct {
 // pod through its actions, volumes, registries, the catalogue, billing,
 // SSH keys reaching a pod, and the families one host cannot provide.
 func TestRunPodV2Conformance(t *testing.T) {
-	f := newFakePods()
+	f := apitest.NewFakePods()
 	rt := newFakeRuntime()
-	e := newValidatingServer(t, withFakePods(f), withFakeRuntime(rt), withHTTP(func(c *httpapi.Config) {
+	e := newValidatingServer(t, apitest.WithFakePods(f), withFakeRuntime(rt), apitest.WithHTTP(func(c *httpapi.Config) {
 		c.WorkerInfo = func(string) []mgmt.WorkerInfo {
-			return []mgmt.WorkerInfo{{ID: "zzzzcontainer1", State: "running", ImageName: "alpine:3", Version: 1, GPUTypeID: "NVIDIA GeForce RTX 4090", GPUCount: 1, LastStartedAt: fakeStart}}
+			return []mgmt.WorkerInfo{{ID: "zzzzcontainer1", State: "running", ImageName: "alpine:3", Version: 1, GPUTypeID: "NVIDIA GeForce RTX 4090", GPUCount: 1, LastStartedAt: apitest.FakeStart}}
 		}
 	}))
-	c := e.conformant(true)
-	c.own = loadV2Doc(t, e)
+	c := e.Conformant(true)
+	c.Own = loadV2Doc(t, e)
 
 	// Account SSH keys, then a template asking for SSH.
 	const key = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOMqqnkVzrm0SdG6UOoqKLsabgH5C9okWi0dh2l9GKJl me@host"
 	var keys struct{ Keys []string }
-	e.must(200, "GET", "/v2/account/ssh-keys", nil, &keys)
-	e.must(200, "PUT", "/v2/account/ssh-keys", J{"keys": []string{key}}, &keys)
+	e.Must(200, "GET", "/v2/account/ssh-keys", nil, &keys)
+	e.Must(200, "PUT", "/v2/account/ssh-keys", J{"keys": []string{key}}, &keys)
 	if len(keys.Keys) != 1 {
 		t.Fatalf("keys %v", keys)
 	}
 	e.mustProblem(422, "PUT", "/v2/account/ssh-keys", J{"keys": []string{"not a key"}}, "keys[0]")
 
 	var reg struct{ ID, Name string }
-	e.must(201, "POST", "/v2/registries", J{"name": "hub", "username": "me", "password": "pw"}, &reg)
-	e.must(200, "GET", "/v2/registries", nil, nil)
-	e.must(200, "GET", "/v2/registries/"+reg.ID, nil, nil)
+	e.Must(201, "POST", "/v2/registries", J{"name": "hub", "username": "me", "password": "pw"}, &reg)
+	e.Must(200, "GET", "/v2/registries", nil, nil)
+	e.Must(200, "GET", "/v2/registries/"+reg.ID, nil, nil)
 	e.mustProblem(404, "GET", "/v2/registries/nosuchregistry", nil, "not found")
 	e.mustProblem(422, "POST", "/v2/registries", J{"name": "x", "username": "u"}, "password")
 
@@ -230,52 +230,52 @@ func TestRunPodV2Conformance(t *testing.T) {
 		ID, DataCenter, Type string
 		Size                 int
 	}
-	e.must(201, "POST", "/v2/network-volumes", J{"name": "data", "size": 10, "dataCenter": "EU-RO-1", "type": "HIGH_PERFORMANCE"}, &vol)
+	e.Must(201, "POST", "/v2/network-volumes", J{"name": "data", "size": 10, "dataCenter": "EU-RO-1", "type": "HIGH_PERFORMANCE"}, &vol)
 	if vol.DataCenter != "EU-RO-1" || vol.Type != "HIGH_PERFORMANCE" {
 		t.Errorf("volume %+v", vol)
 	}
-	e.must(200, "GET", "/v2/network-volumes", nil, nil)
-	e.must(200, "GET", "/v2/network-volumes/"+vol.ID, nil, nil)
-	e.must(200, "PATCH", "/v2/network-volumes/"+vol.ID, J{"size": 20}, nil)
+	e.Must(200, "GET", "/v2/network-volumes", nil, nil)
+	e.Must(200, "GET", "/v2/network-volumes/"+vol.ID, nil, nil)
+	e.Must(200, "PATCH", "/v2/network-volumes/"+vol.ID, J{"size": 20}, nil)
 	e.mustProblem(422, "POST", "/v2/network-volumes", J{"name": "x", "size": 5, "dataCenter": "EU-RO-1"}, "size")
 	e.mustProblem(400, "PATCH", "/v2/network-volumes/"+vol.ID, J{"size": 15}, "grow")
 
 	var tpl v2Template
-	e.must(201, "POST", "/v2/templates", J{"name": "worker", "image": "alpine:3", "args": "python -u handler.py",
+	e.Must(201, "POST", "/v2/templates", J{"name": "worker", "image": "alpine:3", "args": "python -u handler.py",
 		"env": J{"K": "V"}, "ports": []string{"8888/http", "22/tcp"}, "registry": reg.ID, "mounts": J{"persistent": J{"size": 20, "path": "/workspace"}}}, &tpl)
 	if tpl.Registry == nil || *tpl.Registry != reg.ID || !tpl.StartSSH || tpl.Mounts.Persistent == nil || tpl.Category != "NVIDIA" {
 		t.Errorf("template %+v", tpl)
 	}
-	e.must(200, "GET", "/v2/templates", nil, nil)
-	e.must(200, "GET", "/v2/templates/"+tpl.ID, nil, nil)
-	e.must(200, "PATCH", "/v2/templates/"+tpl.ID, J{"env": J{"K": "W"}, "public": true}, nil)
-	e.must(200, "GET", "/v2/catalog/templates?source=community", nil, nil)
+	e.Must(200, "GET", "/v2/templates", nil, nil)
+	e.Must(200, "GET", "/v2/templates/"+tpl.ID, nil, nil)
+	e.Must(200, "PATCH", "/v2/templates/"+tpl.ID, J{"env": J{"K": "W"}, "public": true}, nil)
+	e.Must(200, "GET", "/v2/catalog/templates?source=community", nil, nil)
 	e.mustProblem(422, "POST", "/v2/templates", J{"name": "x", "image": "alpine", "bogus": 1}, "bogus")
 	e.mustProblem(404, "GET", "/v2/templates/abcdefghij", nil, "not found")
 
 	// A queue endpoint from the template, and one with its container inline.
 	var ep v2Endpoint
-	e.must(201, "POST", "/v2/serverless", J{"name": "queue", "type": "QUEUE", "templateId": tpl.ID,
+	e.Must(201, "POST", "/v2/serverless", J{"name": "queue", "type": "QUEUE", "templateId": tpl.ID,
 		"gpu": J{"pools": []string{"ADA_24"}, "count": 1}, "scaling": J{"type": "QUEUE_DELAY", "queueDelay": 4},
 		"workers": J{"min": 0, "max": 2, "idleTimeout": 5}, "dataCenterIds": []string{"EU-RO-1"}, "networkVolumes": []string{vol.ID},
 		"flashboot": "FLASHBOOT", "timeout": 600000}, &ep)
-	if ep.RequestURLs["run"] != e.base+"/v2/"+ep.ID+"/run" || ep.Flashboot != "FLASHBOOT" || ep.Workers.Max != 2 ||
+	if ep.RequestURLs["run"] != e.Base+"/v2/"+ep.ID+"/run" || ep.Flashboot != "FLASHBOOT" || ep.Workers.Max != 2 ||
 		len(ep.NetworkVolumes) != 1 || ep.Type != "QUEUE" || ep.Timeout != 600000 {
 		t.Errorf("endpoint %+v", ep)
 	}
 	var inline v2Endpoint
-	e.must(201, "POST", "/v2/serverless", J{"name": "lb", "type": "LOAD_BALANCER", "image": "busybox:1", "args": "httpd -f",
+	e.Must(201, "POST", "/v2/serverless", J{"name": "lb", "type": "LOAD_BALANCER", "image": "busybox:1", "args": "httpd -f",
 		"cpu": []J{{"id": "cpu3c", "vcpuCount": 2}}, "scaling": J{"type": "REQUEST_COUNT", "requestCount": 4}}, &inline)
 	if inline.Image != "busybox:1" || inline.TemplateID == "" || len(inline.CPU) != 1 || inline.RequestURLs["base"] == "" {
 		t.Errorf("inline endpoint %+v", inline)
 	}
-	e.must(200, "GET", "/v2/serverless", nil, nil)
-	e.must(200, "GET", "/v2/serverless/"+ep.ID, nil, nil)
-	e.must(200, "PATCH", "/v2/serverless/"+ep.ID, J{"env": J{"MODE": "fast"}, "scaling": J{"type": "REQUEST_COUNT", "requestCount": 3}}, &ep)
+	e.Must(200, "GET", "/v2/serverless", nil, nil)
+	e.Must(200, "GET", "/v2/serverless/"+ep.ID, nil, nil)
+	e.Must(200, "PATCH", "/v2/serverless/"+ep.ID, J{"env": J{"MODE": "fast"}, "scaling": J{"type": "REQUEST_COUNT", "requestCount": 3}}, &ep)
 	if ep.Version != 2 || ep.Env["MODE"] != "fast" || ep.Env["K"] != "W" {
 		t.Errorf("after PATCH: %+v", ep)
 	}
-	e.must(200, "PATCH", "/v2/serverless/"+inline.ID, J{"image": "busybox:2"}, &inline)
+	e.Must(200, "PATCH", "/v2/serverless/"+inline.ID, J{"image": "busybox:2"}, &inline)
 	if inline.Image != "busybox:2" || inline.Version != 2 {
 		t.Errorf("inline after an image PATCH: %+v", inline)
 	}
@@ -286,7 +286,7 @@ func TestRunPodV2Conformance(t *testing.T) {
 		}
 		Summary struct{ Running, Total int }
 	}
-	e.must(200, "GET", "/v2/serverless/"+ep.ID+"/workers", nil, &ws)
+	e.Must(200, "GET", "/v2/serverless/"+ep.ID+"/workers", nil, &ws)
 	if len(ws.Workers) != 1 || !ws.Workers[0].IsStale || ws.Summary.Running != 1 {
 		t.Errorf("workers %+v", ws)
 	}
@@ -296,12 +296,12 @@ func TestRunPodV2Conformance(t *testing.T) {
 			Diff    []struct{ Field string }
 		}
 	}
-	e.must(200, "GET", "/v2/serverless/"+ep.ID+"/releases", nil, &rels)
+	e.Must(200, "GET", "/v2/serverless/"+ep.ID+"/releases", nil, &rels)
 	if len(rels.Releases) != 2 || rels.Releases[0].Version != 2 || len(rels.Releases[0].Diff) != 1 || rels.Releases[0].Diff[0].Field != "env" {
 		t.Errorf("releases %+v", rels)
 	}
 	rt.set(func(rt *fakeRuntime) { rt.logs[ep.ID+"/zzzzcontainer1"] = "line one\nline two\n" })
-	_, logs := e.call("GET", "/v2/serverless/"+ep.ID+"/workers/zzzzcontainer1/logs?tail=10", nil)
+	_, logs := e.Call("GET", "/v2/serverless/"+ep.ID+"/workers/zzzzcontainer1/logs?tail=10", nil)
 	if !strings.Contains(string(logs), `"line":"line two"`) || !strings.HasPrefix(string(logs), "id: ") {
 		t.Errorf("worker logs: %q", logs)
 	}
@@ -314,29 +314,29 @@ func TestRunPodV2Conformance(t *testing.T) {
 	// A pod from the template with the network volume: PUBLIC_KEY carries
 	// the account's key.
 	var pod v2Pod
-	e.must(201, "POST", "/v2/pods", J{"name": "dev", "templateId": tpl.ID, "gpu": J{"id": "NVIDIA GeForce RTX 4090", "count": 1},
+	e.Must(201, "POST", "/v2/pods", J{"name": "dev", "templateId": tpl.ID, "gpu": J{"id": "NVIDIA GeForce RTX 4090", "count": 1},
 		"mounts": J{"network": []J{{"volumeId": vol.ID, "path": "/data"}}}, "dataCenterIds": []string{"US-TX-3"}}, &pod)
 	if pod.Env["PUBLIC_KEY"] != key || pod.Env["JUPYTER_PASSWORD"] == "" || pod.Status != "RUNNING" ||
 		len(pod.Mounts.Network) != 1 || pod.Mounts.Network[0].Path != "/data" || pod.SSH.Direct == nil {
 		t.Errorf("pod %+v", pod)
 	}
 	var cpuPod v2Pod
-	e.must(201, "POST", "/v2/pods", J{"name": "cpu", "image": "alpine:3", "cpu": J{"id": "cpu3g", "vcpuCount": 4}}, &cpuPod)
+	e.Must(201, "POST", "/v2/pods", J{"name": "cpu", "image": "alpine:3", "cpu": J{"id": "cpu3g", "vcpuCount": 4}}, &cpuPod)
 	if _, ok := cpuPod.Env["PUBLIC_KEY"]; ok {
 		t.Errorf("a pod without startSsh got PUBLIC_KEY: %+v", cpuPod.Env)
 	}
-	e.must(200, "GET", "/v2/pods?includeClusterPods=true", nil, nil)
-	e.must(200, "GET", "/v2/pods/"+pod.ID, nil, nil)
-	e.must(200, "PATCH", "/v2/pods/"+pod.ID, J{"name": "dev2", "locked": false, "env": J{"X": "1"}}, nil)
-	e.must(200, "POST", "/v2/pods/"+pod.ID+"/action", J{"action": "stop"}, &pod)
+	e.Must(200, "GET", "/v2/pods?includeClusterPods=true", nil, nil)
+	e.Must(200, "GET", "/v2/pods/"+pod.ID, nil, nil)
+	e.Must(200, "PATCH", "/v2/pods/"+pod.ID, J{"name": "dev2", "locked": false, "env": J{"X": "1"}}, nil)
+	e.Must(200, "POST", "/v2/pods/"+pod.ID+"/action", J{"action": "stop"}, &pod)
 	if pod.Status != "EXITED" || strings.Join(pod.Actions, ",") != "start,terminate" {
 		t.Errorf("stopped pod %+v", pod)
 	}
 	e.mustProblem(409, "POST", "/v2/pods/"+pod.ID+"/action", J{"action": "restart"}, "EXITED")
-	e.must(200, "POST", "/v2/pods/"+pod.ID+"/action", J{"action": "start"}, nil)
-	e.must(200, "POST", "/v2/pods/"+pod.ID+"/action", J{"action": "restart"}, nil)
+	e.Must(200, "POST", "/v2/pods/"+pod.ID+"/action", J{"action": "start"}, nil)
+	e.Must(200, "POST", "/v2/pods/"+pod.ID+"/action", J{"action": "restart"}, nil)
 	rt.set(func(rt *fakeRuntime) { rt.logs[pod.ID] = "pod says hi\n" })
-	_, logs = e.call("GET", "/v2/pods/"+pod.ID+"/logs?source=container&tail=5", nil)
+	_, logs = e.Call("GET", "/v2/pods/"+pod.ID+"/logs?source=container&tail=5", nil)
 	if !strings.Contains(string(logs), "pod says hi") {
 		t.Errorf("pod logs: %q", logs)
 	}
@@ -352,17 +352,17 @@ func TestRunPodV2Conformance(t *testing.T) {
 			MaxCount struct{ Secure int }
 		}
 	}
-	e.must(200, "GET", "/v2/catalog/gpus?include=AVAILABILITY&product=POD,SERVERLESS", nil, &gpus)
+	e.Must(200, "GET", "/v2/catalog/gpus?include=AVAILABILITY&product=POD,SERVERLESS", nil, &gpus)
 	if len(gpus.GPUs) < 2 || gpus.GPUs[0].ID != "NVIDIA GeForce RTX 4090" || gpus.GPUs[0].MaxCount.Secure != 2 {
 		t.Errorf("catalog gpus: %+v", gpus.GPUs[:min(2, len(gpus.GPUs))])
 	}
-	e.must(200, "GET", "/v2/catalog/gpus/NVIDIA%20GeForce%20RTX%204090?include=AVAILABILITY&product=POD", nil, nil)
+	e.Must(200, "GET", "/v2/catalog/gpus/NVIDIA%20GeForce%20RTX%204090?include=AVAILABILITY&product=POD", nil, nil)
 	e.mustProblem(404, "GET", "/v2/catalog/gpus/NVIDIA%20Imaginary", nil, "not found")
-	e.must(200, "GET", "/v2/catalog/cpus?include=AVAILABILITY&product=POD", nil, nil)
-	e.must(200, "GET", "/v2/catalog/cpus/cpu3c", nil, nil)
-	e.must(200, "GET", "/v2/catalog/datacenters?include=GPU_AVAILABILITY,CPU_AVAILABILITY", nil, nil)
-	e.must(200, "GET", "/v2/catalog/datacenters?include=GPU_AVAILABILITY&include=CPU_AVAILABILITY", nil, nil)
-	e.must(200, "GET", "/v2/catalog/datacenters/BERTH-LOCAL", nil, nil)
+	e.Must(200, "GET", "/v2/catalog/cpus?include=AVAILABILITY&product=POD", nil, nil)
+	e.Must(200, "GET", "/v2/catalog/cpus/cpu3c", nil, nil)
+	e.Must(200, "GET", "/v2/catalog/datacenters?include=GPU_AVAILABILITY,CPU_AVAILABILITY", nil, nil)
+	e.Must(200, "GET", "/v2/catalog/datacenters?include=GPU_AVAILABILITY&include=CPU_AVAILABILITY", nil, nil)
+	e.Must(200, "GET", "/v2/catalog/datacenters/BERTH-LOCAL", nil, nil)
 	e.mustProblem(404, "GET", "/v2/catalog/datacenters/EU-RO-1", nil, "BERTH-LOCAL")
 
 	// Billing from recorded run intervals.
@@ -371,13 +371,13 @@ func TestRunPodV2Conformance(t *testing.T) {
 		{Kind: store.UsagePod, ID: pod.ID, GPUTypeID: "NVIDIA GeForce RTX 4090", GPUCount: 1, VCPUCount: 2, Start: now.Add(-3 * time.Hour), End: now.Add(-2 * time.Hour)},
 		{Kind: store.UsageWorker, ID: "zzzzcontainer1", EndpointID: ep.ID, GPUTypeID: "NVIDIA GeForce RTX 4090", GPUCount: 1, VCPUCount: 2, Start: now.Add(-2 * time.Hour), End: now.Add(-time.Hour)},
 	} {
-		if err := store.PutUsageInterval(e.db, iv); err != nil {
+		if err := store.PutUsageInterval(e.DB, iv); err != nil {
 			t.Fatal(err)
 		}
 	}
 	for _, p := range []string{"/v2/billing?bucketSize=hour&lastN=6", "/v2/billing/pods?podId=" + pod.ID, "/v2/billing/serverless?serverlessId=" + ep.ID,
 		"/v2/billing/endpoints?bucketSize=week", "/v2/billing/network-volumes?networkVolumeId=" + vol.ID, "/v2/billing/clusters"} {
-		e.must(200, "GET", p, nil, nil)
+		e.Must(200, "GET", p, nil, nil)
 	}
 	e.mustProblem(422, "GET", "/v2/billing/pods?bucketSize=minute", nil, "bucketSize")
 
@@ -394,14 +394,14 @@ func TestRunPodV2Conformance(t *testing.T) {
 
 	// Deletes, in dependency order; terminate is a delete.
 	e.mustProblem(400, "DELETE", "/v2/templates/"+tpl.ID, nil, "in use") // by the pod (v2.json: 400)
-	e.must(204, "POST", "/v2/pods/"+pod.ID+"/action", J{"action": "terminate"}, nil)
-	e.must(204, "DELETE", "/v2/pods/"+cpuPod.ID, nil, nil)
-	e.must(204, "DELETE", "/v2/serverless/"+ep.ID, nil, nil)
-	e.must(204, "DELETE", "/v2/serverless/"+inline.ID, nil, nil)
-	e.must(204, "DELETE", "/v2/templates/"+tpl.ID, nil, nil)
-	e.must(204, "DELETE", "/v2/network-volumes/"+vol.ID, nil, nil)
-	e.must(204, "DELETE", "/v2/registries/"+reg.ID, nil, nil)
-	c.checkCovered("v2")
+	e.Must(204, "POST", "/v2/pods/"+pod.ID+"/action", J{"action": "terminate"}, nil)
+	e.Must(204, "DELETE", "/v2/pods/"+cpuPod.ID, nil, nil)
+	e.Must(204, "DELETE", "/v2/serverless/"+ep.ID, nil, nil)
+	e.Must(204, "DELETE", "/v2/serverless/"+inline.ID, nil, nil)
+	e.Must(204, "DELETE", "/v2/templates/"+tpl.ID, nil, nil)
+	e.Must(204, "DELETE", "/v2/network-volumes/"+vol.ID, nil, nil)
+	e.Must(204, "DELETE", "/v2/registries/"+reg.ID, nil, nil)
+	c.CheckCovered("v2")
 }
 
 // loadV2Doc fetches Berth's /v2/openapi.json, checks it loads and
@@ -418,8 +418,8 @@ func loadV2Doc(t *testing.T, e *testEnv) routers.Router {
 
 func v2Doc(t *testing.T, e *testEnv) *openapi3.T {
 	t.Helper()
-	runpodDoc(t, "v2") // enables JSON Schema 2020-12 once
-	raw := e.must(200, "GET", "/v2/openapi.json", nil, nil)
+	apitest.RunPodDoc(t, "v2") // enables JSON Schema 2020-12 once
+	raw := e.Must(200, "GET", "/v2/openapi.json", nil, nil)
 	loader := openapi3.NewLoader()
 	doc, err := loader.LoadFromData(raw)
 	if err != nil {
@@ -437,11 +437,11 @@ func v2Doc(t *testing.T, e *testEnv) *openapi3.T {
 func TestV2Document(t *testing.T) {
 	e := newValidatingServer(t)
 	doc := v2Doc(t, e)
-	rp, _ := runpodDoc(t, "v2")
-	ours := docOps(doc)
-	theirs := docOps(rp)
-	served := servedRoutes(t, e.api.Handler())
-	for route, id := range e.api.V2Routes() {
+	rp, _ := apitest.RunPodDoc(t, "v2")
+	ours := apitest.DocOps(doc)
+	theirs := apitest.DocOps(rp)
+	served := servedRoutes(t, e.API.Handler())
+	for route, id := range e.API.V2Routes() {
 		if ours[route] != id {
 			t.Errorf("%s: served as %s, documented as %q", route, id, ours[route])
 		}
@@ -462,8 +462,8 @@ func TestV2Document(t *testing.T) {
 	if len(missing) > 0 {
 		t.Errorf("RunPod's v2.json operations Berth does not document: %v", missing)
 	}
-	if len(ours) != len(e.api.V2Routes()) {
-		t.Errorf("the document has %d operations, the router %d", len(ours), len(e.api.V2Routes()))
+	if len(ours) != len(e.API.V2Routes()) {
+		t.Errorf("the document has %d operations, the router %d", len(ours), len(e.API.V2Routes()))
 	}
 }
 
@@ -471,10 +471,10 @@ func TestV2Document(t *testing.T) {
 // and recorded; unknown-but-well-formed ones with a warning; malformed
 // ones are 400 naming the field, and nothing is stored.
 func TestV2LiberalIDs(t *testing.T) {
-	e := newValidatingServer(t, withFakePods(newFakePods()))
-	e.conformant(true)
+	e := newValidatingServer(t, apitest.WithFakePods(apitest.NewFakePods()))
+	e.Conformant(true)
 	var tpl v2Template
-	e.must(201, "POST", "/v2/templates", J{"name": "t", "image": "alpine:3"}, &tpl)
+	e.Must(201, "POST", "/v2/templates", J{"name": "t", "image": "alpine:3"}, &tpl)
 	body := func(dcs []string, pools []string) J {
 		return J{"name": "e", "type": "QUEUE", "templateId": tpl.ID, "scaling": J{"type": "QUEUE_DELAY", "queueDelay": 4},
 			"dataCenterIds": dcs, "gpu": J{"pools": pools}}
@@ -483,20 +483,20 @@ func TestV2LiberalIDs(t *testing.T) {
 		v2Endpoint
 		Warnings []string
 	}
-	e.must(201, "POST", "/v2/serverless", body([]string{"EU-RO-1", "US-TX-3"}, []string{"AMPERE_16", "HOPPER_141"}), &ep)
+	e.Must(201, "POST", "/v2/serverless", body([]string{"EU-RO-1", "US-TX-3"}, []string{"AMPERE_16", "HOPPER_141"}), &ep)
 	if strings.Join(ep.DataCenterIDs, ",") != "EU-RO-1,US-TX-3" || strings.Join(ep.GPU.Pools, ",") != "AMPERE_16,HOPPER_141" || len(ep.Warnings) != 0 {
 		t.Errorf("known ids: %+v", ep)
 	}
-	e.must(201, "POST", "/v2/serverless", body([]string{"MARS-BASE-1"}, []string{"QUANTUM_512"}), &ep)
+	e.Must(201, "POST", "/v2/serverless", body([]string{"MARS-BASE-1"}, []string{"QUANTUM_512"}), &ep)
 	if len(ep.Warnings) != 2 {
 		t.Errorf("unknown-but-well-formed ids: warnings %q", ep.Warnings)
 	}
 	e.mustProblem(400, "POST", "/v2/serverless", body([]string{"eu ro 1"}, []string{"ADA_24"}), "dataCenterIds")
 	e.mustProblem(400, "POST", "/v2/network-volumes", J{"name": "v", "size": 10, "dataCenter": "eu ro 1"}, "dataCenter")
 	var list struct{ Endpoints []v2Endpoint }
-	e.must(200, "GET", "/v2/serverless", nil, &list)
+	e.Must(200, "GET", "/v2/serverless", nil, &list)
 	var vols struct{ NetworkVolumes []any }
-	e.must(200, "GET", "/v2/network-volumes", nil, &vols)
+	e.Must(200, "GET", "/v2/network-volumes", nil, &vols)
 	if len(list.Endpoints) != 2 || len(vols.NetworkVolumes) != 0 {
 		t.Errorf("after refused creates: %d endpoints (want 2), %d volumes (want 0)", len(list.Endpoints), len(vols.NetworkVolumes))
 	}
@@ -505,24 +505,24 @@ func TestV2LiberalIDs(t *testing.T) {
 // TestV2FrozenWorkersAreIdle: a FlashBoot worker frozen by Berth is listed
 // by v2 (which has no frozen state) as IDLE, not dropped.
 func TestV2FrozenWorkersAreIdle(t *testing.T) {
-	e := newValidatingServer(t, withHTTP(func(c *httpapi.Config) {
+	e := newValidatingServer(t, apitest.WithHTTP(func(c *httpapi.Config) {
 		c.WorkerInfo = func(string) []mgmt.WorkerInfo {
 			return []mgmt.WorkerInfo{
-				{ID: "frozenworker01", State: "frozen", ImageName: "alpine:3", Version: 1, LastStartedAt: fakeStart},
-				{ID: "runningworker1", State: "running", ImageName: "alpine:3", Version: 1, LastStartedAt: fakeStart},
+				{ID: "frozenworker01", State: "frozen", ImageName: "alpine:3", Version: 1, LastStartedAt: apitest.FakeStart},
+				{ID: "runningworker1", State: "running", ImageName: "alpine:3", Version: 1, LastStartedAt: apitest.FakeStart},
 			}
 		}
 	}))
 	var tpl v2Template
-	e.must(201, "POST", "/v2/templates", J{"name": "worker", "image": "alpine:3"}, &tpl)
+	e.Must(201, "POST", "/v2/templates", J{"name": "worker", "image": "alpine:3"}, &tpl)
 	var ep v2Endpoint
-	e.must(201, "POST", "/v2/serverless", J{"name": "fb", "type": "QUEUE", "templateId": tpl.ID, "flashboot": "FLASHBOOT", "gpu": J{"pools": []string{"ADA_24"}},
+	e.Must(201, "POST", "/v2/serverless", J{"name": "fb", "type": "QUEUE", "templateId": tpl.ID, "flashboot": "FLASHBOOT", "gpu": J{"pools": []string{"ADA_24"}},
 		"scaling": J{"type": "QUEUE_DELAY", "queueDelay": 4}, "workers": J{"min": 0, "max": 2, "idleTimeout": 5}}, &ep)
 	var ws struct {
 		Workers []struct{ ID, Status string }
 		Summary struct{ Running, Idle, Total int }
 	}
-	e.must(200, "GET", "/v2/serverless/"+ep.ID+"/workers", nil, &ws)
+	e.Must(200, "GET", "/v2/serverless/"+ep.ID+"/workers", nil, &ws)
 	if len(ws.Workers) != 2 || ws.Summary.Idle != 1 || ws.Summary.Running != 1 {
 		t.Fatalf("workers %+v", ws)
 	}
@@ -539,25 +539,25 @@ func TestV2FrozenWorkersAreIdle(t *testing.T) {
 // combination") and keeps it for a later change of scaler.
 func TestV2IdleTimeout(t *testing.T) {
 	e := newValidatingServer(t)
-	e.conformant(false)
-	tpl := e.newTemplate("t", "alpine:3", J{"isServerless": true})
+	e.Conformant(false)
+	tpl := e.NewTemplate("t", "alpine:3", J{"isServerless": true})
 	var ep v2Endpoint
-	e.must(201, "POST", "/v2/serverless", J{"name": "q", "type": "QUEUE", "templateId": tpl.ID,
+	e.Must(201, "POST", "/v2/serverless", J{"name": "q", "type": "QUEUE", "templateId": tpl.ID,
 		"gpu": J{"pools": []string{"ADA_24"}}, "scaling": J{"type": "QUEUE_DELAY", "queueDelay": 4}}, &ep)
 	if ep.Workers.IdleTimeout != 5 {
 		t.Fatalf("created without idleTimeout: workers %+v, want idleTimeout 5", ep.Workers)
 	}
-	e.must(200, "PATCH", "/v2/serverless/"+ep.ID, J{"workers": J{"idleTimeout": 30}}, &ep)
-	e.must(200, "PATCH", "/v2/serverless/"+ep.ID, J{"workers": J{"max": 2}}, &ep)
+	e.Must(200, "PATCH", "/v2/serverless/"+ep.ID, J{"workers": J{"idleTimeout": 30}}, &ep)
+	e.Must(200, "PATCH", "/v2/serverless/"+ep.ID, J{"workers": J{"max": 2}}, &ep)
 	if ep.Workers.IdleTimeout != 30 || ep.Workers.Max != 2 {
 		t.Fatalf("PATCH without idleTimeout: workers %+v, want idleTimeout 30 kept", ep.Workers)
 	}
-	e.must(200, "PATCH", "/v2/serverless/"+ep.ID, J{"scaling": J{"type": "REQUEST_COUNT", "requestCount": 3}}, nil)
-	if b := e.must(200, "GET", "/v2/serverless/"+ep.ID, nil, nil); strings.Contains(string(b), "idleTimeout") {
+	e.Must(200, "PATCH", "/v2/serverless/"+ep.ID, J{"scaling": J{"type": "REQUEST_COUNT", "requestCount": 3}}, nil)
+	if b := e.Must(200, "GET", "/v2/serverless/"+ep.ID, nil, nil); strings.Contains(string(b), "idleTimeout") {
 		t.Errorf("a REQUEST_COUNT queue endpoint shows idleTimeout: %s", b)
 	}
 	e.mustProblem(400, "PATCH", "/v2/serverless/"+ep.ID, J{"workers": J{"idleTimeout": 10}}, "idleTimeout")
-	e.must(200, "PATCH", "/v2/serverless/"+ep.ID, J{"scaling": J{"type": "QUEUE_DELAY", "queueDelay": 4}}, &ep)
+	e.Must(200, "PATCH", "/v2/serverless/"+ep.ID, J{"scaling": J{"type": "QUEUE_DELAY", "queueDelay": 4}}, &ep)
 	if ep.Workers.IdleTimeout != 30 {
 		t.Errorf("back on QUEUE_DELAY: workers %+v, want idleTimeout 30", ep.Workers)
 	}
@@ -568,22 +568,22 @@ func TestV2IdleTimeout(t *testing.T) {
 // handler), the mount kind and a network mount's volume are fixed, its
 // path may change.
 func TestV2PodMountPatch(t *testing.T) {
-	e := newValidatingServer(t, withFakePods(newFakePods()))
-	e.conformant(false)
-	vol := e.newVolume("data", 10)
-	other := e.newVolume("other", 10)
+	e := newValidatingServer(t, apitest.WithFakePods(apitest.NewFakePods()))
+	e.Conformant(false)
+	vol := e.NewVolume("data", 10)
+	other := e.NewVolume("other", 10)
 	var pod, plain v2Pod
-	e.must(201, "POST", "/v2/pods", J{"name": "nv", "image": "alpine:3", "cpu": J{"id": "cpu3c", "vcpuCount": 2},
+	e.Must(201, "POST", "/v2/pods", J{"name": "nv", "image": "alpine:3", "cpu": J{"id": "cpu3c", "vcpuCount": 2},
 		"mounts": J{"network": []J{{"volumeId": vol.ID, "path": "/data"}}}}, &pod)
-	e.must(201, "POST", "/v2/pods", J{"name": "plain", "image": "alpine:3", "cpu": J{"id": "cpu3c", "vcpuCount": 2}}, &plain)
+	e.Must(201, "POST", "/v2/pods", J{"name": "plain", "image": "alpine:3", "cpu": J{"id": "cpu3c", "vcpuCount": 2}}, &plain)
 
-	e.must(200, "PATCH", "/v2/pods/"+pod.ID, J{"mounts": J{}}, nil)
+	e.Must(200, "PATCH", "/v2/pods/"+pod.ID, J{"mounts": J{}}, nil)
 	e.mustProblem(400, "PATCH", "/v2/pods/"+pod.ID, J{"mounts": J{"network": []J{}}}, "mounts.network")
 	e.mustProblem(400, "PATCH", "/v2/pods/"+pod.ID, J{"mounts": J{"network": []J{{"volumeId": other.ID, "path": "/data"}}}}, "volumeId")
 	e.mustProblem(400, "PATCH", "/v2/pods/"+pod.ID, J{"mounts": J{"persistent": J{"size": 20, "path": "/w"}}}, "mount kind")
 	e.mustProblem(400, "PATCH", "/v2/pods/"+plain.ID, J{"mounts": J{"network": []J{{"volumeId": vol.ID, "path": "/data"}}}}, "mount kind")
 	e.mustProblem(400, "PATCH", "/v2/pods/"+plain.ID, J{"mounts": J{"persistent": J{"size": 20, "path": "/w"}}}, "mount kind")
-	e.must(200, "PATCH", "/v2/pods/"+pod.ID, J{"mounts": J{"network": []J{{"volumeId": vol.ID, "path": "/moved"}}}}, &pod)
+	e.Must(200, "PATCH", "/v2/pods/"+pod.ID, J{"mounts": J{"network": []J{{"volumeId": vol.ID, "path": "/moved"}}}}, &pod)
 	if len(pod.Mounts.Network) != 1 || pod.Mounts.Network[0].VolumeID != vol.ID || pod.Mounts.Network[0].Path != "/moved" {
 		t.Errorf("after moving the network mount: %+v", pod.Mounts)
 	}
@@ -596,13 +596,13 @@ func TestV2PodMountPatch(t *testing.T) {
 // (v2.json: "and its bound template") and leaves the user's.
 func TestV2EndpointOwnTemplate(t *testing.T) {
 	e := newValidatingServer(t)
-	e.conformant(true)
+	e.Conformant(true)
 	var user, other v2Template
-	e.must(201, "POST", "/v2/templates", J{"name": "user", "image": "alpine:3", "serverless": true, "env": J{"A": "1"}}, &user)
-	e.must(201, "POST", "/v2/templates", J{"name": "other", "image": "busybox:1", "serverless": true}, &other)
+	e.Must(201, "POST", "/v2/templates", J{"name": "user", "image": "alpine:3", "serverless": true, "env": J{"A": "1"}}, &user)
+	e.Must(201, "POST", "/v2/templates", J{"name": "other", "image": "busybox:1", "serverless": true}, &other)
 	listed := func() map[string]bool {
 		var l struct{ Templates []v2Template }
-		e.must(200, "GET", "/v2/templates", nil, &l)
+		e.Must(200, "GET", "/v2/templates", nil, &l)
 		m := map[string]bool{}
 		for _, t := range l.Templates {
 			m[t.ID] = true
@@ -610,20 +610,20 @@ func TestV2EndpointOwnTemplate(t *testing.T) {
 		return m
 	}
 	var ep v2Endpoint
-	e.must(201, "POST", "/v2/serverless", J{"name": "ep", "type": "QUEUE", "templateId": user.ID, "disk": 20,
+	e.Must(201, "POST", "/v2/serverless", J{"name": "ep", "type": "QUEUE", "templateId": user.ID, "disk": 20,
 		"gpu": J{"pools": []string{"ADA_24"}}, "scaling": J{"type": "QUEUE_DELAY", "queueDelay": 4}}, &ep)
 	if ep.TemplateID == user.ID || ep.Image != "alpine:3" || ep.Env["A"] != "1" || !listed()[ep.TemplateID] {
 		t.Fatalf("endpoint %+v", ep)
 	}
 	// An edit of the user's template does not reach the endpoint.
-	e.must(200, "PATCH", "/v2/templates/"+user.ID, J{"image": "alpine:9"}, nil)
-	e.must(200, "GET", "/v2/serverless/"+ep.ID, nil, &ep)
+	e.Must(200, "PATCH", "/v2/templates/"+user.ID, J{"image": "alpine:9"}, nil)
+	e.Must(200, "GET", "/v2/serverless/"+ep.ID, nil, &ep)
 	if ep.Image != "alpine:3" {
 		t.Errorf("the user's template edit reached the endpoint: %+v", ep)
 	}
 	// templateId with container fields: the other template, overridden.
 	own := ep.TemplateID
-	e.must(200, "PATCH", "/v2/serverless/"+ep.ID, J{"templateId": other.ID, "args": "sleep 1"}, &ep)
+	e.Must(200, "PATCH", "/v2/serverless/"+ep.ID, J{"templateId": other.ID, "args": "sleep 1"}, &ep)
 	if ep.Image != "busybox:1" || ep.Args != "sleep 1" || ep.TemplateID == other.ID || ep.Version != 2 {
 		t.Errorf("after PATCH templateId + args: %+v", ep)
 	}
@@ -631,7 +631,7 @@ func TestV2EndpointOwnTemplate(t *testing.T) {
 		t.Errorf("the endpoint's former own template %s is still listed", own)
 	}
 	own = ep.TemplateID
-	e.must(204, "DELETE", "/v2/serverless/"+ep.ID, nil, nil)
+	e.Must(204, "DELETE", "/v2/serverless/"+ep.ID, nil, nil)
 	if l := listed(); l[own] || !l[user.ID] || !l[other.ID] {
 		t.Errorf("after DELETE: templates %v; own %s must be gone, %s and %s kept", l, own, user.ID, other.ID)
 	}
@@ -644,38 +644,38 @@ func TestV2EndpointOwnTemplate(t *testing.T) {
 func TestModelReferencesOnREST(t *testing.T) {
 	e := newValidatingServer(t)
 	var tpl v2Template
-	e.must(201, "POST", "/v2/templates", J{"name": "m", "image": "alpine:3", "serverless": true}, &tpl)
+	e.Must(201, "POST", "/v2/templates", J{"name": "m", "image": "alpine:3", "serverless": true}, &tpl)
 	refs := []string{"https://huggingface.co/Qwen/Qwen2.5-0.5B-Instruct", "https://huggingface.co/acme/tiny:v1.0"}
 	var ep struct {
 		ID              string
 		ModelReferences []string
 	}
-	e.must(201, "POST", "/v2/serverless", J{"name": "ep", "type": "QUEUE", "templateId": tpl.ID, "gpu": J{"pools": []string{"ADA_24"}},
+	e.Must(201, "POST", "/v2/serverless", J{"name": "ep", "type": "QUEUE", "templateId": tpl.ID, "gpu": J{"pools": []string{"ADA_24"}},
 		"scaling": J{"type": "QUEUE_DELAY", "queueDelay": 4}, "modelReferences": refs}, &ep)
 	if !slices.Equal(ep.ModelReferences, refs) {
 		t.Fatalf("v2 create: %q", ep.ModelReferences)
 	}
 	var v1 struct{ ModelReferences []string }
-	e.must(200, "GET", "/v1/endpoints/"+ep.ID, nil, &v1)
+	e.Must(200, "GET", "/v1/endpoints/"+ep.ID, nil, &v1)
 	if !slices.Equal(v1.ModelReferences, refs) {
 		t.Fatalf("v1 read: %q", v1.ModelReferences)
 	}
-	if out := string(e.must(400, "PATCH", "/v2/serverless/"+ep.ID, J{"modelReferences": []string{"Qwen/Qwen2.5"}}, nil)); !strings.Contains(out, `$.modelReferences: modelReferences[0]: \"Qwen/Qwen2.5\" is not a Hugging Face model reference`) {
+	if out := string(e.Must(400, "PATCH", "/v2/serverless/"+ep.ID, J{"modelReferences": []string{"Qwen/Qwen2.5"}}, nil)); !strings.Contains(out, `$.modelReferences: modelReferences[0]: \"Qwen/Qwen2.5\" is not a Hugging Face model reference`) {
 		t.Errorf("v2 400: %s", out)
 	}
-	e.mustErr(400, "PATCH", "/v1/endpoints/"+ep.ID, J{"modelReferences": []string{"https://huggingface.co/a/b\u0007"}}, "modelReferences[0]", "control character")
+	e.MustErr(400, "PATCH", "/v1/endpoints/"+ep.ID, J{"modelReferences": []string{"https://huggingface.co/a/b\u0007"}}, "modelReferences[0]", "control character")
 	many := make([]string, 17)
 	for i := range many {
 		many[i] = fmt.Sprintf("https://huggingface.co/acme/m%d", i)
 	}
-	e.mustErr(400, "PATCH", "/v1/endpoints/"+ep.ID, J{"modelReferences": many}, "modelReferences")
-	e.mustErr(400, "PATCH", "/v1/endpoints/"+ep.ID, J{"modelReferences": []string{refs[0], refs[0] + ":main"}}, "given twice")
-	e.must(200, "GET", "/v2/serverless/"+ep.ID, nil, &ep)
+	e.MustErr(400, "PATCH", "/v1/endpoints/"+ep.ID, J{"modelReferences": many}, "modelReferences")
+	e.MustErr(400, "PATCH", "/v1/endpoints/"+ep.ID, J{"modelReferences": []string{refs[0], refs[0] + ":main"}}, "given twice")
+	e.Must(200, "GET", "/v2/serverless/"+ep.ID, nil, &ep)
 	if !slices.Equal(ep.ModelReferences, refs) {
 		t.Fatalf("a refused change changed the models: %q", ep.ModelReferences)
 	}
 	ep.ModelReferences = nil
-	e.must(200, "PATCH", "/v2/serverless/"+ep.ID, J{"modelReferences": []string{}}, &ep)
+	e.Must(200, "PATCH", "/v2/serverless/"+ep.ID, J{"modelReferences": []string{}}, &ep)
 	if len(ep.ModelReferences) != 0 {
 		t.Fatalf("[] did not clear: %q", ep.ModelReferences)
 	}

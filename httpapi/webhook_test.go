@@ -3,6 +3,8 @@ package httpapi_test
 import (
 	"strings"
 	"testing"
+
+	"berth/internal/apitest"
 )
 
 // TestRunRefusesForbiddenWebhookLiteral: a webhook aimed at a loopback or
@@ -17,15 +19,15 @@ func TestRunRefusesForbiddenWebhookLiteral(t *testing.T) {
 		{"http://localhost/hook", "loopback"},
 		{"http://169.254.169.254/latest/meta-data/", "metadata"},
 	} {
-		r := e.do("POST", "/v2/"+ep+"/run", "Bearer "+adminKey, map[string]any{"input": map[string]any{}, "webhook": tc.hook})
-		if r.code != 400 || !strings.Contains(string(r.body), "webhook") || !strings.Contains(string(r.body), tc.why) {
-			t.Errorf("%s: %d %s, want 400 naming the webhook and %s", tc.hook, r.code, r.body, tc.why)
+		r := e.Do("POST", "/v2/"+ep+"/run", "Bearer "+apitest.Key, map[string]any{"input": map[string]any{}, "webhook": tc.hook})
+		if r.Code != 400 || !strings.Contains(string(r.Body), "webhook") || !strings.Contains(string(r.Body), tc.why) {
+			t.Errorf("%s: %d %s, want 400 naming the webhook and %s", tc.hook, r.Code, r.Body, tc.why)
 		}
 	}
-	if h := e.q.Health(ep); h.Jobs.InQueue != 0 {
+	if h := e.Q.Health(ep); h.Jobs.InQueue != 0 {
 		t.Fatalf("refused submissions were queued: %+v", h.Jobs)
 	}
 	for _, hook := range []string{"http://192.168.1.20:8000/hook", "https://hooks.example.com/x"} {
-		e.admin("POST", "/v2/"+ep+"/run", map[string]any{"input": map[string]any{}, "webhook": hook}, 200)
+		e.Admin("POST", "/v2/"+ep+"/run", map[string]any{"input": map[string]any{}, "webhook": hook}, 200)
 	}
 }

@@ -12,6 +12,7 @@ import (
 
 	"github.com/gorilla/mux"
 
+	"berth/internal/apitest"
 	"berth/internal/apptest"
 	"berth/worker"
 )
@@ -21,7 +22,7 @@ import (
 // key through is served by both, WorkerHandler serves nothing else, and
 // every URL a worker is given resolves there.
 func TestWorkerRoutesServedByBothListeners(t *testing.T) {
-	b := apptest.Start(t, apptest.Config(t, testKey))
+	b := apptest.Start(t, apptest.Config(t, apitest.Key))
 	api, q := b.API(), b.Queue()
 	main, wk := api.Handler(), api.WorkerHandler()
 
@@ -39,14 +40,14 @@ func TestWorkerRoutesServedByBothListeners(t *testing.T) {
 	rec := httptest.NewRecorder()
 	main.ServeHTTP(rec, func() *http.Request {
 		r := httptest.NewRequest("POST", "/v1/templates", strings.NewReader(`{"name":"t","imageName":"echo:1","isServerless":true}`))
-		r.Header.Set("Authorization", "Bearer "+testKey)
+		r.Header.Set("Authorization", "Bearer "+apitest.Key)
 		return r
 	}())
 	tpl := decodeMap(t, rec.Body.Bytes())
 	rec = httptest.NewRecorder()
 	main.ServeHTTP(rec, func() *http.Request {
 		r := httptest.NewRequest("POST", "/v1/endpoints", strings.NewReader(`{"templateId":"`+tpl["id"].(string)+`"}`))
-		r.Header.Set("Authorization", "Bearer "+testKey)
+		r.Header.Set("Authorization", "Bearer "+apitest.Key)
 		return r
 	}())
 	ep := decodeMap(t, rec.Body.Bytes())["id"].(string)
@@ -122,7 +123,7 @@ func TestWorkerRoutesServedByBothListeners(t *testing.T) {
 	for _, p := range []string{"/v2/" + ep + "/run", "/v2/" + ep + "/status/j1", "/v2/" + ep + "/health", "/v1/endpoints",
 		"/v1/endpoints/" + ep + "/worker-env", "/metrics", "/v2/openapi.json", "/v2/pods", "/v2/serverless/" + ep + "/workers", "/graphql", "/"} {
 		for _, m := range []string{http.MethodGet, http.MethodPost} {
-			if code := do(wk, m, p, testKey); code != http.StatusNotFound {
+			if code := do(wk, m, p, apitest.Key); code != http.StatusNotFound {
 				t.Errorf("%s %s on the worker listener: %d, want 404", m, p, code)
 			}
 		}
