@@ -318,6 +318,19 @@ func exitEvent(t *testing.T, h Harness) {
 		in.Labels[runtime.LabelManaged] != "true" || in.Labels[runtime.LabelDataDir] == "" {
 		t.Errorf("Inspect of the created instance: %+v", in)
 	}
+	if _, err := h.Backend.Start(r.ctx, r.id); err != nil {
+		t.Fatalf("Start: %v", err)
+	}
+	die, _ := r.event("die", 0, action(runtime.EventDie))
+	if die.ExitCode != 3 || die.Labels[runtime.LabelWorker] != in.Labels[runtime.LabelWorker] {
+		t.Errorf("die event %+v, want exit code 3 and the instance's labels", die)
+	}
+	in = r.inspect()
+	if in.Alive() || in.ExitCode != 3 || in.FinishedAt.IsZero() {
+		t.Errorf("Inspect after the exit: %+v, want ended with 3 and its end time", in)
+	}
+	// After an event of it: a backend that lists from a cache (a
+	// cluster's informer) has seen it by then.
 	list, err := h.Backend.List(r.ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -330,17 +343,6 @@ func exitEvent(t *testing.T, h Harness) {
 		t.Errorf("List's labels %v, Inspect's %v", got, in.Labels)
 	}
 
-	if _, err := h.Backend.Start(r.ctx, r.id); err != nil {
-		t.Fatalf("Start: %v", err)
-	}
-	die, _ := r.event("die", 0, action(runtime.EventDie))
-	if die.ExitCode != 3 || die.Labels[runtime.LabelWorker] != in.Labels[runtime.LabelWorker] {
-		t.Errorf("die event %+v, want exit code 3 and the instance's labels", die)
-	}
-	in = r.inspect()
-	if in.Alive() || in.ExitCode != 3 || in.FinishedAt.IsZero() {
-		t.Errorf("Inspect after the exit: %+v, want ended with 3 and its end time", in)
-	}
 	if got, want := r.logs(0), "line 1\nline 2\nline 3\n"; got != want {
 		t.Errorf("Logs: %q, want %q", got, want)
 	}
