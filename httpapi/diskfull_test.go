@@ -22,7 +22,7 @@ import (
 func TestE2EDiskFullLosesNothing(t *testing.T) {
 	dir := disktest.Tmpfs(t, 6<<20)
 	e := newEnv(t, apitest.WithDataDir(dir))
-	ep := e.endpoint(nil)
+	ep := e.Endpoint(nil)
 	var acked []string
 	submit := func() resp {
 		input := fmt.Sprintf(`{"n":%d,"pad":"%s"}`, len(acked), strings.Repeat("x", 2000))

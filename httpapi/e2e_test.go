@@ -41,17 +41,6 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-func (e *testEnv) endpoint(extra map[string]any) string {
-	e.T.Helper()
-	tpl := e.Admin("POST", "/v1/templates", map[string]any{"name": "t-" + queue.NewID(6), "imageName": "echo:latest", "isServerless": true}, 200)
-	body := map[string]any{"templateId": tpl["id"]}
-	for k, v := range extra {
-		body[k] = v
-	}
-	ep := e.Admin("POST", "/v1/endpoints", body, 200)
-	return ep["id"].(string)
-}
-
 func (e *testEnv) run(ep string, input string) string {
 	e.T.Helper()
 	m := e.Admin("POST", "/v2/"+ep+"/run", `{"input":`+input+`}`, 200)
@@ -144,7 +133,7 @@ func (e *testEnv) waitStatus(ep, id, want string) map[string]any {
 
 func TestE2EEveryJobOperation(t *testing.T) {
 	e := newEnv(t)
-	ep := e.endpoint(nil)
+	ep := e.Endpoint(nil)
 	e.startWorker(ep)
 
 	t.Run("run and status GET and POST", func(t *testing.T) {
@@ -278,7 +267,7 @@ func (e *testEnv) watch(ep, id string) func() {
 
 func TestE2ECancelRunningStopsTheHandler(t *testing.T) {
 	e := newEnv(t)
-	ep := e.endpoint(nil)
+	ep := e.Endpoint(nil)
 	w := e.startWorker(ep)
 	id := e.run(ep, `{"sleep_ms":600000}`)
 	e.waitStatus(ep, id, "IN_PROGRESS")
@@ -297,7 +286,7 @@ func TestE2ECancelRunningStopsTheHandler(t *testing.T) {
 
 func TestE2ECancelQueuedAndPurge(t *testing.T) {
 	e := newEnv(t)
-	ep := e.endpoint(nil)
+	ep := e.Endpoint(nil)
 	a, b, c := e.run(ep, `{}`), e.run(ep, `{}`), e.run(ep, `{}`)
 	if m := e.Admin("POST", "/v2/"+ep+"/cancel/"+a, nil, 200); m["status"] != "CANCELLED" {
 		t.Fatal(m)
@@ -318,7 +307,7 @@ func TestE2ECancelQueuedAndPurge(t *testing.T) {
 
 func TestE2ERunsyncWaitElapses(t *testing.T) {
 	e := newEnv(t)
-	ep := e.endpoint(nil)
+	ep := e.Endpoint(nil)
 	got := make(chan map[string]any)
 	go func() {
 		r := e.Do("POST", "/v2/"+ep+"/runsync?wait=1000", apitest.Key, `{"input":{}}`)
@@ -349,7 +338,7 @@ func TestE2ERunsyncWaitElapses(t *testing.T) {
 
 func TestE2EExecutionTimeoutAndTTL(t *testing.T) {
 	e := newEnv(t)
-	ep := e.endpoint(map[string]any{"executionTimeoutMs": 5000})
+	ep := e.Endpoint(map[string]any{"executionTimeoutMs": 5000})
 	e.startWorker(ep)
 	id := e.run(ep, `{"sleep_ms":600000}`)
 	e.waitStatus(ep, id, "IN_PROGRESS")
@@ -381,7 +370,7 @@ func TestE2EExecutionTimeoutAndTTL(t *testing.T) {
 
 func TestE2EStopPodAndBatchWorker(t *testing.T) {
 	e := newEnv(t)
-	ep := e.endpoint(nil)
+	ep := e.Endpoint(nil)
 	w := e.startWorker(ep, "ECHOWORKER_CONCURRENCY=3")
 	var ids []string
 	for i := 0; i < 6; i++ {
@@ -407,7 +396,7 @@ func TestE2EStopPodAndBatchWorker(t *testing.T) {
 
 func TestE2ELostWorkerJobIsRequeued(t *testing.T) {
 	e := newEnv(t)
-	ep := e.endpoint(nil)
+	ep := e.Endpoint(nil)
 	w := e.startWorker(ep)
 	id := e.run(ep, `{"sleep_ms":600000}`)
 	e.waitStatus(ep, id, "IN_PROGRESS")
@@ -433,7 +422,7 @@ func TestE2EWebhook(t *testing.T) {
 	}))
 	defer recv.Close()
 	e := newEnv(t, apitest.WithLoopbackWebhooks)
-	ep := e.endpoint(nil)
+	ep := e.Endpoint(nil)
 	e.startWorker(ep)
 	id := e.Admin("POST", "/v2/"+ep+"/run", map[string]any{"input": map[string]any{"echo": "w"}, "webhook": recv.URL}, 200)["id"]
 	select {
@@ -448,7 +437,7 @@ func TestE2EWebhook(t *testing.T) {
 
 func TestE2ERestartKeepsQueuedJobs(t *testing.T) {
 	e := newEnv(t)
-	ep := e.endpoint(nil)
+	ep := e.Endpoint(nil)
 	ids := []string{e.run(ep, `{"echo":1}`), e.run(ep, `{"echo":2}`)}
 	e.Restart()
 	e.startWorker(ep)
@@ -461,8 +450,8 @@ func TestE2ERestartKeepsQueuedJobs(t *testing.T) {
 
 func TestE2EAuth(t *testing.T) {
 	e := newEnv(t)
-	ep := e.endpoint(nil)
-	other := e.endpoint(nil)
+	ep := e.Endpoint(nil)
+	other := e.Endpoint(nil)
 	wenv := e.workerEnv(ep)
 	wkey, wid := wenv["RUNPOD_AI_API_KEY"], wenv["RUNPOD_POD_ID"]
 	tests := []struct {
@@ -504,7 +493,7 @@ func TestE2EAuth(t *testing.T) {
 
 func TestE2EBadInputChangesNothing(t *testing.T) {
 	e := newEnv(t)
-	ep := e.endpoint(nil)
+	ep := e.Endpoint(nil)
 	tests := []struct {
 		name, path, body, field string
 		want                    int
@@ -561,7 +550,7 @@ func TestE2EBadInputChangesNothing(t *testing.T) {
 
 func TestE2ENotFound(t *testing.T) {
 	e := newEnv(t)
-	ep := e.endpoint(nil)
+	ep := e.Endpoint(nil)
 	for _, p := range []string{"/v2/nosuchendpoint/run", "/v2/nosuchendpoint/health"} {
 		method := "GET"
 		if strings.HasSuffix(p, "run") {
@@ -587,7 +576,7 @@ func TestE2EPayloadLimits(t *testing.T) {
 	// megabytes again, which under -race takes minutes on a busy machine,
 	// and a size limit is not a question of the document.
 	e := newEnv(t, apitest.RawHTTP(func(*httpapi.Config) {}))
-	ep := e.endpoint(nil)
+	ep := e.Endpoint(nil)
 	big := func(n int) string { return `{"input":{"b":"` + strings.Repeat("x", n) + `"}}` }
 	if r := e.Do("POST", "/v2/"+ep+"/run", apitest.Key, big(10<<20)); r.Code != 413 || r.JSON(t)["error"] == nil {
 		t.Fatalf("11 MB /run: %d", r.Code)
@@ -600,7 +589,7 @@ func TestE2EPayloadLimits(t *testing.T) {
 
 func TestE2ERateLimits(t *testing.T) {
 	e := newEnv(t, apitest.WithRateLimits(3))
-	ep := e.endpoint(nil)
+	ep := e.Endpoint(nil)
 	purge := func() resp { return e.Do("POST", "/v2/"+ep+"/purge-queue", apitest.Key, nil) }
 	for i := 0; i < 2; i++ {
 		if r := purge(); r.Code != 200 {
@@ -612,7 +601,7 @@ func TestE2ERateLimits(t *testing.T) {
 		t.Fatalf("third purge: %d %v", r.Code, r.Hdr)
 	}
 	// Dynamic limit: 2 live workers × 3 per worker = 6 > base 2.
-	other := e.endpoint(nil)
+	other := e.Endpoint(nil)
 	for i := 0; i < 2; i++ {
 		wenv := e.workerEnv(other)
 		e.Do("GET", "/v2/"+other+"/ping/"+wenv["RUNPOD_POD_ID"], wenv["RUNPOD_AI_API_KEY"], nil)
@@ -634,7 +623,7 @@ func TestE2ERateLimits(t *testing.T) {
 
 func TestE2EWorkerEnvTemplates(t *testing.T) {
 	e := newEnv(t)
-	ep := e.endpoint(nil)
+	ep := e.Endpoint(nil)
 	wenv := e.workerEnv(ep)
 	for _, k := range []string{"RUNPOD_WEBHOOK_GET_JOB", "RUNPOD_WEBHOOK_POST_OUTPUT", "RUNPOD_WEBHOOK_POST_STREAM"} {
 		if !strings.Contains(wenv[k], "?") {
@@ -657,7 +646,7 @@ func TestE2EWorkerEnvTemplates(t *testing.T) {
 
 func TestE2EMetrics(t *testing.T) {
 	e := newEnv(t)
-	ep := e.endpoint(nil)
+	ep := e.Endpoint(nil)
 	e.run(ep, `{}`)
 	r := e.Do("GET", "/metrics", apitest.Key, nil)
 	sc := bufio.NewScanner(bytes.NewReader(r.Body))
@@ -674,7 +663,7 @@ func TestE2EMetrics(t *testing.T) {
 
 func TestE2EConcurrencyCap(t *testing.T) {
 	e := newEnv(t, apitest.WithRateLimits(100))
-	ep := e.endpoint(nil)
+	ep := e.Endpoint(nil)
 	id := e.run(ep, `{}`)
 	// 400 concurrent /stream requests hold (the job never runs and the
 	// hold is on the fake clock); the 401st is refused.

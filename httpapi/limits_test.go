@@ -26,7 +26,7 @@ import (
 // closed, and nothing is queued.
 func TestSlowBodyIsCutOff(t *testing.T) {
 	e := newEnv(t, apitest.RawConn(httplimit.Limits{BodyGrace: time.Second, MinBodyRate: 1000}))
-	ep := e.endpoint(nil)
+	ep := e.Endpoint(nil)
 	conn, err := net.Dial("tcp", e.App.Addr())
 	if err != nil {
 		t.Fatal(err)
@@ -81,7 +81,7 @@ func TestSlowBodyIsCutOff(t *testing.T) {
 // body was read is not cut off by the body deadline afterwards.
 func TestSteadyUploadOutlastsTheGrace(t *testing.T) {
 	e := newEnv(t, apitest.RawConn(httplimit.Limits{BodyGrace: 500 * time.Millisecond, MinBodyRate: 2000}))
-	ep := e.endpoint(nil)
+	ep := e.Endpoint(nil)
 	pad := strings.Repeat("p", 8000)
 	body := `{"input":{"pad":"` + pad + `"}}`
 	pr, pw := io.Pipe()
@@ -156,9 +156,9 @@ func TestSteadyUploadOutlastsTheGrace(t *testing.T) {
 // client-side timeout.
 func TestLongPollCaps(t *testing.T) {
 	e := newEnv(t, apitest.RawHTTP(func(c *httpapi.Config) { c.MaxLongPollsPerWorker, c.MaxLongPollsPerKey = 2, 3 }))
-	ep := e.endpoint(nil)
+	ep := e.Endpoint(nil)
 	id := e.run(ep, `{}`)   // a job nobody runs: status-sync on it waits (on the test's fake clock)
-	idle := e.endpoint(nil) // no jobs: job-take on it waits (a job-take on ep would take the job and end)
+	idle := e.Endpoint(nil) // no jobs: job-take on it waits (a job-take on ep would take the job and end)
 
 	call := func(ctx context.Context, path string) (*http.Response, string, error) {
 		req, _ := http.NewRequestWithContext(ctx, "GET", e.Base+path, nil)

@@ -13,7 +13,7 @@ import (
 // the webhook is delivered).
 func TestRunRefusesForbiddenWebhookLiteral(t *testing.T) {
 	e := newEnv(t) // the default webhook policy, as berth serve has it
-	ep := e.endpoint(nil)
+	ep := e.Endpoint(nil)
 	for _, tc := range []struct{ hook, why string }{
 		{"http://127.0.0.1:8080/v2/x/run", "loopback"},
 		{"http://localhost/hook", "loopback"},

@@ -4,6 +4,7 @@ import (
 	"net/http"
 
 	"berth/mgmt"
+	"berth/queue"
 	"berth/store"
 )
 
@@ -94,4 +95,17 @@ func (e *Env) NewRegistryAuth(name, user, pass string) AuthJSON {
 	var a AuthJSON
 	e.Must(http.StatusOK, "POST", "/v1/containerregistryauth", J{"name": name, "username": user, "password": pass}, &a)
 	return a
+}
+
+// Endpoint creates an endpoint of workers running echo:latest (a template
+// of its own) with the extra fields given, and returns its id.
+func (e *Env) Endpoint(extra J) string {
+	e.T.Helper()
+	tpl := e.Admin("POST", "/v1/templates", J{"name": "t-" + queue.NewID(6), "imageName": "echo:latest", "isServerless": true}, 200)
+	body := J{"templateId": tpl["id"]}
+	for k, v := range extra {
+		body[k] = v
+	}
+	ep := e.Admin("POST", "/v1/endpoints", body, 200)
+	return ep["id"].(string)
 }

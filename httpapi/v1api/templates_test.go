@@ -1,4 +1,4 @@
-package httpapi_test
+package v1api_test
 
 import (
 	"net/http"
@@ -11,7 +11,7 @@ import (
 )
 
 func TestTemplateCreateDefaultsAndGet(t *testing.T) {
-	e := newValidatingServer(t)
+	e := apitest.NewValidating(t)
 	tpl := e.NewTemplate("base", "alpine:3", nil)
 	if len(tpl.ID) != 10 {
 		t.Errorf("id %q: want 10 characters", tpl.ID)
@@ -35,7 +35,7 @@ func TestTemplateCreateDefaultsAndGet(t *testing.T) {
 }
 
 func TestTemplateValidation(t *testing.T) {
-	e := newValidatingServer(t)
+	e := apitest.NewValidating(t)
 	auth := e.NewRegistryAuth("hub", "u", "secret-pass")
 	e.NewTemplate("taken", "alpine:3", nil)
 	cases := []struct {
@@ -78,7 +78,7 @@ func TestTemplateValidation(t *testing.T) {
 }
 
 func TestTemplateGetErrors(t *testing.T) {
-	e := newValidatingServer(t)
+	e := apitest.NewValidating(t)
 	tpl := e.NewTemplate("base", "alpine:3", nil)
 	e.MustErr(400, "GET", "/v1/templates/NOT-AN-ID", nil, "invalid template id")
 	e.MustErr(400, "GET", "/v1/templates/abc", nil, "10 lowercase")
@@ -89,7 +89,7 @@ func TestTemplateGetErrors(t *testing.T) {
 }
 
 func TestTemplateListHidesEndpointBound(t *testing.T) {
-	e := newValidatingServer(t)
+	e := apitest.NewValidating(t)
 	a := e.NewTemplate("a", "alpine:3", nil)
 	b := e.NewTemplate("b", "alpine:3", nil)
 	e.NewEndpoint(b.ID, nil)
@@ -115,7 +115,7 @@ func templateIDs(ts []store.Template) []string {
 }
 
 func TestTemplateUpdate(t *testing.T) {
-	e := newValidatingServer(t)
+	e := apitest.NewValidating(t)
 	tpl := e.NewTemplate("base", "alpine:3", J{"env": J{"A": "1"}})
 	e.NewTemplate("other", "alpine:3", nil)
 	ep := e.NewEndpoint(tpl.ID, nil)
@@ -169,7 +169,7 @@ func TestTemplateUpdate(t *testing.T) {
 
 func TestTemplateUpdateTellsRuntime(t *testing.T) {
 	var changed []string
-	e := newValidatingServer(t, apitest.WithHTTP(func(c *httpapi.Config) { c.EndpointChanged = func(id string) { changed = append(changed, id) } }))
+	e := apitest.NewValidating(t, apitest.WithHTTP(func(c *httpapi.Config) { c.EndpointChanged = func(id string) { changed = append(changed, id) } }))
 	tpl := e.NewTemplate("base", "alpine:3", nil)
 	ep := e.NewEndpoint(tpl.ID, nil)
 	changed = nil
@@ -186,7 +186,7 @@ func TestTemplateUpdateTellsRuntime(t *testing.T) {
 }
 
 func TestTemplateDelete(t *testing.T) {
-	e := newValidatingServer(t, apitest.WithFakePods(apitest.NewFakePods()))
+	e := apitest.NewValidating(t, apitest.WithFakePods(apitest.NewFakePods()))
 	tpl := e.NewTemplate("base", "alpine:3", nil)
 	ep := e.NewEndpoint(tpl.ID, nil)
 	e.MustErr(409, "DELETE", "/v1/templates/"+tpl.ID, nil, "endpoint "+ep.ID)

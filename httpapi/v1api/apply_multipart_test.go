@@ -1,4 +1,4 @@
-package httpapi_test
+package v1api_test
 
 import (
 	"bytes"
@@ -17,7 +17,7 @@ import (
 // the image the context's digest names; a part naming no built endpoint,
 // a missing file part or a file refused is 400, and nothing is made.
 func TestApplyMultipart(t *testing.T) {
-	e := newEnv(t, func(e *apitest.Env) { e.Raw = true })
+	e := apitest.NewJobEnv(t, apitest.Unvalidated)
 	file := `{"endpoints": [{"name": "mp", "workersMax": 1, "build": {"context": "w"}}, {"name": "plain", "template": "mp-other"}],
 		"templates": [{"name": "mp-other", "imageName": "me/x:1", "isServerless": true}]}`
 	post := func(parts ...[2]string) (int, string) {

@@ -1,4 +1,4 @@
-package httpapi_test
+package v1api_test
 
 import (
 	"math"
@@ -37,8 +37,8 @@ const testPrices = `{
   "volumeGbMonthly": 0.073
 }`
 
-func billingEnv(t *testing.T) *testEnv {
-	e := newValidatingServer(t, apitest.WithFakePods(apitest.NewFakePods()))
+func billingEnv(t *testing.T) *apitest.Env {
+	e := apitest.NewValidating(t, apitest.WithFakePods(apitest.NewFakePods()))
 	if err := os.WriteFile(filepath.Join(e.Dir, mgmt.PricesFile), []byte(testPrices), 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -59,7 +59,7 @@ func billingEnv(t *testing.T) *testEnv {
 	return e
 }
 
-func checkBills(t *testing.T, e *testEnv, path string, want []billRec) {
+func checkBills(t *testing.T, e *apitest.Env, path string, want []billRec) {
 	t.Helper()
 	var got []billRec
 	e.Must(200, "GET", path, nil, &got)

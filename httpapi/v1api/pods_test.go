@@ -1,4 +1,4 @@
-package httpapi_test
+package v1api_test
 
 import (
 	"errors"
@@ -14,7 +14,7 @@ import (
 )
 
 func TestPodWithoutRuntime(t *testing.T) {
-	e := newValidatingServer(t)
+	e := apitest.NewValidating(t)
 	e.MustErr(503, "POST", "/v1/pods", J{"imageName": "alpine:3"}, "no container runtime", "not created")
 	if n := e.Count("/v1/pods"); n != 0 {
 		t.Fatalf("%d pods stored after a create without runtime", n)
@@ -40,7 +40,7 @@ func TestPodWithoutRuntime(t *testing.T) {
 
 func TestPodCreateValidation(t *testing.T) {
 	f := apitest.NewFakePods()
-	e := newValidatingServer(t, apitest.WithFakePods(f))
+	e := apitest.NewValidating(t, apitest.WithFakePods(f))
 	tpl := e.NewTemplate("t", "alpine:3", nil)
 	cases := []struct {
 		name  string
@@ -87,7 +87,7 @@ func TestPodCreateValidation(t *testing.T) {
 
 func TestPodCreate(t *testing.T) {
 	f := apitest.NewFakePods()
-	e := newValidatingServer(t, apitest.WithFakePods(f))
+	e := apitest.NewValidating(t, apitest.WithFakePods(f))
 	p := e.NewPod(J{"imageName": "alpine:3", "gpuTypeIds": []string{"NVIDIA GeForce RTX 4090"}, "env": J{"A": "1"}})
 	if len(p.ID) != 14 || p.Name != "my pod" || p.DesiredStatus != store.PodRunning || p.Version != 1 || p.Image != "alpine:3" {
 		t.Errorf("created pod: %+v", p.Pod)
@@ -123,7 +123,7 @@ func TestPodCreate(t *testing.T) {
 }
 
 func TestPodFromTemplate(t *testing.T) {
-	e := newValidatingServer(t, apitest.WithFakePods(apitest.NewFakePods()))
+	e := apitest.NewValidating(t, apitest.WithFakePods(apitest.NewFakePods()))
 	auth := e.NewRegistryAuth("hub", "u", "p")
 	tpl := e.NewTemplate("t", "registry.local/app:1", J{"env": J{"A": "1", "B": "2"}, "ports": []string{"8000/http"},
 		"dockerStartCmd": []string{"serve"}, "containerRegistryAuthId": auth.ID, "volumeInGb": 15})
@@ -137,7 +137,7 @@ func TestPodFromTemplate(t *testing.T) {
 
 func TestPodActions(t *testing.T) {
 	f := apitest.NewFakePods()
-	e := newValidatingServer(t, apitest.WithFakePods(f))
+	e := apitest.NewValidating(t, apitest.WithFakePods(f))
 	p := e.NewPod(J{"imageName": "alpine:3", "name": "dev"})
 	f.TakeCalls()
 	base := "/v1/pods/" + p.ID
@@ -207,7 +207,7 @@ func TestPodActions(t *testing.T) {
 
 func TestPodUpdate(t *testing.T) {
 	f := apitest.NewFakePods()
-	e := newValidatingServer(t, apitest.WithFakePods(f))
+	e := apitest.NewValidating(t, apitest.WithFakePods(f))
 	p := e.NewPod(J{"imageName": "alpine:3"})
 	f.TakeCalls()
 	base := "/v1/pods/" + p.ID
@@ -262,7 +262,7 @@ func TestPodUpdate(t *testing.T) {
 
 func TestPodListAndIncludes(t *testing.T) {
 	f := apitest.NewFakePods()
-	e := newValidatingServer(t, apitest.WithFakePods(f), apitest.WithHTTP(func(c *httpapi.Config) {
+	e := apitest.NewValidating(t, apitest.WithFakePods(f), apitest.WithHTTP(func(c *httpapi.Config) {
 		c.WorkerInfo = func(ep string) []mgmt.WorkerInfo {
 			return []mgmt.WorkerInfo{{ID: "wrk" + ep[:4], State: "initializing", ImageName: "w:1", Version: 1, Message: "pulling"}}
 		}

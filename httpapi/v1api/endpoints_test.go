@@ -1,4 +1,4 @@
-package httpapi_test
+package v1api_test
 
 import (
 	"reflect"
@@ -27,7 +27,7 @@ type endpointJSON struct {
 }
 
 func TestEndpointCreateValidation(t *testing.T) {
-	e := newValidatingServer(t)
+	e := apitest.NewValidating(t)
 	tpl := e.NewTemplate("t", "alpine:3", nil)
 	ok := func(extra J) J {
 		b := J{"templateId": tpl.ID}
@@ -72,7 +72,7 @@ func TestEndpointCreateValidation(t *testing.T) {
 }
 
 func TestEndpointListGetIncludes(t *testing.T) {
-	e := newValidatingServer(t, apitest.WithHTTP(func(c *httpapi.Config) {
+	e := apitest.NewValidating(t, apitest.WithHTTP(func(c *httpapi.Config) {
 		c.WorkerInfo = func(ep string) []mgmt.WorkerInfo {
 			return []mgmt.WorkerInfo{{ID: "aaaaworker0001", State: "unhealthy", ImageName: "alpine:3", Version: 1, Message: "exit 1"}}
 		}
@@ -122,7 +122,7 @@ func TestEndpointListGetIncludes(t *testing.T) {
 func TestEndpointUpdate(t *testing.T) {
 	var mu sync.Mutex
 	var changed []string
-	e := newValidatingServer(t, apitest.WithHTTP(func(c *httpapi.Config) {
+	e := apitest.NewValidating(t, apitest.WithHTTP(func(c *httpapi.Config) {
 		c.EndpointChanged = func(id string) { mu.Lock(); changed = append(changed, id); mu.Unlock() }
 	}))
 	t1 := e.NewTemplate("t1", "alpine:3", nil)
@@ -187,7 +187,7 @@ func TestEndpointUpdate(t *testing.T) {
 
 func TestEndpointDelete(t *testing.T) {
 	var deleted []string
-	e := newValidatingServer(t, apitest.WithHTTP(func(c *httpapi.Config) { c.EndpointDeleted = func(id string) { deleted = append(deleted, id) } }))
+	e := apitest.NewValidating(t, apitest.WithHTTP(func(c *httpapi.Config) { c.EndpointDeleted = func(id string) { deleted = append(deleted, id) } }))
 	tpl := e.NewTemplate("t", "alpine:3", nil)
 	ep := e.NewEndpoint(tpl.ID, nil)
 	other := e.NewEndpoint(tpl.ID, nil)
@@ -234,7 +234,7 @@ func TestEndpointDelete(t *testing.T) {
 // PATCHing other fields keeps the warnings.
 func TestRunPodIDsAccepted(t *testing.T) {
 	f := apitest.NewFakePods()
-	e := newValidatingServer(t, apitest.WithFakePods(f))
+	e := apitest.NewValidating(t, apitest.WithFakePods(f))
 	tpl := e.NewTemplate("t", "alpine:3", nil)
 	ep := e.NewEndpoint(tpl.ID, J{
 		"dataCenterIds": []string{"EU-RO-1", "US-TX-3"},
@@ -269,7 +269,7 @@ func TestRunPodIDsAccepted(t *testing.T) {
 }
 
 func TestLoadBalancerEndpointType(t *testing.T) {
-	e := newValidatingServer(t)
+	e := apitest.NewValidating(t)
 	tpl := e.NewTemplate("t", "alpine:3", nil)
 	lb := e.NewEndpoint(tpl.ID, J{"type": "LOAD_BALANCER"})
 	if lb.Type != "LOAD_BALANCER" || lb.ScalerType != "REQUEST_COUNT" {

@@ -1,4 +1,4 @@
-package httpapi_test
+package v1api_test
 
 import (
 	"bufio"
@@ -50,8 +50,8 @@ func unreadBackup(t *testing.T, addr string) (net.Conn, *bufio.Reader, int, int6
 // the reader's pace used to block, stopping every write and then every
 // read); the backup, read at last, is a complete and valid database.
 func TestUnreadBackupDoesNotStopWrites(t *testing.T) {
-	e := newEnv(t, apitest.RawConn(httplimit.Limits{}))
-	ep := e.endpoint(nil)
+	e := apitest.NewJobEnv(t, apitest.RawConn(httplimit.Limits{}))
+	ep := e.Endpoint(nil)
 	addr := e.App.Addr()
 	pad := strings.Repeat("p", 500<<10)
 	run := func() time.Duration {
@@ -133,8 +133,8 @@ func TestUnreadBackupDoesNotStopWrites(t *testing.T) {
 // retry), and none when the copy would leave the data directory short of
 // its reserve (507, with the figures).
 func TestBackupLimits(t *testing.T) {
-	e := newEnv(t, apitest.RawConn(httplimit.Limits{}))
-	ep := e.endpoint(nil)
+	e := apitest.NewJobEnv(t, apitest.RawConn(httplimit.Limits{}))
+	ep := e.Endpoint(nil)
 	addr := e.App.Addr()
 	pad := strings.Repeat("p", 500<<10)
 	for range 30 { // ≈ 15 MB: more than the sockets buffer, so a backup nobody reads stays open
@@ -157,7 +157,7 @@ func TestBackupLimits(t *testing.T) {
 		t.Errorf("a third backup: %d %.200q", res.StatusCode, b)
 	}
 
-	full := newEnv(t, apitest.RawHTTP(func(c *httpapi.Config) { c.BackupReserve = 1 << 60 }))
+	full := apitest.NewJobEnv(t, apitest.RawHTTP(func(c *httpapi.Config) { c.BackupReserve = 1 << 60 }))
 	req, _ = http.NewRequest("GET", full.Base+"/v1/backup", nil)
 	req.Header.Set("Authorization", "Bearer "+apitest.Key)
 	res, err = http.DefaultClient.Do(req)

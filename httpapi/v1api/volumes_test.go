@@ -1,4 +1,4 @@
-package httpapi_test
+package v1api_test
 
 import (
 	"bytes"
@@ -14,7 +14,7 @@ import (
 )
 
 func TestNetworkVolumes(t *testing.T) {
-	e := newValidatingServer(t, apitest.WithFakePods(apitest.NewFakePods()))
+	e := apitest.NewValidating(t, apitest.WithFakePods(apitest.NewFakePods()))
 	v := e.NewVolume("models", 100)
 	dir := filepath.Join(e.Dir, "volumes", v.ID)
 	if len(v.ID) != 10 || v.Size != 100 || v.DataCenterID != mgmt.DataCenterID || v.Path != dir || v.UsedBytes != 0 {
@@ -96,7 +96,7 @@ func TestNetworkVolumes(t *testing.T) {
 }
 
 func TestVolumeBillingIntervals(t *testing.T) {
-	e := newValidatingServer(t)
+	e := apitest.NewValidating(t)
 	v := e.NewVolume("v", 10)
 	e.Must(200, "PATCH", "/v1/networkvolumes/"+v.ID, J{"size": 20}, nil)
 	open, err := store.OpenUsage(e.DB)
@@ -122,7 +122,7 @@ func TestVolumeBillingIntervals(t *testing.T) {
 
 func TestRegistryAuths(t *testing.T) {
 	const secret = "s3cr3t-Pa55word"
-	e := newValidatingServer(t, apitest.WithFakePods(apitest.NewFakePods()))
+	e := apitest.NewValidating(t, apitest.WithFakePods(apitest.NewFakePods()))
 	raw := e.Must(200, "POST", "/v1/containerregistryauth", J{"name": "hub", "username": "me", "password": secret}, nil)
 	if strings.Contains(string(raw), secret) {
 		t.Errorf("create shows the password: %s", raw)
