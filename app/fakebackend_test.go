@@ -21,10 +21,20 @@ import (
 // supervisor launched on the fake — a Go function speaking the worker
 // protocol through package worker with the environment Berth gave it —
 // and a pod made through the REST API runs through the pod adapter, is
-// stopped (its program sees the SIGTERM) and is removed.
+// stopped (its program sees the SIGTERM) and is removed. The same again
+// with the fake behaving as a cluster does (no pause, a stop removes the
+// instance, Start only accepts it and an EventStart follows): the
+// supervisor's other path, without a cluster.
 func TestFakeBackendRunsJobsAndPods(t *testing.T) {
+	t.Run("LikeDocker", func(t *testing.T) { fakeBackendRuns(t, fake.Config{}) })
+	t.Run("LikeACluster", func(t *testing.T) {
+		fakeBackendRuns(t, fake.Config{NoPause: true, NoRestart: true, PendingStart: true})
+	})
+}
+
+func fakeBackendRuns(t *testing.T, fc fake.Config) {
 	const key = "fake-key"
-	fb := fake.New(fake.Config{})
+	fb := fake.New(fc)
 	fb.Image("echo-worker", func(ctx context.Context, p fake.Process) int {
 		err := worker.Start(ctx, worker.Config{Env: p.Getenv, Logger: worker.NewLogger(p.Getenv, p.Out),
 			Handler: func(_ context.Context, job *worker.Job) (any, error) {

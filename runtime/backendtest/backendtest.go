@@ -71,11 +71,9 @@ type run struct {
 	b   runtime.Backend
 	ctx context.Context
 	id  string
-	// started: Start answered running (or an EventStart came).
-	started bool
 
 	mu   sync.Mutex
-	evs  []runtime.Event // this instance's
+	evs  []runtime.Event // every instance's: filtered by id when read
 	more chan struct{}
 	errs []error
 }
@@ -128,12 +126,12 @@ func create(t *testing.T, h Harness, p Program, env map[string]string) *run {
 	return r
 }
 
-// follow keeps this instance's events (the stream is shared by every
-// instance of the backend).
+// follow keeps the backend's events (every instance's: the id is known
+// only once Create returns).
 func (r *run) follow(evs <-chan runtime.Event, errc <-chan error) {
 	for ev := range evs {
 		r.mu.Lock()
-		r.evs = append(r.evs, ev) // every instance's: r.id is known only after Create
+		r.evs = append(r.evs, ev)
 		close(r.more)
 		r.more = make(chan struct{})
 		r.mu.Unlock()
