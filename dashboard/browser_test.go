@@ -8,14 +8,11 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -28,6 +25,7 @@ import (
 	"berth/gpu"
 	"berth/internal/apptest"
 	"berth/internal/dockertest"
+	"berth/internal/proctest"
 )
 
 // EnvShots names a folder the browser test also writes its screenshots to
@@ -56,49 +54,20 @@ type berth struct {
 	app      *apptest.Berth // in-process (startApp); nil for the built binary
 	base     string
 	key      string
-	cmd      *exec.Cmd
-	instance string // the runtime's container label value for this data folder
-	mu       sync.Mutex
-	log      bytes.Buffer
+	proc     *proctest.Berth // the built binary; nil in-process
+	instance string          // the runtime's container label value for this data folder
 }
-
-func (b *berth) Write(p []byte) (int, error) { b.mu.Lock(); defer b.mu.Unlock(); return b.log.Write(p) }
 
 func startBerth(t *testing.T, docker *client.Client) *berth {
 	t.Helper()
-	dir := t.TempDir()
-	bin := filepath.Join(dir, "berth")
-	if out, err := exec.Command("go", "build", "-o", bin, "berth").CombinedOutput(); err != nil {
-		t.Fatalf("build berth: %v\n%s", err, out)
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close()
-	data := filepath.Join(dir, "data")
+	data := filepath.Join(t.TempDir(), "data")
 	abs, _ := filepath.Abs(data)
 	sum := sha256.Sum256([]byte(abs))
-	b := &berth{t: t, base: "http://" + addr, key: "dashboard-test-" + dockertest.Unique(""), instance: hex.EncodeToString(sum[:6])}
-	b.cmd = exec.Command(bin, "serve", "--addr", addr, "--data", data, "--rate-limits=off")
-	b.cmd.Env = append(os.Environ(), "BERTH_API_KEY="+b.key)
-	b.cmd.Stdout, b.cmd.Stderr = b, b
-	if err := b.cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
+	b := &berth{t: t, key: "dashboard-test-" + dockertest.Unique(""), instance: hex.EncodeToString(sum[:6])}
+	// Registered first, so it runs after the process stopped: Berth leaves
+	// its containers running for the next start to adopt; remove this
+	// instance's.
 	t.Cleanup(func() {
-		b.cmd.Process.Signal(syscall.SIGTERM)
-		done := make(chan struct{})
-		go func() { b.cmd.Wait(); close(done) }()
-		select {
-		case <-done:
-		case <-time.After(20 * time.Second):
-			b.cmd.Process.Kill()
-			<-done
-		}
-		// Berth leaves its containers running for the next start to adopt:
-		// remove this instance's.
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
 		res, err := docker.ContainerList(ctx, client.ContainerListOptions{All: true,
@@ -112,24 +81,10 @@ func startBerth(t *testing.T, docker *client.Client) *berth {
 				t.Errorf("remove test container %s: %v", c.ID, err)
 			}
 		}
-		if t.Failed() {
-			b.mu.Lock()
-			t.Logf("berth log:\n%s", b.log.String())
-			b.mu.Unlock()
-		}
 	})
-	// An external process: poll until it answers.
-	deadline := time.Now().Add(60 * time.Second)
-	for {
-		if c, err := net.Dial("tcp", addr); err == nil {
-			c.Close()
-			return b
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("berth did not start:\n%s", b.log.String())
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	b.proc = proctest.Start(t, proctest.Options{Data: data, Key: b.key, Args: []string{"--rate-limits=off"}})
+	b.base = b.proc.Base
+	return b
 }
 
 func (b *berth) call(method, path string, body, out any) {

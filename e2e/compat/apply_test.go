@@ -41,7 +41,7 @@ func TestApply(t *testing.T) {
 	}
 	env := []string{"REGISTRY_PASSWORD=s3cret", "TAG=v1"}
 	berth := func(extra []string, args ...string) (string, string, int) {
-		cmd := exec.Command(berthBin, args...)
+		cmd := exec.Command(berthBinary(t), args...)
 		cmd.Env = append(append(os.Environ(), "BERTH_URL="+s.URL, "BERTH_API_KEY="+s.Key), extra...)
 		var out, errb strings.Builder
 		cmd.Stdout, cmd.Stderr = &out, &errb

@@ -65,7 +65,7 @@ func TestBuildImagesPruned(t *testing.T) {
 	if pb.ImagePrunedAt == nil {
 		t.Errorf("the pruned build does not say so")
 	}
-	if !strings.Contains(s.logs.String(), "build image pruned") {
+	if !strings.Contains(s.Logs.String(), "build image pruned") {
 		t.Errorf("no removal logged")
 	}
 	_, metrics := s.do("GET", "/metrics", nil)

@@ -136,7 +136,7 @@ func deployLong(t *testing.T, s *server, args ...string) (stdout, stderr string,
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 4*waitLong)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, berthBin, args...)
+	cmd := exec.CommandContext(ctx, berthBinary(t), args...)
 	cmd.Env = append(os.Environ(), "BERTH_URL="+s.URL, "BERTH_API_KEY="+s.Key)
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb

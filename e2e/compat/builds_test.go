@@ -336,10 +336,8 @@ func TestBuildsAPI(t *testing.T) {
 		t.Fatalf("create build: %d %s", code, body)
 	}
 	waitStatus(b.ID, "BUILDING")
-	s.cmd.Process.Kill()
-	<-s.done
-	s.cmd = nil
-	s.start()
+	s.Kill()
+	s.Start()
 	cut := waitStatus(b.ID, "FAILED")
 	if cut.Error == nil || !strings.Contains(*cut.Error, "Berth restarted while the build was BUILDING") {
 		t.Errorf("a build cut by a restart: %+v", cut)

@@ -113,7 +113,7 @@ func TestSecretBuildArg(t *testing.T) {
 		t.Fatal(err)
 	}
 	for what, text := range map[string]string{"an API answer": string(answers) + string(body), "berth.db": string(db),
-		"Berth's log": s.logs.String(), "deploy's output": out.String() + errOut.String()} {
+		"Berth's log": s.Logs.String(), "deploy's output": out.String() + errOut.String()} {
 		for _, v := range []string{secret, other} {
 			if strings.Contains(text, v) {
 				t.Errorf("%s holds the secret value %q", what, v)

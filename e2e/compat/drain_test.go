@@ -87,7 +87,7 @@ func TestDrainingWorkerGetsNoJobAndStops(t *testing.T) {
 
 			// Attempts, from the job's record: only the hand-over to the
 			// worker that ran it.
-			s.stop()
+			s.Stop()
 			db, err := store.Open(filepath.Join(s.Data, "berth.db"), store.Options{})
 			if err != nil {
 				t.Fatal(err)
@@ -188,7 +188,7 @@ func eventuallyFast(t *testing.T, what string, cond func() bool) {
 func waitLogLine(t *testing.T, s *server, msg string, attrs ...string) time.Time {
 	t.Helper()
 	eventuallyFast(t, fmt.Sprintf("log line %q %v", msg, attrs), func() bool {
-		for _, l := range strings.Split(s.logs.String(), "\n") {
+		for _, l := range strings.Split(s.Logs.String(), "\n") {
 			if !strings.Contains(l, `msg="`+msg+`"`) {
 				continue
 			}

@@ -22,7 +22,7 @@ func (s *server) cliFor(d time.Duration, args ...string) (stdout, stderr string,
 	s.t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), d)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, berthBin, args...)
+	cmd := exec.CommandContext(ctx, berthBinary(s.t), args...)
 	cmd.Env = append(os.Environ(), "BERTH_URL="+s.URL, "BERTH_API_KEY="+s.Key)
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb

@@ -14,8 +14,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -23,6 +21,7 @@ import (
 
 	"berth/internal/clientkit"
 	"berth/internal/dockertest"
+	"berth/internal/proctest"
 	"berth/runtime"
 )
 
@@ -30,21 +29,9 @@ import (
 // tests run on a loaded machine).
 const waitLong = 2 * time.Minute
 
-var (
-	binDir    string
-	buildOnce sync.Once
-	berthBin  string
-	buildErr  error
-)
-
 func TestMain(m *testing.M) {
-	var err error
-	if binDir, err = os.MkdirTemp("", "berth-compat-"); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
 	code := m.Run()
-	os.RemoveAll(binDir)
+	proctest.RemoveBuilds()
 	if baseRef != "" {
 		if err := dockertest.RemoveImage(baseRef); err != nil {
 			fmt.Fprintln(os.Stderr, "remove the SDK base image:", err)
@@ -53,61 +40,18 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-// berthBinary builds the berth command once per test binary (with -race
-// when the tests run with it, so the build shares the test's compiled
-// packages).
-func berthBinary(t testing.TB) string {
-	t.Helper()
-	buildOnce.Do(func() {
-		root := clientkit.ModuleRoot(t)
-		berthBin = filepath.Join(binDir, "berth")
-		args := []string{"build", "-o", berthBin}
-		if raceEnabled {
-			args = append(args, "-race")
-		}
-		cmd := exec.Command("go", append(args, ".")...)
-		cmd.Dir = root
-		cmd.Env = append(os.Environ(), "CGO_CFLAGS=-O2 -g -Wno-deprecated-declarations")
-		if out, err := cmd.CombinedOutput(); err != nil {
-			buildErr = fmt.Errorf("go build berth: %v\n%s", err, out)
-		}
-	})
-	if buildErr != nil {
-		t.Fatal(buildErr)
-	}
-	return berthBin
-}
+// berthBinary is the berth command, built once per test binary (with
+// -race when the tests run with it: the server is checked for races too).
+func berthBinary(t testing.TB) string { return proctest.Build(t, "berth", true) }
 
-// server is one `berth serve` process on a fresh data directory.
+// server is one `berth serve` process on a fresh data directory
+// (proctest's: Start again, Stop, Kill, Logs).
 type server struct {
+	*proctest.Berth
 	t    testing.TB
 	URL  string // http://127.0.0.1:PORT
-	Addr string
 	Key  string
-	Data string
-	args []string
-	env  []string // added to berth serve's environment
-	inst string   // the runtime's instance label of its containers
-	cmd  *exec.Cmd
-	logs *syncBuffer
-	done chan error
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
+	inst string // the runtime's instance label of its containers
 }
 
 // startBerth runs `berth serve` with Docker (required: the test skips or
@@ -123,19 +67,10 @@ func startBerth(t testing.TB, extra ...string) *server {
 func startBerthEnv(t testing.TB, env []string, extra ...string) *server {
 	t.Helper()
 	docker := dockertest.Require(t)
-	_ = berthBinary(t)
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close()
 	data := filepath.Join(t.TempDir(), "data")
 	abs, _ := filepath.Abs(data)
 	sum := sha256.Sum256([]byte(abs))
-	s := &server{t: t, env: env, URL: "http://" + addr, Addr: addr, Key: "compat-" + dockertest.Unique(""), Data: data,
-		inst: hex.EncodeToString(sum[:6]), logs: &syncBuffer{}}
-	s.args = append([]string{"serve", "--addr", addr, "--data", data, "--rate-limits", "off"}, extra...)
+	s := &server{t: t, Key: "compat-" + dockertest.Unique(""), inst: hex.EncodeToString(sum[:6])}
 	// Registered first, so it runs last: whatever this Berth left.
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -151,58 +86,10 @@ func startBerthEnv(t testing.TB, env []string, extra ...string) *server {
 			}
 		}
 	})
-	t.Cleanup(func() {
-		s.stop()
-		if t.Failed() {
-			t.Logf("berth log:\n%s", s.logs.String())
-		}
-	})
-	s.start()
+	s.Berth = proctest.Start(t, proctest.Options{Data: data, Key: s.Key, Env: env, Race: true,
+		Args: append([]string{"--rate-limits", "off"}, extra...)})
+	s.URL = s.Base
 	return s
-}
-
-func (s *server) start() {
-	s.t.Helper()
-	s.cmd = exec.Command(berthBin, s.args...)
-	s.cmd.Env = append(append(os.Environ(), "BERTH_API_KEY="+s.Key), s.env...)
-	s.cmd.Stdout, s.cmd.Stderr = s.logs, s.logs
-	if err := s.cmd.Start(); err != nil {
-		s.t.Fatal(err)
-	}
-	s.done = make(chan error, 1)
-	go func(cmd *exec.Cmd, done chan error) { done <- cmd.Wait() }(s.cmd, s.done)
-	deadline := time.Now().Add(waitLong)
-	for {
-		code, _ := s.do("GET", "/v1/templates", nil)
-		if code == http.StatusOK {
-			return
-		}
-		select {
-		case err := <-s.done:
-			s.cmd = nil
-			s.t.Fatalf("berth serve exited: %v\n%s", err, s.logs.String())
-		case <-time.After(50 * time.Millisecond):
-		}
-		if time.Now().After(deadline) {
-			s.t.Fatalf("berth serve not answering after %s\n%s", waitLong, s.logs.String())
-		}
-	}
-}
-
-// stop sends SIGTERM and waits for the process.
-func (s *server) stop() {
-	if s.cmd == nil {
-		return
-	}
-	_ = s.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-s.done:
-	case <-time.After(time.Minute):
-		_ = s.cmd.Process.Kill()
-		<-s.done
-		s.t.Errorf("berth serve did not stop on SIGTERM within a minute")
-	}
-	s.cmd = nil
 }
 
 var httpClient = &http.Client{Timeout: 5 * time.Minute}
@@ -273,7 +160,7 @@ func (s *server) cli(args ...string) (stdout, stderr string, code int) {
 	s.t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), waitLong)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, berthBin, args...)
+	cmd := exec.CommandContext(ctx, berthBinary(s.t), args...)
 	cmd.Env = append(os.Environ(), "BERTH_URL="+s.URL, "BERTH_API_KEY="+s.Key)
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb

@@ -216,7 +216,7 @@ func TestPodStatusFollowsContainer(t *testing.T) {
 	}
 
 	// The container ends while Berth is down: found at the next start.
-	s.stop()
+	s.Stop()
 	podCommand(t, p.PortMappings["8888"], "exit 4")
 	ctx, cancel := context.WithTimeout(context.Background(), waitLong)
 	defer cancel()
@@ -224,7 +224,7 @@ func TestPodStatusFollowsContainer(t *testing.T) {
 		list, err := docker.ContainerList(ctx, client.ContainerListOptions{All: true, Filters: client.Filters{}.Add("name", "berth-pod-"+id)})
 		return err == nil && len(list.Items) == 1 && list.Items[0].State == "exited"
 	})
-	s.start()
+	s.Start()
 	eventually(t, "v1 pod EXITED after a restart", func() bool {
 		p = v1Pod{}
 		s.rest("GET", "/v1/pods/"+id, nil, 200, &p)
@@ -278,7 +278,7 @@ func TestWarningsReachEverySurface(t *testing.T) {
 	if out, _, _ := s.cli("pod", "get", gp.ID, "-o", "json"); !strings.Contains(out, noGPU) {
 		t.Errorf("berth pod get: %s", out)
 	}
-	if !strings.Contains(s.logs.String(), noGPU) {
+	if !strings.Contains(s.Logs.String(), noGPU) {
 		t.Errorf("berth's log does not say %q", noGPU)
 	}
 

@@ -16,6 +16,7 @@ import (
 
 	"berth/internal/clientkit"
 	"berth/internal/dockertest"
+	"berth/internal/proctest"
 )
 
 var (
@@ -152,7 +153,7 @@ func hostWorker(t *testing.T, s *server, ep string) {
 	}
 	env["HOME"] = t.TempDir()
 	cmd := sdk.Command(context.Background(), env, "testdata/worker/handler.py")
-	logs := &syncBuffer{}
+	logs := &proctest.Buffer{}
 	cmd.Stdout, cmd.Stderr = logs, logs
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)

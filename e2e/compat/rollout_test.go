@@ -26,7 +26,7 @@ func (s *server) cliLong(args ...string) (stdout, stderr string, code int) {
 	s.t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), deployWait)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, berthBin, args...)
+	cmd := exec.CommandContext(ctx, berthBinary(s.t), args...)
 	cmd.Env = append(os.Environ(), "BERTH_URL="+s.URL, "BERTH_API_KEY="+s.Key)
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"berth/internal/dockertest"
+	"berth/internal/proctest"
 	"berth/store"
 )
 
@@ -55,7 +56,7 @@ func TestCPUWorkerBilling(t *testing.T) {
 	const key = "billing-e2e-key"
 	// On loopback, as by default: containers reach the worker protocol
 	// through the listener on the Docker bridge, same port.
-	addr := startBerth(t, serveOpts{Data: data, Key: key, Args: []string{"--rate-limits", "off"}}).Addr
+	addr := proctest.Start(t, proctest.Options{Data: data, Key: key, Args: []string{"--rate-limits", "off"}}).Addr
 
 	call := func(method, path string, body, out any) {
 		t.Helper()

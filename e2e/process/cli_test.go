@@ -21,6 +21,7 @@ import (
 	"berth/app"
 	"berth/cli"
 	"berth/internal/dockertest"
+	"berth/internal/proctest"
 	"berth/runtime"
 )
 
@@ -42,7 +43,7 @@ func TestCLIWithWorkerContainers(t *testing.T) {
 	const key = "cli-e2e-key"
 	// On loopback, as by default: containers reach the worker protocol
 	// through the listener on the Docker bridge, same port.
-	addr := startBerth(t, serveOpts{Data: data, Key: key, Args: []string{"--rate-limits", "off"}}).Addr
+	addr := proctest.Start(t, proctest.Options{Data: data, Key: key, Args: []string{"--rate-limits", "off"}}).Addr
 
 	env := map[string]string{"BERTH_URL": "http://" + addr, "BERTH_API_KEY": key}
 	berth := func(args ...string) (string, string, int) {
@@ -207,7 +208,7 @@ func podPullProgress(t *testing.T, docker *client.Client, env map[string]string,
 
 	var ra struct{ ID string }
 	ok(&ra, "registry", "create", "--name", dockertest.Unique("podpull"), "--username", user, "--password", pass, "--json")
-	var stdout, stderr syncBuffer
+	var stdout, stderr proctest.Buffer
 	exit := make(chan int, 1)
 	go func() {
 		exit <- cli.Main([]string{"pod", "create", "--name", "pulled", "--image-name", ref, "--container-registry-auth-id", ra.ID,

@@ -1,6 +1,7 @@
 package process_test
 
 import (
+	"berth/internal/proctest"
 	"bufio"
 	"errors"
 	"fmt"
@@ -21,7 +22,7 @@ const connKey = "conn-test-key"
 
 // serverCounts is the server's goroutines (its own /metrics) and open
 // descriptors (/proc).
-func serverCounts(t *testing.T, b *berth) (goroutines, fds int) {
+func serverCounts(t *testing.T, b *proctest.Berth) (goroutines, fds int) {
 	t.Helper()
 	req, _ := http.NewRequest(http.MethodGet, b.Base+"/metrics", nil)
 	req.Header.Set("Authorization", "Bearer "+connKey)
@@ -56,7 +57,7 @@ func serverCounts(t *testing.T, b *berth) (goroutines, fds int) {
 // (Before: the first two were held with no reply for as long as the client
 // liked.)
 func TestNoRequestHoldsAConnection(t *testing.T) {
-	berth := startBerth(t, serveOpts{Key: connKey, Args: []string{"--rate-limits", "on"},
+	berth := proctest.Start(t, proctest.Options{Key: connKey, Args: []string{"--rate-limits", "on"},
 		Env: []string{"DOCKER_HOST=unix:///nonexistent-berth-test"}}) // no containers needed
 	addr := berth.Addr
 	heads := map[string]string{

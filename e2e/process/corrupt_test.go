@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"berth/internal/proctest"
 	"berth/store"
 )
 
@@ -83,7 +84,7 @@ func TestServeRefusesDamagedDatabase(t *testing.T) {
 			if err := db.Close(); err != nil {
 				t.Fatal(err)
 			}
-			if out, code := runBerth(t, keyEnv, "check", "--data", data); code != 0 || !strings.Contains(out, path+": ok") {
+			if out, code := proctest.Run(t, keyEnv, "check", "--data", data); code != 0 || !strings.Contains(out, path+": ok") {
 				t.Fatalf("check of the sound file: exit %d\n%s", code, out)
 			}
 			info, _ := os.Stat(path)
@@ -92,7 +93,7 @@ func TestServeRefusesDamagedDatabase(t *testing.T) {
 			}
 			before, _ := os.ReadFile(path)
 
-			out, code := runBerth(t, keyEnv, "serve", "--addr", "127.0.0.1:0", "--data", data)
+			out, code := proctest.Run(t, keyEnv, "serve", "--addr", "127.0.0.1:0", "--data", data)
 			if code == 0 || !strings.Contains(out, path) || !strings.Contains(out, tc.want) || !strings.Contains(out, "berth check") {
 				t.Errorf("serve: exit %d; want non-zero and a message naming %s, %q and 'berth check':\n%s", code, path, tc.want, out)
 			}
@@ -103,7 +104,7 @@ func TestServeRefusesDamagedDatabase(t *testing.T) {
 				t.Error("serve changed the damaged file")
 			}
 
-			out, code = runBerth(t, keyEnv, "check", "--data", data)
+			out, code = proctest.Run(t, keyEnv, "check", "--data", data)
 			if code == 0 || !strings.Contains(out, path) || !strings.Contains(out, tc.want) {
 				t.Errorf("check: exit %d; want non-zero and a message naming %s and %q:\n%s", code, path, tc.want, out)
 			}

@@ -1,6 +1,7 @@
 package process_test
 
 import (
+	"berth/internal/proctest"
 	"bytes"
 	"encoding/json"
 	"io"
@@ -19,9 +20,9 @@ func TestCrashLosesNoAcceptedJob(t *testing.T) {
 	if testing.Short() {
 		t.Skip("crash test builds and runs binaries")
 	}
-	workerBin := buildBin(t, "berth/testdata/echoworker")
+	workerBin := proctest.Build(t, "berth/testdata/echoworker", false)
 	const key = "crash-test-key"
-	berth := startBerth(t, serveOpts{Key: key, Args: []string{"--rate-limits=off", "--worker-timeout=5s", "--reconcile-grace=3s"}})
+	berth := proctest.Start(t, proctest.Options{Key: key, Args: []string{"--rate-limits=off", "--worker-timeout=5s", "--reconcile-grace=3s"}})
 	base := berth.Base
 
 	client := &http.Client{Timeout: 30 * time.Second}

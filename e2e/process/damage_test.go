@@ -15,6 +15,7 @@ import (
 
 	bolt "go.etcd.io/bbolt"
 
+	"berth/internal/proctest"
 	"berth/mgmt"
 	"berth/store"
 )
@@ -68,12 +69,12 @@ func damageDB(t *testing.T, n int) string {
 // serveData starts 'berth serve' on data.
 func serveData(t *testing.T, data string) *served {
 	t.Helper()
-	return &served{startBerth(t, serveOpts{Data: data, Key: "k", Args: []string{"--rate-limits=off"}})}
+	return &served{proctest.Start(t, proctest.Options{Data: data, Key: "k", Args: []string{"--rate-limits=off"}})}
 }
 
 // served is a running 'berth serve' (Stop: a clean close) with the
 // calls of these tests.
-type served struct{ *berth }
+type served struct{ *proctest.Berth }
 
 func (s *served) call(method, path string) (int, http.Header, string) {
 	req, _ := http.NewRequest(method, s.Base+path, nil)
@@ -159,22 +160,22 @@ func TestServeRefusesBranchPageDamage(t *testing.T) {
 			path := filepath.Join(data, "berth.db")
 			damageBranch(t, path, tc.damage)
 
-			out, code := runBerth(t, keyEnv, "serve", "--addr", "127.0.0.1:0", "--data", data)
+			out, code := proctest.Run(t, keyEnv, "serve", "--addr", "127.0.0.1:0", "--data", data)
 			if code == 0 || !strings.Contains(out, path) || !strings.Contains(out, "page tree is broken") || !strings.Contains(out, "berth check") {
 				t.Fatalf("serve: exit %d; want it to refuse the file, naming it and the broken page tree:\n%s", code, out)
 			}
 			if strings.Contains(out, "berth serving") {
 				t.Fatalf("serve served the damaged file:\n%s", out)
 			}
-			out, code = runBerth(t, keyEnv, "check", "--data", data)
+			out, code = proctest.Run(t, keyEnv, "check", "--data", data)
 			if code == 0 || !strings.Contains(out, "page tree is broken") || !strings.Contains(out, "--repair") {
 				t.Fatalf("check: exit %d, want the damage and the way to repair it:\n%s", code, out)
 			}
-			out, code = runBerth(t, keyEnv, "check", "--repair", "--data", data)
+			out, code = proctest.Run(t, keyEnv, "check", "--repair", "--data", data)
 			if code != 0 || !strings.Contains(out, "repaired") {
 				t.Fatalf("check --repair: exit %d\n%s", code, out)
 			}
-			if out, code := runBerth(t, keyEnv, "check", "--data", data); code != 0 || !strings.Contains(out, ": ok") {
+			if out, code := proctest.Run(t, keyEnv, "check", "--data", data); code != 0 || !strings.Contains(out, ": ok") {
 				t.Fatalf("check after the repair: exit %d\n%s", code, out)
 			}
 			s := serveData(t, data)
@@ -278,11 +279,11 @@ func TestDamagedJobRecordIsFoundAndIsolated(t *testing.T) {
 			}
 			s.Stop()
 
-			out, code := runBerth(t, keyEnv, "check", "--data", data)
+			out, code := proctest.Run(t, keyEnv, "check", "--data", data)
 			if code == 0 || !strings.Contains(out, "bucket jobs key "+bad+": the record is damaged: checksum mismatch") {
 				t.Fatalf("check: exit %d\n%s", code, out)
 			}
-			out, code = runBerth(t, keyEnv, "check", "--repair", "--data", data)
+			out, code = proctest.Run(t, keyEnv, "check", "--repair", "--data", data)
 			if code != 0 || !strings.Contains(out, "set aside") {
 				t.Fatalf("check --repair: exit %d\n%s", code, out)
 			}
@@ -293,7 +294,7 @@ func TestDamagedJobRecordIsFoundAndIsolated(t *testing.T) {
 			if b, _ := os.ReadFile(aside[0]); !strings.Contains(string(b), bad) {
 				t.Fatalf("the set-aside file does not hold the damaged record:\n%s", b)
 			}
-			if out, code := runBerth(t, keyEnv, "check", "--data", data); code != 0 {
+			if out, code := proctest.Run(t, keyEnv, "check", "--data", data); code != 0 {
 				t.Fatalf("check after the repair: exit %d\n%s", code, out)
 			}
 			s = serveData(t, data)
@@ -346,18 +347,18 @@ func TestCheckFindsMetaPageDamage(t *testing.T) {
 	at := newer*int64(pageSize) + 16 + 16
 	writeAtKeepMtime(t, path, at, []byte{raw[at] ^ 0x01})
 
-	out, code := runBerth(t, keyEnv, "serve", "--addr", "127.0.0.1:0", "--data", data)
+	out, code := proctest.Run(t, keyEnv, "serve", "--addr", "127.0.0.1:0", "--data", data)
 	if code == 0 || !strings.Contains(out, "header (meta) page") || !strings.Contains(out, "berth check") {
 		t.Fatalf("serve: exit %d\n%s", code, out)
 	}
-	out, code = runBerth(t, keyEnv, "check", "--data", data)
+	out, code = proctest.Run(t, keyEnv, "check", "--data", data)
 	if code == 0 || !strings.Contains(out, fmt.Sprintf("header (meta) page %d is invalid", newer)) {
 		t.Fatalf("check: exit %d, want the damaged header page named\n%s", code, out)
 	}
-	if out, code = runBerth(t, keyEnv, "check", "--repair", "--data", data); code != 0 {
+	if out, code = proctest.Run(t, keyEnv, "check", "--repair", "--data", data); code != 0 {
 		t.Fatalf("check --repair: exit %d\n%s", code, out)
 	}
-	if out, code = runBerth(t, keyEnv, "check", "--data", data); code != 0 {
+	if out, code = proctest.Run(t, keyEnv, "check", "--data", data); code != 0 {
 		t.Fatalf("check after the repair: exit %d\n%s", code, out)
 	}
 	s := serveData(t, data)

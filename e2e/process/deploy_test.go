@@ -1,6 +1,7 @@
 package process_test
 
 import (
+	"berth/internal/proctest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -26,7 +27,7 @@ func TestSystemdUnitVerifies(t *testing.T) {
 			t.Errorf("unit lacks %q", strings.TrimSpace(want))
 		}
 	}
-	bin := berthBin(t)
+	bin := proctest.Build(t, "berth", false)
 	path := filepath.Join(t.TempDir(), "berth.service")
 	if err := os.WriteFile(path, []byte(strings.ReplaceAll(string(unit), "/usr/local/bin/berth", bin)), 0o644); err != nil {
 		t.Fatal(err)

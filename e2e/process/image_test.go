@@ -19,6 +19,7 @@ import (
 
 	"berth/internal/clientkit"
 	"berth/internal/dockertest"
+	"berth/internal/proctest"
 )
 
 // TestBerthImage builds the repository's Dockerfile — on a local Debian 12
@@ -30,7 +31,7 @@ import (
 // CA bundle https webhooks need is there.
 func TestBerthImage(t *testing.T) {
 	cli := dockertest.Require(t)
-	bin := berthBin(t)
+	bin := proctest.Build(t, "berth", false)
 	// The python root file system's package set: its tarball is cached for
 	// the worker images already (ca-certificates come with python3-requests).
 	base := dockertest.BuildDebianImage(t, dockertest.DebianImage{Packages: clientkit.DebianPackages})

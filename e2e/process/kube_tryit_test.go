@@ -15,6 +15,7 @@ import (
 
 	"berth/cli"
 	"berth/internal/kubetest"
+	"berth/internal/proctest"
 )
 
 // TestKubernetesTryIt runs docs/kubernetes.md's "Try it without a cluster"
@@ -28,10 +29,10 @@ func TestKubernetesTryIt(t *testing.T) {
 		t.Skip("starts a Kubernetes control plane")
 	}
 	kubetest.Require(t)
-	kubedev, echo := buildBin(t, "berth/internal/kubetest/cmd/kubedev"), buildBin(t, "berth/testdata/echoworker")
+	kubedev, echo := proctest.Build(t, "berth/internal/kubetest/cmd/kubedev", false), proctest.Build(t, "berth/testdata/echoworker", false)
 	dir := t.TempDir()
 
-	var devOut syncBuffer
+	var devOut proctest.Buffer
 	dev := exec.Command(kubedev, "-dir", dir, "-worker", echo)
 	dev.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	pr, pw := io.Pipe()
@@ -73,9 +74,9 @@ func TestKubernetesTryIt(t *testing.T) {
 	}
 
 	// The port is chosen first: workers are told the address.
-	addr := freeAddr(t)
+	addr := proctest.FreeAddr(t)
 	const key = "tryit-key"
-	berth := startBerth(t, serveOpts{Addr: addr, Data: filepath.Join(dir, "data"), Key: key, Env: []string{"KUBECONFIG="},
+	berth := proctest.Start(t, proctest.Options{Addr: addr, Data: filepath.Join(dir, "data"), Key: key, Env: []string{"KUBECONFIG="},
 		Args: []string{"--runtime", "kubernetes", "--kubeconfig", filepath.Join(dir, "berth.kubeconfig"), "--namespace", "berth", "--advertise-url", "http://" + addr}})
 	defer berth.Stop() // before kubedev stops
 

@@ -1,6 +1,7 @@
 package process_test
 
 import (
+	"berth/internal/proctest"
 	"bufio"
 	"bytes"
 	"encoding/json"
@@ -47,7 +48,7 @@ func TestManyLongPollsLeaveHealthResponsive(t *testing.T) {
 
 	const key = "longpoll-key"
 	// No container runtime: the job below must stay queued.
-	berth := startBerth(t, serveOpts{Key: key, Args: []string{"--rate-limits=off"}, Env: []string{"DOCKER_HOST=unix:///nonexistent/docker.sock"}})
+	berth := proctest.Start(t, proctest.Options{Key: key, Args: []string{"--rate-limits=off"}, Env: []string{"DOCKER_HOST=unix:///nonexistent/docker.sock"}})
 	addr, base := berth.Addr, berth.Base
 	client := &http.Client{Timeout: 30 * time.Second}
 	call := func(method, path, body string) (int, []byte) {

@@ -17,6 +17,7 @@ import (
 
 	"berth/internal/dockertest"
 	"berth/internal/hubtest"
+	"berth/internal/proctest"
 )
 
 // TestModelDownloadSurvivesKill9: berth serve (the built binary) is killed
@@ -46,8 +47,8 @@ func TestModelDownloadSurvivesKill9(t *testing.T) {
 	defer release()
 
 	const key = "kill9-test-key"
-	berth := startBerth(t, serveOpts{Key: key, Args: []string{"--hf-endpoint", hub.URL}})
-	addr, data := berth.Addr, berth.o.Data
+	berth := proctest.Start(t, proctest.Options{Key: key, Args: []string{"--hf-endpoint", hub.URL}})
+	addr, data := berth.Addr, berth.Data
 	client := &http.Client{Timeout: 30 * time.Second}
 	call := func(method, path string, body, out any) {
 		t.Helper()

@@ -1,6 +1,7 @@
 package process_test
 
 import (
+	"berth/internal/proctest"
 	"os"
 	"path/filepath"
 	"strings"
@@ -27,7 +28,7 @@ func TestServeRefusesABadPodTemplate(t *testing.T) {
 		{"environment", nil, []string{"BERTH_KUBE_POD_TEMPLATE=" + tpl}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			out, code := runBerth(t, append(c.env, "BERTH_API_KEY=k", "KUBECONFIG="+filepath.Join(t.TempDir(), "none")),
+			out, code := proctest.Run(t, append(c.env, "BERTH_API_KEY=k", "KUBECONFIG="+filepath.Join(t.TempDir(), "none")),
 				append(append(base, "--data", t.TempDir()), c.args...)...)
 			want := tpl + ": pod template: spec.nodeName: not allowed"
 			if code != 1 || !strings.Contains(out, want) {

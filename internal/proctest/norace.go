@@ -1,5 +1,5 @@
 //go:build !race
 
-package compat
+package proctest
 
 const raceEnabled = false
