@@ -34,7 +34,7 @@ const envKey = "k-all-env"
 func startKeys(t *testing.T, dir string, mod func(*app.Config)) *keyEnv {
 	t.Helper()
 	cfg := app.Config{DataDir: dir, Addr: "127.0.0.1:0", Logger: quiet, APIKey: envKey, Backend: app.DockerOff,
-		DiscoverGPUs: func() ([]gpu.Device, error) { return nil, nil }, Pods: standInPods{}}
+		DiscoverGPUs: func() ([]gpu.Device, error) { return nil, nil }}
 	if mod != nil {
 		mod(&cfg)
 	}

@@ -16,7 +16,7 @@ import (
 // alike, in the surface's own error shape; a path no route has stays 404.
 func TestWrongMethodIs405WithAllow(t *testing.T) {
 	a := start(t, app.Config{DataDir: t.TempDir(), Addr: "127.0.0.1:0", Logger: quiet, APIKey: "k-405", Backend: app.DockerOff,
-		DiscoverGPUs: func() ([]gpu.Device, error) { return nil, nil }, Pods: standInPods{}})
+		DiscoverGPUs: func() ([]gpu.Device, error) { return nil, nil }})
 	defer stop(t, a)
 	for _, c := range []struct {
 		method, path string

@@ -1,7 +1,6 @@
 package app_test
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -14,8 +13,8 @@ import (
 
 	"berth/app"
 	"berth/gpu"
+	"berth/internal/apptest"
 	"berth/mgmt"
-	"berth/store"
 )
 
 // One rule in one place: the same inputs sent through REST v1, REST v2
@@ -23,18 +22,16 @@ import (
 // are accepted or refused alike, a refusal naming the same field in each
 // surface's own names, and a refusal stores nothing.
 
-// standInPods runs no containers: pods start at once (the rules under
-// test run before any runtime call).
-type standInPods struct{}
-
-func (standInPods) StartPod(context.Context, store.Pod) (mgmt.PodState, error) {
-	return mgmt.PodState{}, nil
+// onFake runs cfg's Berth on the in-memory backend (runtime/fake), pods
+// through the production pod adapter: four RTX 4090s, image a:1 runs.
+func onFake(t *testing.T, cfg app.Config) app.Config {
+	devs := make([]gpu.Device, 4)
+	for i := range devs {
+		devs[i] = gpu.Device{Index: i, UUID: fmt.Sprintf("GPU-%d", i), Name: "NVIDIA GeForce RTX 4090", TypeID: "NVIDIA GeForce RTX 4090", MemoryMiB: 24564}
+	}
+	apptest.OnFake(t, &cfg, devs, "a:1")
+	return cfg
 }
-func (standInPods) StopPod(context.Context, string) error { return nil }
-func (standInPods) ResetPod(context.Context, store.Pod) (mgmt.PodState, error) {
-	return mgmt.PodState{}, nil
-}
-func (standInPods) RemovePod(context.Context, string) error { return nil }
 
 type surfaces struct {
 	t        *testing.T
@@ -107,8 +104,7 @@ func q(s string) string { b, _ := json.Marshal(s); return string(b) }
 
 func TestOneRuleOnEverySurface(t *testing.T) {
 	dir := t.TempDir()
-	a := start(t, app.Config{DataDir: dir, Addr: "127.0.0.1:0", Logger: quiet, APIKey: "k-surfaces", Backend: app.DockerOff,
-		DiscoverGPUs: func() ([]gpu.Device, error) { return nil, nil }, Pods: standInPods{}})
+	a := start(t, onFake(t, app.Config{DataDir: dir, Addr: "127.0.0.1:0", Logger: quiet, APIKey: "k-surfaces"}))
 	defer stop(t, a)
 	s := &surfaces{t: t, url: a.URL(), key: "k-surfaces"}
 	_, tpl := s.call("POST", "/v1/templates", map[string]any{"name": "base", "imageName": "worker:1", "isServerless": true})
@@ -346,8 +342,7 @@ func TestOneRuleOnEverySurface(t *testing.T) {
 // a pod volume, each naming its field, and accept resizing the pod volume
 // and moving a mount. (GraphQL has no pod edit.)
 func TestPodMountsFixedOnEverySurface(t *testing.T) {
-	a := start(t, app.Config{DataDir: t.TempDir(), Addr: "127.0.0.1:0", Logger: quiet, APIKey: "k-mounts", Backend: app.DockerOff,
-		DiscoverGPUs: func() ([]gpu.Device, error) { return nil, nil }, Pods: standInPods{}})
+	a := start(t, onFake(t, app.Config{DataDir: t.TempDir(), Addr: "127.0.0.1:0", Logger: quiet, APIKey: "k-mounts"}))
 	defer stop(t, a)
 	s := &surfaces{t: t, url: a.URL(), key: "k-mounts"}
 	made := func(path string, body map[string]any) string {
@@ -466,7 +461,7 @@ func TestEndpointReadsAsClientsExpect(t *testing.T) {
 		t.Fatalf("v1.json's Endpoint.dataCenterIds has no default or enum: %+v", spec)
 	}
 	a := start(t, app.Config{DataDir: t.TempDir(), Addr: "127.0.0.1:0", Logger: quiet, APIKey: "k-reads", Backend: app.DockerOff,
-		DiscoverGPUs: func() ([]gpu.Device, error) { return nil, nil }, Pods: standInPods{}})
+		DiscoverGPUs: func() ([]gpu.Device, error) { return nil, nil }})
 	defer stop(t, a)
 	s := &surfaces{t: t, url: a.URL(), key: "k-reads"}
 	_, tpl := s.call("POST", "/v1/templates", map[string]any{"name": "w", "imageName": "worker:1", "isServerless": true})

@@ -40,7 +40,7 @@ func TestWebhookToTheHostsOwnAddressRefused(t *testing.T) {
 		{[]string{own.String()}, 200},
 	} {
 		a := start(t, app.Config{DataDir: t.TempDir(), Addr: "127.0.0.1:0", Logger: quiet, APIKey: "k-hook", Backend: app.DockerOff,
-			DiscoverGPUs: func() ([]gpu.Device, error) { return nil, nil }, Pods: standInPods{}, WebhookAllow: c.allow})
+			DiscoverGPUs: func() ([]gpu.Device, error) { return nil, nil }, WebhookAllow: c.allow})
 		s := &surfaces{t: t, url: a.URL(), key: "k-hook"}
 		_, tpl := s.call("POST", "/v1/templates", map[string]any{"name": "w", "imageName": "worker:1", "isServerless": true})
 		_, ep := s.call("POST", "/v1/endpoints", map[string]any{"templateId": tpl["id"], "workersMax": 0})

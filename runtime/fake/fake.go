@@ -93,6 +93,8 @@ type Backend struct {
 	// marked; auths the registry logins the instances were made with.
 	vols  map[string]*volume
 	auths map[string]bool
+
+	failNext map[Op]error // FailNext's errors (inject.go)
 }
 
 type volume struct {
@@ -204,6 +206,9 @@ func (b *Backend) Create(ctx context.Context, spec runtime.Spec, _ func(string))
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	if err := b.failLocked(OpCreate); err != nil {
+		return runtime.Created{}, err
+	}
 	prog, ok := b.images[spec.Image]
 	switch {
 	case !ok:
@@ -247,6 +252,9 @@ func (b *Backend) Start(ctx context.Context, id string) (bool, error) {
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	if err := b.failLocked(OpStart); err != nil {
+		return false, err
+	}
 	in := b.byID[id]
 	switch {
 	case in == nil:
@@ -326,6 +334,10 @@ func (b *Backend) endLocked(in *instance, r *run, code int) {
 // instance is removed as well.
 func (b *Backend) Stop(ctx context.Context, id string, grace time.Duration) error {
 	b.mu.Lock()
+	if err := b.failLocked(OpStop); err != nil {
+		b.mu.Unlock()
+		return err
+	}
 	in := b.byID[id]
 	if in == nil {
 		b.mu.Unlock()
@@ -377,6 +389,9 @@ func (b *Backend) Stop(ctx context.Context, id string, grace time.Duration) erro
 func (b *Backend) Remove(_ context.Context, id string) error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	if err := b.failLocked(OpRemove); err != nil {
+		return err
+	}
 	if in := b.byID[id]; in != nil {
 		b.removeLocked(in)
 	}
