@@ -308,7 +308,7 @@ func podErr(err error) error {
 func podState(st runtime.PodState) mgmt.PodState {
 	out := mgmt.PodState{PortMappings: st.PortMappings, PublicIP: st.PublicIP, StartedAt: st.StartedAt, MemoryInGb: hostMemoryGB(), Warnings: st.Warnings}
 	if st.GPUCount > 0 {
-		out.GPU = &store.PodGPU{ID: st.GPUTypeID, Count: st.GPUCount, DisplayName: st.GPUTypeID, UUIDs: st.GPUs}
+		out.GPU = &store.PodGPU{ID: st.GPUTypeID, Count: st.GPUCount, DisplayName: gpu.DisplayName(st.GPUTypeID), UUIDs: st.GPUs}
 	}
 	return out
 }

@@ -40,6 +40,13 @@ var typeAliases = map[string]string{
 // the "NVIDIA " prefix that older drivers left out ("GeForce RTX 3090").
 var brands = []string{"NVIDIA ", "Tesla ", "Quadro ", "AMD "}
 
+// DisplayName is a gpuTypeId as RunPod shows it to people ("RTX 4090",
+// "A40"): every surface's displayName of a type or a pod's GPU.
+func DisplayName(typeID string) string {
+	s := strings.TrimPrefix(typeID, "NVIDIA ")
+	return strings.TrimPrefix(s, "GeForce ")
+}
+
 // TypeID maps an NVML product name to RunPod's gpuTypeId. RunPod's ids are
 // mostly the NVML name itself, so this only normalises whitespace, drops the
 // "Mock " prefix of the go-nvml mocks, restores a missing "NVIDIA " prefix and

@@ -235,8 +235,7 @@ func TestRunpodctlTemplates(t *testing.T) {
 
 func TestRunpodctlAccountAndCatalogue(t *testing.T) {
 	devs := []gpu.Device{{Index: 0, UUID: "GPU-a", Name: "NVIDIA A40", TypeID: "NVIDIA A40", MemoryMiB: 46068}}
-	f := &fakePods{}
-	e := newEnv(t, withGPUs(devs...), withPods(f),
+	e := newEnv(t, withFake(devs, "me/dev:1"),
 		withPrices(t, mgmt.Prices{GPUHourly: map[string]float64{"NVIDIA A40": 0.4}, VCPUHourly: 0.02}))
 
 	// runpodctl ssh add-key: read pubKey, write the joined keys back.
@@ -329,9 +328,9 @@ func TestRunpodctlAccountAndCatalogue(t *testing.T) {
 		"gpuTypeId": "NVIDIA A40", "imageName": "me/dev:1", "name": "ctl-pod", "ports": "8888/http", "startSsh": true,
 		"supportPublicIp": true, "volumeInGb": 30, "volumeMountPath": "/data", "env": []J{{"key": "HF_HOME", "value": "/data/hf"}}}}).ok(t, "podFindAndDeployOnDemand", &pod)
 	if pod.Name != "ctl-pod" || pod.DesiredStatus != "RUNNING" || pod.ContainerDiskInGb != 20 || pod.VolumeInGb != 30 || pod.VolumeMountPath != "/data" ||
-		pod.GpuCount != 1 || pod.VcpuCount != 2 || pod.MemoryInGb != 16 || pod.Ports != "8888/http" || !reflect.DeepEqual(pod.Env, []string{"HF_HOME=/data/hf", "PUBLIC_KEY=" + key}) ||
-		pod.Machine.GpuDisplayName != "RTX 4090" || !strings.HasPrefix(pod.Machine.Location, "local") || pod.CostPerHr != 0.04 {
-		// The fake runtime hands out a 4090, unpriced: 2 vCPUs at 0.02.
+		pod.GpuCount != 1 || pod.VcpuCount != 2 || pod.MemoryInGb <= 0 || pod.Ports != "8888/http" || !reflect.DeepEqual(pod.Env, []string{"HF_HOME=/data/hf", "PUBLIC_KEY=" + key}) ||
+		pod.Machine.GpuDisplayName != "A40" || !strings.HasPrefix(pod.Machine.Location, "local") || pod.CostPerHr != 0.44 {
+		// The host's A40 at 0.4, and 2 vCPUs at 0.02.
 		t.Errorf("podFindAndDeployOnDemand (runpodctl): %+v", pod)
 	}
 
@@ -345,7 +344,7 @@ func TestRunpodctlAccountAndCatalogue(t *testing.T) {
 		NotifyPodsStale, NotifyPodsGeneral, NotifyLowBalance bool
 	}
 	e.ctl(fixture(t, "runpodctl/user.graphql"), nil).ok(t, "myself", &user)
-	if user.ID != "berth" || user.Email != nil || user.ClientBalance != nil || user.CurrentSpendPerHr != 0.04 {
+	if user.ID != "berth" || user.Email != nil || user.ClientBalance != nil || user.CurrentSpendPerHr != 0.44 {
 		t.Errorf("user: %+v", user)
 	}
 
@@ -363,8 +362,9 @@ func TestRunpodctlAccountAndCatalogue(t *testing.T) {
 		}
 	}
 	e.ctl(fixture(t, "runpodctl/pods.graphql"), nil).ok(t, "myself", &pods)
-	if len(pods.Pods) != 1 || len(pods.Pods[0].Runtime.Ports) != 1 || pods.Pods[0].Runtime.Ports[0].PublicPort != 41000 {
-		t.Errorf("pods: %+v", pods)
+	in, _ := e.fake.Pod(pod.ID)
+	if len(pods.Pods) != 1 || len(pods.Pods[0].Runtime.Ports) != 1 || pods.Pods[0].Runtime.Ports[0].PublicPort != in.PublicPorts["8888/tcp"] {
+		t.Errorf("pods: %+v, want 8888 as the backend published it (%v)", pods, in.PublicPorts)
 	}
 
 	// Network volumes.

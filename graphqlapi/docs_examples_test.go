@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	"berth/gpu"
 	"berth/mgmt"
 	"berth/store"
 )
@@ -33,8 +34,8 @@ func (e *env) docs(key, query string) (int, gqlReply) {
 }
 
 func TestDocumentationExamples(t *testing.T) {
-	f := &fakePods{}
-	e := newEnv(t, withPods(f))
+	a6000 := gpu.Device{Index: 0, UUID: "GPU-a6000", Name: "NVIDIA RTX A6000", TypeID: "NVIDIA RTX A6000", MemoryMiB: 49140}
+	e := newEnv(t, withFake([]gpu.Device{a6000}, "me/tensorflow"))
 
 	if code, r := e.docs("wrong", `query { myself { id } }`); code != http.StatusUnauthorized || len(r.Errors) != 1 {
 		t.Errorf("?api_key=wrong: %d %+v", code, r.Errors)

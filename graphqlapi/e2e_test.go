@@ -24,7 +24,7 @@ type dockerEnv struct {
 func newDockerEnv(t *testing.T) *dockerEnv {
 	t.Helper()
 	dockertest.Require(t)
-	e := newEnv(t, func(c *app.Config) {
+	e := newEnv(t, func(_ *env, c *app.Config) {
 		c.Backend, c.RemoveContainersOnStop = app.DockerRequired, true
 		c.Queue.TakeHold = 0 // the default: workers long-poll as in production
 		c.HTTP.PingInterval = 2 * time.Second

@@ -17,6 +17,7 @@ import (
 	"berth/internal/apptest"
 	"berth/mgmt"
 	"berth/queue"
+	"berth/runtime/fake"
 	"berth/store"
 )
 
@@ -25,8 +26,8 @@ const testKey = "graphql-test-key"
 var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
 
 // env is a Berth as berth serve composes it (package app), on a real bbolt
-// file, without Docker: pods are refused (503) unless a test gives a fake
-// pod runtime (withPods), since these tests are of GraphQL's translation.
+// file, without Docker: pods are refused (503) unless a test runs them on
+// the in-memory backend (withFake), through Berth's own pod adapter.
 type env struct {
 	t     *testing.T
 	dir   string
@@ -35,19 +36,21 @@ type env struct {
 	db    *store.DB
 	q     *queue.Service
 	base  string // http://host:port of the server
+	fake  *fake.Backend
 }
 
-type envOpt func(*app.Config)
+type envOpt func(*env, *app.Config)
 
 func newEnv(t *testing.T, opts ...envOpt) *env {
 	t.Helper()
 	cfg := apptest.Config(t, testKey)
 	cfg.Logger, cfg.Version = quiet, "test"
 	cfg.Queue.TakeHold = 100 * time.Millisecond
+	e := &env{t: t, dir: cfg.DataDir}
 	for _, o := range opts {
-		o(&cfg)
+		o(e, &cfg)
 	}
-	e := &env{t: t, dir: cfg.DataDir, berth: apptest.Start(t, cfg)}
+	e.berth = apptest.Start(t, cfg)
 	e.opened()
 	return e
 }
@@ -66,7 +69,7 @@ func (e *env) restart() {
 
 // withGPUs gives the host these GPUs (as NVML would find them).
 func withGPUs(devs ...gpu.Device) envOpt {
-	return func(c *app.Config) { c.DiscoverGPUs = func() ([]gpu.Device, error) { return devs, nil } }
+	return func(_ *env, c *app.Config) { c.DiscoverGPUs = func() ([]gpu.Device, error) { return devs, nil } }
 }
 
 // hold gives GPUs to a holder, as the runtime does for a worker or pod.
@@ -77,13 +80,16 @@ func (e *env) hold(holder string, uuids ...string) {
 	}
 }
 
-// withPods runs pods on a fake runtime.
-func withPods(p mgmt.PodRuntime) envOpt { return func(c *app.Config) { c.Pods = p } }
+// withFake runs pods on the in-memory backend (runtime/fake, e.fake)
+// with devs as the host's GPUs and images running until stopped.
+func withFake(devs []gpu.Device, images ...string) envOpt {
+	return func(e *env, c *app.Config) { e.fake = apptest.OnFake(e.t, c, devs, images...) }
+}
 
 // withPrices is the operator's price table (prices.json in the data
 // directory).
 func withPrices(t *testing.T, p mgmt.Prices) envOpt {
-	return func(c *app.Config) {
+	return func(_ *env, c *app.Config) {
 		b, _ := json.Marshal(p)
 		if err := os.WriteFile(filepath.Join(c.DataDir, mgmt.PricesFile), b, 0o600); err != nil {
 			t.Fatal(err)

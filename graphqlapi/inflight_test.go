@@ -43,7 +43,7 @@ func gqlPost(base, query string) (int, string, map[string]any, error) {
 // at the same time all answer; once the burst is over the bound is free
 // again (an expensive query alone answers).
 func TestInFlightBoundRefusesExpensiveQueriesNotCheapOnes(t *testing.T) {
-	e := newEnv(t, func(c *app.Config) {
+	e := newEnv(t, func(_ *env, c *app.Config) {
 		c.HTTP.GraphQL = graphqlapi.Limits{InFlight: 150000, InFlightWait: 100 * time.Millisecond}
 	})
 	var tpl struct{ ID string }

@@ -1,67 +1,31 @@
 package graphqlapi_test
 
 import (
-	"context"
-	"fmt"
+	"os"
 	"reflect"
 	"strings"
-	"sync"
 	"testing"
-	"time"
 
+	"berth/gpu"
 	"berth/mgmt"
+	"berth/runtime"
 	"berth/store"
 )
 
-// fakePods stands in for the Docker runtime's pods (the runtime's own
-// tests run real pod containers); it records what it was asked.
-type fakePods struct {
-	mu    sync.Mutex
-	calls []string
-	full  bool // no free GPU: StartPod fails with ErrPodCapacity
+// podGPUs are the host's GPUs of the pod tests: one RTX 4090 and one A40.
+var podGPUs = []gpu.Device{
+	{Index: 0, UUID: "GPU-4090", Name: "NVIDIA GeForce RTX 4090", TypeID: "NVIDIA GeForce RTX 4090", MemoryMiB: 24564},
+	{Index: 1, UUID: "GPU-A40", Name: "NVIDIA A40", TypeID: "NVIDIA A40", MemoryMiB: 46068},
 }
 
-var podStart = time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
-
-func (f *fakePods) record(s string) {
-	f.mu.Lock()
-	f.calls = append(f.calls, s)
-	f.mu.Unlock()
-}
-
-func (f *fakePods) takeCalls() []string {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	c := f.calls
-	f.calls = nil
-	return c
-}
-
-func (f *fakePods) StartPod(_ context.Context, p store.Pod) (mgmt.PodState, error) {
-	f.record(fmt.Sprintf("start %s %s %v %v", p.ComputeType, p.ImageName, p.DockerStartCmd, p.GPUTypeIDs))
-	f.mu.Lock()
-	full := f.full
-	f.mu.Unlock()
-	if full && p.ComputeType == "GPU" {
-		return mgmt.PodState{}, fmt.Errorf("%w: 0 of 1 free", mgmt.ErrPodCapacity)
+// instance is pod id's instance on the fake backend; none fails the test.
+func (e *env) instance(id string) runtime.Instance {
+	e.t.Helper()
+	in, ok := e.fake.Pod(id)
+	if !ok {
+		e.t.Fatalf("pod %s has no instance on the backend", id)
 	}
-	st := mgmt.PodState{PortMappings: map[string]int{}, PublicIP: "192.0.2.7", MemoryInGb: 15.6, MachineID: "host1", StartedAt: podStart}
-	for i, port := range p.Ports {
-		st.PortMappings[strings.Split(port, "/")[0]] = 41000 + i
-	}
-	if p.ComputeType == "GPU" {
-		st.GPU = &store.PodGPU{ID: "NVIDIA GeForce RTX 4090", Count: p.GPUCount, DisplayName: "RTX 4090"}
-	}
-	return st, nil
-}
-
-func (f *fakePods) StopPod(_ context.Context, id string) error { f.record("stop " + id); return nil }
-func (f *fakePods) ResetPod(ctx context.Context, p store.Pod) (mgmt.PodState, error) {
-	return f.StartPod(ctx, p)
-}
-func (f *fakePods) RemovePod(_ context.Context, id string) error {
-	f.record("remove " + id)
-	return nil
+	return in
 }
 
 type pyPod struct {
@@ -104,19 +68,19 @@ type pyPodFull struct {
 }
 
 func TestPythonPods(t *testing.T) {
-	f := &fakePods{}
-	e := newEnv(t, withPods(f), withPrices(t, mgmt.Prices{GPUHourly: map[string]float64{"NVIDIA GeForce RTX 4090": 0.5}, VCPUHourly: 0.01}))
+	e := newEnv(t, withFake(podGPUs, "berth/dev:1", "alpine:3", "x:1"), withPrices(t, mgmt.Prices{GPUHourly: map[string]float64{"NVIDIA GeForce RTX 4090": 0.5}, VCPUHourly: 0.01}))
 
 	// runpod.create_pod(name, image, "NVIDIA GeForce RTX 4090", ports=..., env=...)
 	var p pyPod
 	e.python(fixture(t, "runpod-python/create_gpu_pod.graphql", "name", "dev", "image", "berth/dev:1", "cloudType", "ALL", "gpuTypeId", "NVIDIA GeForce RTX 4090")).ok(t, "podFindAndDeployOnDemand", &p)
-	want := pyPod{ID: p.ID, ImageName: "berth/dev:1", Env: []string{"A=1", "B=two words"}, MachineID: "host1"}
+	host, _ := os.Hostname()
+	want := pyPod{ID: p.ID, ImageName: "berth/dev:1", Env: []string{"A=1", "B=two words"}, MachineID: host}
 	want.Machine.PodHostID = p.ID
 	if len(p.ID) != 14 || !reflect.DeepEqual(p, want) {
 		t.Errorf("podFindAndDeployOnDemand:\n got %+v\nwant %+v", p, want)
 	}
-	if c := f.takeCalls(); !reflect.DeepEqual(c, []string{"start GPU berth/dev:1 [] [NVIDIA GeForce RTX 4090]"}) {
-		t.Errorf("runtime calls: %q", c)
+	if in := e.instance(p.ID); !in.Running || in.Image != "berth/dev:1" || !reflect.DeepEqual(in.GPUs, []string{"GPU-4090"}) {
+		t.Errorf("the pod's instance: running %v, image %s, GPUs %v; want berth/dev:1 running on the 4090", in.Running, in.Image, in.GPUs)
 	}
 	var v1 store.Pod
 	e.rest("GET", "/v1/pods/"+p.ID, nil, 200, &v1)
@@ -128,13 +92,15 @@ func TestPythonPods(t *testing.T) {
 	// runpod.get_pod(id) and get_pods()
 	var full pyPodFull
 	e.python(fixture(t, "runpod-python/get_pod.graphql", "podId", p.ID)).ok(t, "pod", &full)
-	if full.DesiredStatus != "RUNNING" || full.CostPerHr != 0.51 || full.GpuCount != 1 || full.MemoryInGb != 16 || full.Ports != "8888/http,22/tcp" ||
+	if full.DesiredStatus != "RUNNING" || full.CostPerHr != 0.51 || full.GpuCount != 1 || full.MemoryInGb <= 0 || full.Ports != "8888/http,22/tcp" ||
 		full.PodType != "RESERVED" || full.DockerArgs != "" || full.Runtime == nil || len(full.Runtime.Ports) != 2 ||
 		full.Machine.GpuDisplayName == nil || *full.Machine.GpuDisplayName != "RTX 4090" || !strings.HasPrefix(full.LastStatusChange, "Created by user") {
 		t.Errorf("get_pod: %+v", full)
 	}
-	if rp := full.Runtime.Ports[0]; rp.IP != "192.0.2.7" || !rp.IsIPPublic || rp.PrivatePort != 8888 || rp.PublicPort != 41000 || rp.Type != "http" {
-		t.Errorf("runtime port: %+v", rp)
+	// The port as the backend published it, on the pod's public address.
+	published := e.instance(p.ID).PublicPorts["8888/tcp"]
+	if rp := full.Runtime.Ports[0]; rp.IP == "" || rp.IP != v1.PublicIP || !rp.IsIPPublic || rp.PrivatePort != 8888 || rp.PublicPort != published || rp.Type != "http" {
+		t.Errorf("runtime port: %+v, want 8888 published as %d on %q", rp, published, v1.PublicIP)
 	}
 	var my struct{ Pods []pyPodFull }
 	e.python(fixture(t, "runpod-python/get_pods.graphql")).ok(t, "myself", &my)
@@ -151,6 +117,9 @@ func TestPythonPods(t *testing.T) {
 	e.python(fixture(t, "runpod-python/get_pod.graphql", "podId", p.ID)).ok(t, "pod", &full)
 	if full.Runtime != nil || full.UptimeSeconds != 0 {
 		t.Errorf("stopped pod shows a runtime: %+v", full.Runtime)
+	}
+	if in := e.instance(p.ID); in.Running {
+		t.Errorf("a stopped pod's instance still runs: %+v", in)
 	}
 	e.python(fixture(t, "runpod-python/resume_pod.graphql", "podId", p.ID, "gpuCount", "2")).refused(t, "podResume", "gpuCount")
 	var res struct {
@@ -174,7 +143,9 @@ func TestPythonPods(t *testing.T) {
 	var gone bool
 	e.python(fixture(t, "runpod-python/terminate_pod.graphql", "podId", cpu.ID)).ok(t, "podTerminate", &gone)
 	e.rest("GET", "/v1/pods/"+cpu.ID, nil, 404, nil)
-	f.takeCalls()
+	if _, ok := e.fake.Pod(cpu.ID); ok {
+		t.Errorf("a terminated pod's instance is still on the backend")
+	}
 
 	// cloudType COMMUNITY is recorded, as on every surface.
 	var comm pyPod
@@ -186,7 +157,6 @@ func TestPythonPods(t *testing.T) {
 		t.Errorf("cloudType COMMUNITY read back as %q", commV1.CloudType)
 	}
 	e.rest("DELETE", "/v1/pods/"+comm.ID, nil, 204, nil)
-	f.takeCalls()
 
 	// Refusals: nothing stored, nothing started.
 	before := e.count(store.Pods)
@@ -198,9 +168,7 @@ func TestPythonPods(t *testing.T) {
 		refused(t, "podFindAndDeployOnDemand", "dataCenterId", "nowhere")
 	e.python(`mutation { podFindAndDeployOnDemand(input: {name: "s", imageName: "x:1", gpuTypeId: "NVIDIA A40", stopAfter: "2026-01-01T00:00:00Z"}) { id } }`).
 		refused(t, "podFindAndDeployOnDemand", "stopAfter")
-	f.mu.Lock()
-	f.full = true
-	f.mu.Unlock()
+	// The 4090 is the running pod's: none is free.
 	e.python(fixture(t, "runpod-python/create_gpu_pod.graphql", "name", "big", "image", "x:1", "cloudType", "SECURE", "gpuTypeId", "NVIDIA GeForce RTX 4090")).
 		refused(t, "podFindAndDeployOnDemand", "free GPUs")
 	if n := e.count(store.Pods); n != before {

@@ -538,11 +538,7 @@ func stockStatus(level string) *string {
 }
 
 // displayName is RunPod's short name: "RTX 4090" for "NVIDIA GeForce RTX 4090".
-func displayName(id string) string {
-	s := strings.TrimPrefix(id, "NVIDIA ")
-	s = strings.TrimPrefix(s, "GeForce ")
-	return s
-}
+func displayName(id string) string { return gpu.DisplayName(id) }
 
 // gpuCatalogue is mgmt's catalogue as GraphQL views.
 func gpuCatalogue(devs []gpu.Status, prices mgmt.Prices) []gpuTypeView {

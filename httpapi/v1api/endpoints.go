@@ -8,6 +8,7 @@ import (
 
 	"github.com/gorilla/mux"
 
+	"berth/gpu"
 	"berth/mgmt"
 	"berth/store"
 	"berth/v1input"
@@ -50,7 +51,7 @@ func (a *API) workers(e *store.Endpoint) []WorkerView {
 			LastStartedAt: w.LastStartedAt, State: w.State, StatusMessage: w.Message, JobsInProgress: w.JobsInProgress,
 			LastSeenAt: w.LastSeenAt, External: w.External}
 		if w.GPUTypeID != "" {
-			v.GPU = &store.PodGPU{ID: w.GPUTypeID, Count: w.GPUCount, DisplayName: w.GPUTypeID, UUIDs: w.GPUUUIDs}
+			v.GPU = &store.PodGPU{ID: w.GPUTypeID, Count: w.GPUCount, DisplayName: gpu.DisplayName(w.GPUTypeID), UUIDs: w.GPUUUIDs}
 		}
 		out = append(out, v)
 	}
