@@ -221,9 +221,13 @@ func TestGPUWorkerFromZeroAndBack(t *testing.T) {
 		t.Fatalf("job: %+v, want COMPLETED with \"hello\" by %s", got, wid)
 	}
 	// The worker's log, through Berth from pods/log: its lines of the job.
-	if logs := string(e.call("GET", "/v1/endpoints/"+ep+"/workers/"+wid+"/logs?jobId="+job, nil, 200, nil)); !strings.Contains(logs, "Finished") {
-		t.Errorf("the worker's log of job %s: %q, want its Finished line", job, logs)
-	}
+	// The worker writes its Finished line after posting the result, so
+	// the job can be COMPLETED a moment before the line is in the log.
+	var logs string
+	e.eventually("the worker's log of job "+job+" has its Finished line", func() bool {
+		logs = string(e.call("GET", "/v1/endpoints/"+ep+"/workers/"+wid+"/logs?jobId="+job, nil, 200, nil))
+		return strings.Contains(logs, "Finished")
+	}, func() string { return logs })
 	var held []gpu.Status
 	e.call("GET", "/v1/gpus", nil, 200, &held)
 	for _, s := range held {
