@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"berth/app"
+	"berth/gpu"
 	"berth/internal/apitest"
 	"berth/internal/apptest"
 	"berth/runtime"
@@ -170,5 +171,48 @@ func (e *events) waitFor(t *testing.T, what string, match func(runtime.Event) bo
 		case <-deadline:
 			t.Fatalf("timed out waiting for %s", what)
 		}
+	}
+}
+
+// On a given backend the GPUs are its Devices (unless Config.DiscoverGPUs
+// says otherwise): a GPU pod gets the fake's device, as its program sees.
+func TestFakeBackendGPUs(t *testing.T) {
+	const key = "fake-key"
+	const typ = "NVIDIA GeForce RTX 4090"
+	dev := gpu.Device{UUID: "GPU-fake-0", Name: typ, TypeID: typ, MemoryMiB: 24564}
+	fb := fake.New(fake.Config{Devices: []gpu.Device{dev}})
+	given := make(chan []gpu.Device, 1)
+	fb.Image("gpu-pod", func(ctx context.Context, p fake.Process) int {
+		given <- p.GPUs
+		<-ctx.Done()
+		return 0
+	})
+
+	cfg := apptest.Config(t, key)
+	cfg.Backend, cfg.RemoveContainersOnStop = app.OnBackend(fb), true
+	first := apptest.Start(t, cfg)
+	if s := first.GPUs().Snapshot(); len(s) != 0 {
+		t.Errorf("with Config.DiscoverGPUs given, the GPUs are %+v, want its (none)", s)
+	}
+	first.Stop() // one Berth on the fake at a time: both would label theirs alike
+
+	cfg = apptest.Config(t, key)
+	cfg.Backend, cfg.RemoveContainersOnStop, cfg.DiscoverGPUs = app.OnBackend(fb), true, nil
+	a := apptest.Start(t, cfg)
+	if s := a.GPUs().Snapshot(); len(s) != 1 || s[0].UUID != dev.UUID {
+		t.Fatalf("the GPUs of a Berth on the fake: %+v, want its device", s)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	var pod struct{ ID, DesiredStatus string }
+	apitest.Call(ctx, t, a.URL(), key, "POST", "/v1/pods", map[string]any{"name": "gpu-pod", "imageName": "gpu-pod",
+		"gpuTypeIds": []string{typ}, "gpuCount": 1}, &pod, 201)
+	select {
+	case got := <-given:
+		if len(got) != 1 || got[0].UUID != dev.UUID {
+			t.Errorf("the pod's program was given GPUs %+v, want the fake's device", got)
+		}
+	case <-ctx.Done():
+		t.Fatal("the GPU pod's program never ran")
 	}
 }
