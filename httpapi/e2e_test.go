@@ -266,6 +266,7 @@ func (e *testEnv) watch(ep, id string) func() {
 }
 
 func TestE2ECancelRunningStopsTheHandler(t *testing.T) {
+	t.Parallel() // mostly waiting on the wall clock: overlapped with the other such tests
 	e := newEnv(t)
 	ep := e.Endpoint(nil)
 	w := e.startWorker(ep)
@@ -337,6 +338,7 @@ func TestE2ERunsyncWaitElapses(t *testing.T) {
 }
 
 func TestE2EExecutionTimeoutAndTTL(t *testing.T) {
+	t.Parallel() // mostly waiting on the wall clock: overlapped with the other such tests
 	e := newEnv(t)
 	ep := e.Endpoint(map[string]any{"executionTimeoutMs": 5000})
 	e.startWorker(ep)

@@ -14,6 +14,7 @@ import (
 // rules, and must be accepted (2xx; GraphQL: 200 without errors). A valid
 // /run body must be accepted by /runsync as well, which the fuzzer skips.
 func TestValidFuzzSeedsAccepted(t *testing.T) {
+	t.Parallel() // mostly waiting on the wall clock: overlapped with the other such tests
 	a := newFuzzAPI(t)
 	files, err := filepath.Glob("testdata/fuzz/*/valid-*")
 	if err != nil || len(files) == 0 {

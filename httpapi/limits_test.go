@@ -25,6 +25,7 @@ import (
 // answered 408 once it falls behind the minimum rate, its connection is
 // closed, and nothing is queued.
 func TestSlowBodyIsCutOff(t *testing.T) {
+	t.Parallel() // mostly waiting on the wall clock: overlapped with the other such tests
 	e := newEnv(t, apitest.RawConn(httplimit.Limits{BodyGrace: time.Second, MinBodyRate: 1000}))
 	ep := e.Endpoint(nil)
 	conn, err := net.Dial("tcp", e.App.Addr())
@@ -80,6 +81,7 @@ func TestSlowBodyIsCutOff(t *testing.T) {
 // grace but keeps above the minimum rate is accepted, and a long poll whose
 // body was read is not cut off by the body deadline afterwards.
 func TestSteadyUploadOutlastsTheGrace(t *testing.T) {
+	t.Parallel() // mostly waiting on the wall clock: overlapped with the other such tests
 	e := newEnv(t, apitest.RawConn(httplimit.Limits{BodyGrace: 500 * time.Millisecond, MinBodyRate: 2000}))
 	ep := e.Endpoint(nil)
 	pad := strings.Repeat("p", 8000)

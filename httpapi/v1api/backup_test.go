@@ -50,6 +50,7 @@ func unreadBackup(t *testing.T, addr string) (net.Conn, *bufio.Reader, int, int6
 // the reader's pace used to block, stopping every write and then every
 // read); the backup, read at last, is a complete and valid database.
 func TestUnreadBackupDoesNotStopWrites(t *testing.T) {
+	t.Parallel() // mostly waiting on the wall clock: overlapped with the other such tests
 	e := apitest.NewJobEnv(t, apitest.RawConn(httplimit.Limits{}))
 	ep := e.Endpoint(nil)
 	addr := e.App.Addr()
@@ -133,6 +134,7 @@ func TestUnreadBackupDoesNotStopWrites(t *testing.T) {
 // retry), and none when the copy would leave the data directory short of
 // its reserve (507, with the figures).
 func TestBackupLimits(t *testing.T) {
+	t.Parallel() // mostly waiting on the wall clock: overlapped with the other such tests
 	e := apitest.NewJobEnv(t, apitest.RawConn(httplimit.Limits{}))
 	ep := e.Endpoint(nil)
 	addr := e.App.Addr()
