@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
@@ -19,7 +20,8 @@ import (
 	berthapp "berth/app"
 	"berth/gpu"
 	"berth/internal/apptest"
-	"berth/mgmt"
+	"berth/runtime"
+	"berth/runtime/fake"
 	"berth/store"
 	"berth/worker"
 )
@@ -27,50 +29,37 @@ import (
 const testKey = "cli-test-key"
 
 // berth is a running Berth as berth serve composes it (package app), on a
-// temp data directory, without Docker: pods run on a stand-in runtime that
-// records its calls, and one GPU is listed, held by worker "w1". Worker and
-// pod logs need containers (cli_e2e_test.go reads real ones): here the log
-// requests the CLI sends are recorded on their way to the API.
+// temp data directory, on the in-memory backend (runtime/fake) instead of
+// Docker: pods of image podImage run through Berth's own pod adapter, and
+// one GPU is listed, held by worker "w1". The log requests the CLI sends
+// are recorded on their way to the API.
 type berth struct {
 	t    *testing.T
 	url  string
 	db   *store.DB
-	pods *fakePods
+	fake *fake.Backend
 
 	mu       sync.Mutex
 	logQuery []string // the log requests' path and query
 }
 
-type fakePods struct {
-	mu      sync.Mutex
-	actions []string
-}
+// podImage is the pods' image: it says it is up, then runs until stopped.
+const podImage = "jupyter:1"
 
-func (f *fakePods) record(s string) { f.mu.Lock(); f.actions = append(f.actions, s); f.mu.Unlock() }
-func (f *fakePods) StartPod(_ context.Context, p store.Pod) (mgmt.PodState, error) {
-	f.record("start " + p.ID)
-	return mgmt.PodState{PortMappings: map[string]int{"8888": 40001}, PublicIP: "127.0.0.1"}, nil
-}
-func (f *fakePods) ResetPod(_ context.Context, p store.Pod) (mgmt.PodState, error) {
-	f.record("reset " + p.ID)
-	return mgmt.PodState{}, nil
-}
-func (f *fakePods) StopPod(_ context.Context, id string) error { f.record("stop " + id); return nil }
-func (f *fakePods) RemovePod(_ context.Context, id string) error {
-	f.record("remove " + id)
-	return nil
-}
+// cliGPU is the host's one GPU.
+var cliGPU = gpu.Device{Index: 0, UUID: "GPU-1", Name: "NVIDIA GeForce RTX 4090", TypeID: "NVIDIA GeForce RTX 4090", MemoryMiB: 24564}
+
+// podInstance is pod id's instance on b's backend (ok false: none).
+func (b *berth) podInstance(id string) (in runtime.Instance, ok bool) { return b.fake.Pod(id) }
 
 func startBerth(t *testing.T) *berth { return startBerthWith(t, nil) }
 
 // startBerthWith is startBerth with its Config changed by change first.
 func startBerthWith(t *testing.T, change func(*berthapp.Config)) *berth {
 	t.Helper()
-	b := &berth{t: t, pods: &fakePods{}}
-	dev := gpu.Device{Index: 0, UUID: "GPU-1", Name: "NVIDIA GeForce RTX 4090", TypeID: "NVIDIA GeForce RTX 4090", MemoryMiB: 24564}
+	b := &berth{t: t}
 	cfg := berthapp.Config{DataDir: t.TempDir(), Addr: "127.0.0.1:0", APIKey: testKey,
-		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Backend: berthapp.DockerOff, Pods: b.pods,
-		DiscoverGPUs: func() ([]gpu.Device, error) { return []gpu.Device{dev}, nil },
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
 		WrapHandler: func(h http.Handler) http.Handler {
 			return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 				if strings.HasSuffix(r.URL.Path, "/logs") {
@@ -81,11 +70,17 @@ func startBerthWith(t *testing.T, change func(*berthapp.Config)) *berth {
 				h.ServeHTTP(w, r)
 			})
 		}}
+	b.fake = apptest.OnFake(t, &cfg, []gpu.Device{cliGPU})
+	b.fake.Image(podImage, func(ctx context.Context, p fake.Process) int {
+		fmt.Fprintln(p.Out, "notebook up")
+		<-ctx.Done()
+		return 0
+	})
 	if change != nil {
 		change(&cfg)
 	}
 	a := apptest.Start(t, cfg)
-	if err := a.GPUs().Restore("w1", []string{dev.UUID}); err != nil {
+	if err := a.GPUs().Restore("w1", []string{cliGPU.UUID}); err != nil {
 		t.Fatal(err)
 	}
 	b.url, b.db = a.URL(), a.Store()
@@ -271,38 +266,35 @@ func TestManagementVerbs(t *testing.T) {
 
 	// Pods and their verbs.
 	var pod rec
-	b.ok(&pod, "pod", "create", "--name", "nb", "--image-name", "jupyter:1", "--compute-type", "CPU", "--ports", "8888/http", "--wait", "--json")
+	b.ok(&pod, "pod", "create", "--name", "nb", "--image-name", podImage, "--compute-type", "CPU", "--ports", "8888/http", "--wait", "--json")
 	pid := pod["id"].(string)
-	if pod["desiredStatus"] != "RUNNING" {
-		t.Fatalf("pod create: %v", pod)
+	in, _ := b.podInstance(pid)
+	if pod["desiredStatus"] != "RUNNING" || !in.Running {
+		t.Fatalf("pod create: %v; its instance running: %v", pod, in.Running)
 	}
 	b.ok(&pod, "pod", "stop", pid, "--json")
-	if pod["desiredStatus"] != "EXITED" {
-		t.Fatalf("pod stop: %v", pod)
+	if in, _ := b.podInstance(pid); pod["desiredStatus"] != "EXITED" || in.Running {
+		t.Fatalf("pod stop: %v; its instance running: %v", pod, in.Running)
 	}
 	b.ok(&pod, "pod", "start", pid, "--json")
 	b.ok(&pod, "pod", "restart", pid, "--json")
 	b.ok(&pod, "pod", "update", pid, "--name", "nb2", "--json")
-	if pod["name"] != "nb2" {
-		t.Fatalf("pod update: %v", pod)
+	if in, _ := b.podInstance(pid); pod["name"] != "nb2" || !in.Running {
+		t.Fatalf("pod update: %v; its instance running: %v", pod, in.Running)
 	}
-	// Pod logs need the pod's container: without Docker the API says so
-	// (503), and the CLI exits non-zero after sending the follow flag.
-	if r := b.run("pod", "logs", pid, "-f"); r.code != ExitError || !strings.Contains(r.stderr, "503") {
-		t.Fatalf("pod logs without a runtime: %+v", r)
+	// A stopped pod's log, followed, is what it wrote (each of its three
+	// runs said it was up), and the follow flag reached the API.
+	b.ok(&pod, "pod", "stop", pid, "--json")
+	if r := b.run("pod", "logs", pid, "-f"); r.code != 0 || strings.Count(r.stdout, "notebook up") != 3 {
+		t.Fatalf("pod logs -f of a stopped pod: %+v", r)
 	}
 	b.ok(&list, "pod", "list", "--json")
 	if len(list) != 1 {
 		t.Fatalf("pod list: %v", list)
 	}
 	b.ok(nil, "pod", "delete", pid)
-	b.pods.mu.Lock()
-	acts := strings.Join(b.pods.actions, ",")
-	b.pods.mu.Unlock()
-	for _, want := range []string{"start " + pid, "stop " + pid, "remove " + pid} {
-		if !strings.Contains(acts, want) {
-			t.Errorf("runtime calls %s lack %q", acts, want)
-		}
+	if in, ok := b.podInstance(pid); ok {
+		t.Errorf("a deleted pod's instance is still on the backend: %+v", in)
 	}
 
 	// Host verbs.
@@ -329,12 +321,11 @@ func TestManagementVerbs(t *testing.T) {
 		t.Fatalf("completion: %.200s", out)
 	}
 
-	// Logs: the follow and job filters reach the server (whose answer,
-	// without Docker, is 503: cli_e2e_test.go reads real logs); a worker
-	// of an endpoint that does not exist is 404.
-	if r := b.run("logs", eid, "wkr1", "--job", "job-1", "-f"); r.code != ExitError || !strings.Contains(r.stderr, "503") {
-		t.Fatalf("logs without a runtime: %+v", r)
-	}
+	// Logs: the follow and job filters reach the server (whose answer for
+	// a worker attached with worker-env, which has no container, is 404:
+	// cli_e2e_test.go reads real logs); a worker of an endpoint that does
+	// not exist is 404.
+	b.fails(ExitNotFound, []string{"404", "no container"}, "logs", eid, "wkr1", "--job", "job-1", "-f")
 	b.mu.Lock()
 	q := strings.Join(b.logQuery, ",")
 	b.mu.Unlock()
@@ -573,7 +564,7 @@ func TestVerbsTakeNames(t *testing.T) {
 		t.Fatalf("endpoint create by template name: %v", ep)
 	}
 	b.fails(ExitNotFound, []string{"no template has the id or name \"nosuchtemplate\""}, "endpoint", "create", "nosuchtemplate", "--name", "orphan")
-	b.ok(&pod, "pod", "create", "--name", "named-pod", "--image-name", "img:1", "--compute-type", "CPU", "--json")
+	b.ok(&pod, "pod", "create", "--name", "named-pod", "--image-name", podImage, "--compute-type", "CPU", "--json")
 	eid, pid := ep["id"].(string), pod["id"].(string)
 
 	b.ok(&pod, "pod", "stop", "named-pod", "--json")
@@ -585,8 +576,8 @@ func TestVerbsTakeNames(t *testing.T) {
 	if pod["id"] != pid || pod["name"] != "renamed-pod" {
 		t.Fatalf("pod update by name: %v", pod)
 	}
-	if r := b.run("pod", "logs", "renamed-pod"); r.code != ExitError || !strings.Contains(r.stderr, "503") {
-		t.Fatalf("pod logs by name (no runtime: 503, not 404): %+v", r)
+	if r := b.run("pod", "logs", "renamed-pod"); r.code != 0 || !strings.Contains(r.stdout, "notebook up") {
+		t.Fatalf("pod logs by name: %+v", r)
 	}
 
 	var job rec
@@ -609,8 +600,8 @@ func TestVerbsTakeNames(t *testing.T) {
 		t.Fatalf("endpoint update by name: %v", ep)
 	}
 
-	b.ok(&pod, "pod", "create", "--name", "twin", "--image-name", "img:1", "--compute-type", "CPU", "--json")
-	b.ok(&pod, "pod", "create", "--name", "twin", "--image-name", "img:1", "--compute-type", "CPU", "--json")
+	b.ok(&pod, "pod", "create", "--name", "twin", "--image-name", podImage, "--compute-type", "CPU", "--json")
+	b.ok(&pod, "pod", "create", "--name", "twin", "--image-name", podImage, "--compute-type", "CPU", "--json")
 	b.fails(ExitConflict, []string{"2 pods are named \"twin\"", pod["id"].(string)}, "pod", "stop", "twin")
 	b.fails(ExitNotFound, []string{"404"}, "pod", "delete", "nosuchpod")
 	b.fails(ExitNotFound, []string{"404"}, "run", "nosuchendpoint", `{}`)

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	berthapp "berth/app"
+	"berth/gpu"
 )
 
 // get is a GET of the API with the test key, decoded into v; it returns
@@ -40,7 +41,10 @@ func (b *berth) get(path string, v any) int {
 func TestNoDockerSaysWhyJobsWait(t *testing.T) {
 	sock := filepath.Join(t.TempDir(), "no-docker.sock")
 	t.Setenv("DOCKER_HOST", "unix://"+sock)
-	b := startBerthWith(t, func(c *berthapp.Config) { c.Backend, c.Pods = berthapp.DockerAuto, nil })
+	b := startBerthWith(t, func(c *berthapp.Config) {
+		c.Backend = berthapp.DockerAuto
+		c.DiscoverGPUs = func() ([]gpu.Device, error) { return []gpu.Device{cliGPU}, nil }
+	})
 	var tpl, ep, job rec
 	b.ok(&tpl, "template", "create", "nodocker", "img:1", "--json")
 	b.ok(&ep, "endpoint", "create", tpl["id"].(string), "--name", "waits", "--json")
