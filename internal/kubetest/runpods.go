@@ -247,7 +247,6 @@ func (r *PodRunner) start(p *corev1.Pod, rp *runPod) error {
 				code = 128 + int(ws.Signal())
 			}
 		}
-		close(rp.done)
 		r.cfg.Events(fmt.Sprintf("%s exited %d", name, code))
 		reason := "Completed"
 		if code != 0 {
@@ -257,6 +256,10 @@ func (r *PodRunner) start(p *corev1.Pod, rp *runPod) error {
 			_, err := r.c.Kubelet().Terminated(ctx, r.cfg.Namespace, name, int32(code), reason, "")
 			return err
 		})
+		// Done once the exit is reported: a deletion (terminate) is
+		// finished only then, so the Pod's watchers see how it ended
+		// before it goes, as a kubelet reports it.
+		close(rp.done)
 	}()
 	return nil
 }
