@@ -44,7 +44,7 @@ func newFuzzAPI(f testing.TB) *fuzzAPI {
 	e := &apitest.Env{Cfg: apptest.Config(f, apitest.Key)}
 	e.Cfg.Queue.TakeHold = time.Millisecond
 	apitest.WithFakePods(apitest.NewFakePods())(e)
-	withFakeRuntime(newFakeRuntime())(e)
+	apitest.WithFakeRuntime(apitest.NewFakeRuntime())(e)
 	b := apptest.Start(f, e.Cfg)
 	a := &fuzzAPI{h: b.API().Handler(), q: b.Queue(), auth: "Bearer " + apitest.Key}
 	a.tpl = a.mustID(f, "POST", "/v1/templates", `{"name":"fuzz-tpl","imageName":"echo:latest","isServerless":true}`)

@@ -125,8 +125,8 @@ func (w *testWorker) take() string {
 // and checks none was left out: the document cannot drift from the code.
 func TestEveryRoute(t *testing.T) {
 	f := apitest.NewFakePods()
-	rt := newFakeRuntime()
-	e := newValidatingServer(t, apitest.WithFakePods(f), withFakeRuntime(rt), apitest.WithLoopbackWebhooks, apitest.WithHTTP(func(c *httpapi.Config) {
+	rt := apitest.NewFakeRuntime()
+	e := newValidatingServer(t, apitest.WithFakePods(f), apitest.WithFakeRuntime(rt), apitest.WithLoopbackWebhooks, apitest.WithHTTP(func(c *httpapi.Config) {
 		c.WorkerInfo = func(string) []mgmt.WorkerInfo {
 			return []mgmt.WorkerInfo{{ID: "zzzzcontainer1", State: "running", ImageName: "alpine:3", Version: 1, GPUTypeID: "NVIDIA A40", GPUCount: 1, LastStartedAt: apitest.FakeStart}}
 		}
@@ -207,10 +207,10 @@ func TestEveryRoute(t *testing.T) {
 	}
 
 	// Berth's runtime extensions: GPUs, container logs, endpoint status.
-	rt.set(func(rt *fakeRuntime) {
-		rt.logs[ep.ID+"/zzzzcontainer1"] = workerLog
-		rt.logs[pod.ID] = "pod line\n"
-		rt.status[ep.ID] = J{"workers": J{"initializing": 0, "idle": 0, "running": 0, "throttled": 1, "unhealthy": 0, "draining": 0},
+	rt.Set(func(rt *apitest.FakeRuntime) {
+		rt.Logs[ep.ID+"/zzzzcontainer1"] = apitest.WorkerLog
+		rt.Logs[pod.ID] = "pod line\n"
+		rt.Status[ep.ID] = J{"workers": J{"initializing": 0, "idle": 0, "running": 0, "throttled": 1, "unhealthy": 0, "draining": 0},
 			"desired": 1, "unhealthy": false, "reason": "waiting for free GPUs", "failures": 0, "crashes": 0, "attempts": 0}
 	})
 	e.Must(200, "GET", "/v1/gpus", nil, nil)

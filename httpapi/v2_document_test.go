@@ -17,8 +17,8 @@ import (
 // document's text states it.
 func TestV2AsTheDocumentSays(t *testing.T) {
 	f := apitest.NewFakePods()
-	rt := newFakeRuntime()
-	e := newValidatingServer(t, apitest.WithFakePods(f), withFakeRuntime(rt))
+	rt := apitest.NewFakeRuntime()
+	e := newValidatingServer(t, apitest.WithFakePods(f), apitest.WithFakeRuntime(rt))
 	e.Conformant(true)
 	var podTpl, other, sls v2Template
 	e.Must(201, "POST", "/v2/templates", J{"name": "pod-tpl", "image": "alpine:3", "env": J{"A": "1", "B": "1"}}, &podTpl)
@@ -169,8 +169,8 @@ func TestV2AsTheDocumentSays(t *testing.T) {
 		e.T = t
 		var pod v2Pod
 		e.Must(201, "POST", "/v2/pods", J{"name": "talker", "image": "alpine:3", "cpu": J{"id": "cpu3c", "vcpuCount": 2}}, &pod)
-		rt.set(func(rt *fakeRuntime) { rt.logs[pod.ID] = "backlog\n" })
-		pw := rt.follow(pod.ID)
+		rt.Set(func(rt *apitest.FakeRuntime) { rt.Logs[pod.ID] = "backlog\n" })
+		pw := rt.Follow(pod.ID)
 		ctx, cancel := context.WithCancel(context.Background())
 		defer cancel()
 		req, _ := http.NewRequestWithContext(ctx, "GET", e.Base+"/v2/pods/"+pod.ID+"/logs", nil)

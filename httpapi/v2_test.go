@@ -200,8 +200,8 @@ type httpapiProblem struct {
 // SSH keys reaching a pod, and the families one host cannot provide.
 func TestRunPodV2Conformance(t *testing.T) {
 	f := apitest.NewFakePods()
-	rt := newFakeRuntime()
-	e := newValidatingServer(t, apitest.WithFakePods(f), withFakeRuntime(rt), apitest.WithHTTP(func(c *httpapi.Config) {
+	rt := apitest.NewFakeRuntime()
+	e := newValidatingServer(t, apitest.WithFakePods(f), apitest.WithFakeRuntime(rt), apitest.WithHTTP(func(c *httpapi.Config) {
 		c.WorkerInfo = func(string) []mgmt.WorkerInfo {
 			return []mgmt.WorkerInfo{{ID: "zzzzcontainer1", State: "running", ImageName: "alpine:3", Version: 1, GPUTypeID: "NVIDIA GeForce RTX 4090", GPUCount: 1, LastStartedAt: apitest.FakeStart}}
 		}
@@ -300,7 +300,7 @@ func TestRunPodV2Conformance(t *testing.T) {
 	if len(rels.Releases) != 2 || rels.Releases[0].Version != 2 || len(rels.Releases[0].Diff) != 1 || rels.Releases[0].Diff[0].Field != "env" {
 		t.Errorf("releases %+v", rels)
 	}
-	rt.set(func(rt *fakeRuntime) { rt.logs[ep.ID+"/zzzzcontainer1"] = "line one\nline two\n" })
+	rt.Set(func(rt *apitest.FakeRuntime) { rt.Logs[ep.ID+"/zzzzcontainer1"] = "line one\nline two\n" })
 	_, logs := e.Call("GET", "/v2/serverless/"+ep.ID+"/workers/zzzzcontainer1/logs?tail=10", nil)
 	if !strings.Contains(string(logs), `"line":"line two"`) || !strings.HasPrefix(string(logs), "id: ") {
 		t.Errorf("worker logs: %q", logs)
@@ -335,7 +335,7 @@ func TestRunPodV2Conformance(t *testing.T) {
 	e.mustProblem(409, "POST", "/v2/pods/"+pod.ID+"/action", J{"action": "restart"}, "EXITED")
 	e.Must(200, "POST", "/v2/pods/"+pod.ID+"/action", J{"action": "start"}, nil)
 	e.Must(200, "POST", "/v2/pods/"+pod.ID+"/action", J{"action": "restart"}, nil)
-	rt.set(func(rt *fakeRuntime) { rt.logs[pod.ID] = "pod says hi\n" })
+	rt.Set(func(rt *apitest.FakeRuntime) { rt.Logs[pod.ID] = "pod says hi\n" })
 	_, logs = e.Call("GET", "/v2/pods/"+pod.ID+"/logs?source=container&tail=5", nil)
 	if !strings.Contains(string(logs), "pod says hi") {
 		t.Errorf("pod logs: %q", logs)

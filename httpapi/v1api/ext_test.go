@@ -1,144 +1,26 @@
-package httpapi_test
+package v1api_test
 
 import (
 	"bufio"
 	"context"
-	"encoding/json"
 	"errors"
-	"fmt"
 	"io"
 	"net/http"
 	"reflect"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
-	"berth/gpu"
 	"berth/internal/apitest"
-	"berth/mgmt"
 )
 
 // Berth's runtime extensions: GET /v1/gpus, the log routes, and the
-// runtime's status on endpoints and /health. fakeRuntime stands in for the
+// runtime's status on endpoints and /health. apitest.FakeRuntime stands in for the
 // supervisor.
 
-// fakeRuntime is the runtime's side of the extensions: GPUs, container
-// logs by "endpoint/worker" or pod id, and endpoint statuses.
-type fakeRuntime struct {
-	mu     sync.Mutex
-	logs   map[string]string         // container → its log so far
-	live   map[string]*io.PipeReader // container → what it writes next (follow)
-	status map[string]any            // endpoint → EndpointStatus
-	fail   error                     // the runtime's next answer
-	calls  []string
-}
-
-func newFakeRuntime() *fakeRuntime {
-	return &fakeRuntime{logs: map[string]string{}, live: map[string]*io.PipeReader{}, status: map[string]any{}}
-}
-
-// fakeGPUs are the GPUs withFakeRuntime's Berth finds.
-var fakeGPUs = []gpu.Device{
-	{Index: 0, UUID: "GPU-0000", Name: "NVIDIA GeForce RTX 4090", TypeID: "NVIDIA GeForce RTX 4090", MemoryMiB: 24564, PCIBusID: "00000000:01:00.0"},
-	{Index: 1, UUID: "GPU-0001", Name: "NVIDIA GeForce RTX 4090", TypeID: "NVIDIA GeForce RTX 4090", MemoryMiB: 24564, PCIBusID: "00000000:02:00.0"},
-}
-
-// withFakeRuntime gives the API f's WorkerLogs, PodLogs and
-// EndpointStatus (Berth has no runtime of its own without Docker), and
-// Berth two GPUs found at start, the first held by worker wkr1.
-func withFakeRuntime(f *fakeRuntime) apitest.Option {
-	return func(e *apitest.Env) {
-		e.Cfg.DiscoverGPUs = func() ([]gpu.Device, error) { return fakeGPUs, nil }
-		e.Holders = map[string][]string{"wkr1": {fakeGPUs[0].UUID}}
-		c := &e.Cfg.HTTP
-		c.WorkerLogs = func(ctx context.Context, ep, w string, follow bool, tail int, job string) (io.ReadCloser, error) {
-			return f.open(fmt.Sprintf("worker %s/%s follow=%v tail=%d job=%s", ep, w, follow, tail, job), ep+"/"+w, follow, tail, job,
-				fmt.Errorf("worker %s: %w", w, mgmt.ErrNoSuchWorker))
-		}
-		c.PodLogs = func(ctx context.Context, id string, follow bool, tail int) (io.ReadCloser, error) {
-			return f.open(fmt.Sprintf("pod %s follow=%v tail=%d", id, follow, tail), id, follow, tail, "",
-				fmt.Errorf("pod %s: %w", id, mgmt.ErrNoSuchPod))
-		}
-		c.EndpointStatus = func(ep string) any {
-			f.mu.Lock()
-			defer f.mu.Unlock()
-			return f.status[ep]
-		}
-	}
-}
-
-// open is a container's log: its last tail lines (0: all), only job's
-// runpod JSON lines when job is set, then with follow what is written to
-// its live pipe.
-func (f *fakeRuntime) open(call, key string, follow bool, tail int, job string, unknown error) (io.ReadCloser, error) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.calls = append(f.calls, call)
-	if err := f.fail; err != nil {
-		f.fail = nil
-		return nil, err
-	}
-	text, ok := f.logs[key]
-	if !ok {
-		return nil, unknown
-	}
-	lines := strings.SplitAfter(text, "\n")
-	if lines[len(lines)-1] == "" {
-		lines = lines[:len(lines)-1]
-	}
-	if tail > 0 && tail < len(lines) {
-		lines = lines[len(lines)-tail:]
-	}
-	if job != "" {
-		var kept []string
-		for _, l := range lines {
-			var v struct {
-				RequestID *string `json:"requestId"`
-			}
-			if json.Unmarshal([]byte(l), &v) == nil && v.RequestID != nil && *v.RequestID == job {
-				kept = append(kept, l)
-			}
-		}
-		lines = kept
-	}
-	past := strings.NewReader(strings.Join(lines, ""))
-	if pr := f.live[key]; follow && pr != nil {
-		return struct {
-			io.Reader
-			io.Closer
-		}{io.MultiReader(past, pr), pr}, nil
-	}
-	return io.NopCloser(past), nil
-}
-
-func (f *fakeRuntime) takeCalls() []string {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	c := f.calls
-	f.calls = nil
-	return c
-}
-
-// follow makes key's container go on logging: the test writes to the
-// returned pipe; closing it ends the container's log.
-func (f *fakeRuntime) follow(key string) *io.PipeWriter {
-	pr, pw := io.Pipe()
-	f.mu.Lock()
-	f.live[key] = pr
-	f.mu.Unlock()
-	return pw
-}
-
-func (f *fakeRuntime) set(fn func(f *fakeRuntime)) {
-	f.mu.Lock()
-	fn(f)
-	f.mu.Unlock()
-}
-
 func TestGPUs(t *testing.T) {
-	f := newFakeRuntime()
-	e := newValidatingServer(t, withFakeRuntime(f))
+	f := apitest.NewFakeRuntime()
+	e := apitest.NewValidating(t, apitest.WithFakeRuntime(f))
 	var got []map[string]any
 	e.Must(200, "GET", "/v1/gpus", nil, &got)
 	want := []map[string]any{
@@ -157,7 +39,7 @@ func TestGPUs(t *testing.T) {
 	if out := e.Must(200, "GET", "/v1/gpus", nil, nil); string(out) != "[]" {
 		t.Errorf("GET /v1/gpus without GPUs: %s, want []", out)
 	}
-	bare := newValidatingServer(t)
+	bare := apitest.NewValidating(t)
 	if out := bare.Must(200, "GET", "/v1/gpus", nil, nil); string(out) != "[]" {
 		t.Errorf("GET /v1/gpus without Config.GPUs: %s, want []", out)
 	}
@@ -165,32 +47,22 @@ func TestGPUs(t *testing.T) {
 
 // logsEnv is a server with the fake runtime and pods, an endpoint whose
 // worker "wkr1" has a log, and a pod with a log.
-func logsEnv(t *testing.T) (e *testEnv, f *fakeRuntime, ep, pod string) {
-	f = newFakeRuntime()
-	e = newValidatingServer(t, withFakeRuntime(f), apitest.WithFakePods(apitest.NewFakePods()))
+func logsEnv(t *testing.T) (e *apitest.Env, f *apitest.FakeRuntime, ep, pod string) {
+	f = apitest.NewFakeRuntime()
+	e = apitest.NewValidating(t, apitest.WithFakeRuntime(f), apitest.WithFakePods(apitest.NewFakePods()))
 	tpl := e.NewTemplate("t", "alpine:3", nil)
 	ep = e.NewEndpoint(tpl.ID, nil).ID
 	pod = e.NewPod(J{"imageName": "alpine:3", "computeType": "CPU"}).ID
-	f.set(func(f *fakeRuntime) {
-		f.logs[ep+"/wkr1"] = workerLog
-		f.logs[pod] = "pod line 1\npod line 2\npod line 3\n"
+	f.Set(func(f *apitest.FakeRuntime) {
+		f.Logs[ep+"/wkr1"] = apitest.WorkerLog
+		f.Logs[pod] = "pod line 1\npod line 2\npod line 3\n"
 	})
-	f.takeCalls()
+	f.TakeCalls()
 	return e, f, ep, pod
 }
 
-// workerLog is what runpod-python prints: JSON lines with requestId, and
-// plain lines from the image.
-const workerLog = `starting handler
-{"requestId": null, "message": "Started.", "level": "INFO"}
-{"requestId": "job-a", "message": "working on a", "level": "INFO"}
-{"requestId": "job-b", "message": "working on b", "level": "INFO"}
-plain print from the handler
-{"requestId": "job-a", "message": "a done", "level": "INFO"}
-`
-
 // getText answers a text route: status, Content-Type and body.
-func (e *testEnv) getText(path string) (int, string, string) {
+func getText(e *apitest.Env, path string) (int, string, string) {
 	e.T.Helper()
 	req, _ := http.NewRequest("GET", e.Base+path, nil)
 	req.Header.Set("Authorization", "Bearer "+apitest.Key)
@@ -210,14 +82,14 @@ func TestContainerLogs(t *testing.T) {
 	e, f, ep, pod := logsEnv(t)
 	wlogs := "/v1/endpoints/" + ep + "/workers/wkr1/logs"
 	plogs := "/v1/pods/" + pod + "/logs"
-	lines := strings.SplitAfter(workerLog, "\n")
+	lines := strings.SplitAfter(apitest.WorkerLog, "\n")
 
 	cases := []struct {
 		path, want, call string
 	}{
-		{wlogs, workerLog, "worker " + ep + "/wkr1 follow=false tail=0 job="},
+		{wlogs, apitest.WorkerLog, "worker " + ep + "/wkr1 follow=false tail=0 job="},
 		{wlogs + "?tail=2", lines[4] + lines[5], "worker " + ep + "/wkr1 follow=false tail=2 job="},
-		{wlogs + "?tail=0&follow=false", workerLog, "worker " + ep + "/wkr1 follow=false tail=0 job="},
+		{wlogs + "?tail=0&follow=false", apitest.WorkerLog, "worker " + ep + "/wkr1 follow=false tail=0 job="},
 		{wlogs + "?jobId=job-a", lines[2] + lines[5], "worker " + ep + "/wkr1 follow=false tail=0 job=job-a"},
 		{wlogs + "?jobId=job-b&tail=3", lines[3], "worker " + ep + "/wkr1 follow=false tail=3 job=job-b"},
 		{wlogs + "?jobId=job-z", "", "worker " + ep + "/wkr1 follow=false tail=0 job=job-z"},
@@ -225,11 +97,11 @@ func TestContainerLogs(t *testing.T) {
 		{plogs + "?tail=1", "pod line 3\n", "pod " + pod + " follow=false tail=1"},
 	}
 	for _, c := range cases {
-		code, ct, body := e.getText(c.path)
+		code, ct, body := getText(e, c.path)
 		if code != 200 || ct != "text/plain; charset=utf-8" || body != c.want {
 			t.Errorf("GET %s: %d %q\n%q\nwant 200 text/plain; charset=utf-8\n%q", c.path, code, ct, body, c.want)
 		}
-		if calls := f.takeCalls(); !reflect.DeepEqual(calls, []string{c.call}) {
+		if calls := f.TakeCalls(); !reflect.DeepEqual(calls, []string{c.call}) {
 			t.Errorf("GET %s: runtime calls %q, want %q", c.path, calls, c.call)
 		}
 	}
@@ -241,7 +113,7 @@ func TestContainerLogs(t *testing.T) {
 	e.MustErr(400, "GET", wlogs+"?follow=maybe", nil, "follow")
 	e.MustErr(400, "GET", wlogs+"?jobId=", nil, "jobId")
 	e.MustErr(400, "GET", plogs+"?jobId=job-a", nil, "jobId", "worker logs only")
-	if calls := f.takeCalls(); len(calls) != 0 {
+	if calls := f.TakeCalls(); len(calls) != 0 {
 		t.Errorf("bad requests reached the runtime: %q", calls)
 	}
 
@@ -249,11 +121,11 @@ func TestContainerLogs(t *testing.T) {
 	e.MustErr(404, "GET", "/v1/endpoints/nosuchendpoint/workers/wkr1/logs", nil, "endpoint nosuchendpoint not found")
 	e.MustErr(404, "GET", "/v1/endpoints/"+ep+"/workers/nosuchworker/logs", nil, "worker nosuchworker", "not found")
 	e.MustErr(404, "GET", "/v1/pods/nosuchpod/logs", nil, "pod nosuchpod not found")
-	f.set(func(f *fakeRuntime) { delete(f.logs, pod) })
+	f.Set(func(f *apitest.FakeRuntime) { delete(f.Logs, pod) })
 	e.MustErr(404, "GET", plogs, nil, "pod "+pod, "no container")
 
 	// A runtime failure is 503 and says what failed.
-	f.set(func(f *fakeRuntime) { f.fail = errors.New("Cannot connect to the Docker daemon") })
+	f.Set(func(f *apitest.FakeRuntime) { f.Fail = errors.New("Cannot connect to the Docker daemon") })
 	e.MustErr(503, "GET", wlogs, nil, "Cannot connect to the Docker daemon")
 
 	// Every log route needs the key.
@@ -267,7 +139,7 @@ func TestContainerLogs(t *testing.T) {
 }
 
 func TestContainerLogsWithoutRuntime(t *testing.T) {
-	e := newValidatingServer(t, apitest.WithFakePods(apitest.NewFakePods()))
+	e := apitest.NewValidating(t, apitest.WithFakePods(apitest.NewFakePods()))
 	tpl := e.NewTemplate("t", "alpine:3", nil)
 	ep := e.NewEndpoint(tpl.ID, nil).ID
 	pod := e.NewPod(J{"imageName": "alpine:3"}).ID
@@ -283,7 +155,7 @@ func TestContainerLogsWithoutRuntime(t *testing.T) {
 }
 
 // openFollow starts a follow request; the answer's headers are in.
-func openFollow(t *testing.T, ctx context.Context, e *testEnv, path string) (*http.Response, *bufio.Reader) {
+func openFollow(t *testing.T, ctx context.Context, e *apitest.Env, path string) (*http.Response, *bufio.Reader) {
 	t.Helper()
 	req, _ := http.NewRequestWithContext(ctx, "GET", e.Base+path, nil)
 	req.Header.Set("Authorization", "Bearer "+apitest.Key)
@@ -327,10 +199,10 @@ func TestContainerLogsFollow(t *testing.T) {
 	e, f, ep, pod := logsEnv(t)
 
 	t.Run("until the log ends", func(t *testing.T) {
-		pw := f.follow(ep + "/wkr1")
+		pw := f.Follow(ep + "/wkr1")
 		res, br := openFollow(t, context.Background(), e, "/v1/endpoints/"+ep+"/workers/wkr1/logs?follow=true&tail=1")
 		defer res.Body.Close()
-		if got := readLine(t, br); got != strings.SplitAfter(workerLog, "\n")[5] {
+		if got := readLine(t, br); got != strings.SplitAfter(apitest.WorkerLog, "\n")[5] {
 			t.Errorf("first line %q, want the tail", got)
 		}
 		for _, line := range []string{"live line 1\n", "live line 2\n"} {
@@ -345,14 +217,14 @@ func TestContainerLogsFollow(t *testing.T) {
 		if rest, err := io.ReadAll(br); err != nil || len(rest) != 0 {
 			t.Errorf("after the log ended: %q %v", rest, err)
 		}
-		if calls := f.takeCalls(); len(calls) != 1 || !strings.HasSuffix(calls[0], "follow=true tail=1 job=") {
+		if calls := f.TakeCalls(); len(calls) != 1 || !strings.HasSuffix(calls[0], "follow=true tail=1 job=") {
 			t.Errorf("runtime calls %q", calls)
 		}
 	})
 
 	t.Run("a new container's empty log", func(t *testing.T) {
-		f.set(func(f *fakeRuntime) { f.logs[ep+"/wkr2"] = "" })
-		pw := f.follow(ep + "/wkr2")
+		f.Set(func(f *apitest.FakeRuntime) { f.Logs[ep+"/wkr2"] = "" })
+		pw := f.Follow(ep + "/wkr2")
 		defer pw.Close()
 		res, br := openFollow(t, context.Background(), e, "/v1/endpoints/"+ep+"/workers/wkr2/logs?follow=true")
 		defer res.Body.Close()
@@ -363,7 +235,7 @@ func TestContainerLogsFollow(t *testing.T) {
 	})
 
 	t.Run("until the client goes away", func(t *testing.T) {
-		pw := f.follow(pod)
+		pw := f.Follow(pod)
 		ctx, cancel := context.WithCancel(context.Background())
 		res, br := openFollow(t, ctx, e, "/v1/pods/"+pod+"/logs?follow=true")
 		defer res.Body.Close()
@@ -390,8 +262,8 @@ func TestContainerLogsFollow(t *testing.T) {
 }
 
 func TestEndpointStatus(t *testing.T) {
-	f := newFakeRuntime()
-	e := newValidatingServer(t, withFakeRuntime(f))
+	f := apitest.NewFakeRuntime()
+	e := apitest.NewValidating(t, apitest.WithFakeRuntime(f))
 	tpl := e.NewTemplate("t", "alpine:3", nil)
 	held := e.NewEndpoint(tpl.ID, J{"workersMax": 1}).ID
 	fine := e.NewEndpoint(tpl.ID, nil).ID
@@ -404,7 +276,7 @@ func TestEndpointStatus(t *testing.T) {
 		return st
 	}
 	const reason = "workersMax (1) reached: 3 jobs wait"
-	f.set(func(f *fakeRuntime) { f.status[held], f.status[fine] = status(reason), status("") })
+	f.Set(func(f *apitest.FakeRuntime) { f.Status[held], f.Status[fine] = status(reason), status("") })
 
 	var got struct {
 		ID     string         `json:"id"`
@@ -439,7 +311,7 @@ func TestEndpointStatus(t *testing.T) {
 	}
 
 	// Without a runtime neither appears.
-	bare := newValidatingServer(t)
+	bare := apitest.NewValidating(t)
 	tpl2 := bare.NewTemplate("t", "alpine:3", nil)
 	id := bare.NewEndpoint(tpl2.ID, nil).ID
 	var raw map[string]any
