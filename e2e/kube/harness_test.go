@@ -29,6 +29,7 @@ import (
 	"berth/internal/apitest"
 	"berth/internal/apptest"
 	"berth/internal/kubetest"
+	"berth/internal/proctest"
 	"berth/runtime"
 )
 
@@ -44,46 +45,13 @@ const (
 	unboundClass = "unbound-"
 )
 
-func TestMain(m *testing.M) { kubetest.Main(m, removeBuilt) }
+func TestMain(m *testing.M) { kubetest.Main(m, proctest.RemoveBuilds) }
 
-// builds are the test programs (testdata/echoworker, lbworker), each built
-// once for the package into one directory, removed after the tests.
-var builds struct {
-	mu   sync.Mutex
-	dir  string
-	bins map[string]string
-}
-
-// build returns the binary of the Go package pkg, building it on first use.
-func build(t testing.TB, pkg string) string {
-	t.Helper()
-	builds.mu.Lock()
-	defer builds.mu.Unlock()
-	if bin, ok := builds.bins[pkg]; ok {
-		return bin
-	}
-	if builds.dir == "" {
-		dir, err := os.MkdirTemp("", "berth-kube-e2e-")
-		if err != nil {
-			t.Fatal(err)
-		}
-		builds.dir, builds.bins = dir, map[string]string{}
-	}
-	bin := filepath.Join(builds.dir, filepath.Base(pkg))
-	if out, err := exec.Command("go", "build", "-o", bin, pkg).CombinedOutput(); err != nil {
-		t.Fatalf("go build %s: %v\n%s", pkg, err, out)
-	}
-	builds.bins[pkg] = bin
-	return bin
-}
+// build returns the binary of the Go package pkg, built once per test
+// binary (internal/proctest).
+func build(t testing.TB, pkg string) string { return proctest.Build(t, pkg, false) }
 
 func echoworker(t testing.TB) string { return build(t, "berth/testdata/echoworker") }
-
-func removeBuilt() {
-	if builds.dir != "" {
-		_ = os.RemoveAll(builds.dir)
-	}
-}
 
 type tWriter struct{ t testing.TB }
 
