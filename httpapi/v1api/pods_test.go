@@ -1,15 +1,17 @@
 package v1api_test
 
 import (
+	"context"
 	"errors"
-	"fmt"
 	"reflect"
 	"strings"
 	"testing"
+	"time"
 
-	"berth/httpapi"
 	"berth/internal/apitest"
 	"berth/mgmt"
+	"berth/runtime"
+	"berth/runtime/fake"
 	"berth/store"
 )
 
@@ -23,7 +25,7 @@ func TestPodWithoutRuntime(t *testing.T) {
 	// and the record keeps the reason; desiredStatus does not change.
 	rec := store.Pod{ID: "podwithoutrt01", Name: "old", DesiredStatus: store.PodExited, Version: 1, ImageName: "alpine:3",
 		DockerEntrypoint: []string{}, DockerStartCmd: []string{}, Env: map[string]string{}, Ports: []string{}, ComputeType: "CPU", CloudType: "SECURE",
-		GPUTypeIDs: []string{}, DataCenterIDs: []string{mgmt.DataCenterID}, VCPUCount: 2, CreatedAt: apitest.FakeStart}
+		GPUTypeIDs: []string{}, DataCenterIDs: []string{mgmt.DataCenterID}, VCPUCount: 2, CreatedAt: time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)}
 	if err := e.DB.Update(func(tx *store.Tx) error { return tx.Apply(store.Put(store.Pods, rec.ID, rec)) }); err != nil {
 		t.Fatal(err)
 	}
@@ -38,9 +40,24 @@ func TestPodWithoutRuntime(t *testing.T) {
 	e.MustErr(404, "GET", "/v1/pods/"+rec.ID, nil, "not found")
 }
 
+// onFake is a Berth whose pods run on the in-memory backend, through its
+// own pod adapter: two RTX 4090s, images alpine:3 and alpine:4.
+func onFake(t *testing.T, opts ...apitest.Option) *apitest.Env {
+	return apitest.NewValidating(t, append([]apitest.Option{apitest.WithFake(apitest.PodGPUs, "alpine:3", "alpine:4")}, opts...)...)
+}
+
+// instances is what the backend holds.
+func instances(e *apitest.Env) []runtime.Instance {
+	e.T.Helper()
+	list, err := e.Fake.List(context.Background())
+	if err != nil {
+		e.T.Fatal(err)
+	}
+	return list
+}
+
 func TestPodCreateValidation(t *testing.T) {
-	f := apitest.NewFakePods()
-	e := apitest.NewValidating(t, apitest.WithFakePods(f))
+	e := onFake(t)
 	tpl := e.NewTemplate("t", "alpine:3", nil)
 	cases := []struct {
 		name  string
@@ -79,41 +96,42 @@ func TestPodCreateValidation(t *testing.T) {
 	if n := e.Count("/v1/pods"); n != 0 {
 		t.Errorf("%d pods stored after refused creates", n)
 	}
-	if calls := f.TakeCalls(); len(calls) != 0 {
-		t.Errorf("runtime called for refused creates: %v", calls)
+	if list := instances(e); len(list) != 0 {
+		t.Errorf("instances made for refused creates: %+v", list)
 	}
 	_ = tpl
 }
 
 func TestPodCreate(t *testing.T) {
-	f := apitest.NewFakePods()
-	e := apitest.NewValidating(t, apitest.WithFakePods(f))
+	e := onFake(t)
 	p := e.NewPod(J{"imageName": "alpine:3", "gpuTypeIds": []string{"NVIDIA GeForce RTX 4090"}, "env": J{"A": "1"}})
 	if len(p.ID) != 14 || p.Name != "my pod" || p.DesiredStatus != store.PodRunning || p.Version != 1 || p.Image != "alpine:3" {
 		t.Errorf("created pod: %+v", p.Pod)
 	}
-	if p.GPU == nil || p.GPU.ID != "NVIDIA GeForce RTX 4090" || p.GPU.Count != 1 || p.PortMappings["22"] != 40001 || p.PublicIP != "127.0.0.1" {
-		t.Errorf("runtime state not recorded: gpu %+v ports %v ip %q", p.GPU, p.PortMappings, p.PublicIP)
+	in := e.PodInstance(p.ID)
+	if !in.Running || in.Image != "alpine:3" || in.Env["A"] != "1" || len(in.GPUs) != 1 {
+		t.Errorf("the pod's instance: %+v", in)
 	}
-	if !p.LastStartedAt.Equal(apitest.FakeStart) || !strings.HasPrefix(p.LastStatusChange, "Created by user: ") || p.StatusMessage != "" {
-		t.Errorf("lastStartedAt %v lastStatusChange %q statusMessage %q", p.LastStartedAt, p.LastStatusChange, p.StatusMessage)
+	// What the runtime did is what the record says: its GPU, its ports as
+	// published, when it started.
+	if p.GPU == nil || p.GPU.ID != "NVIDIA GeForce RTX 4090" || p.GPU.Count != 1 || !reflect.DeepEqual(p.GPU.UUIDs, in.GPUs) ||
+		p.PortMappings["22"] == 0 || p.PortMappings["22"] != in.PublicPorts["22/tcp"] || p.PublicIP == "" {
+		t.Errorf("runtime state not recorded: gpu %+v ports %v (published %v) ip %q", p.GPU, p.PortMappings, in.PublicPorts, p.PublicIP)
 	}
-	if want := []string{"start " + p.ID + " v1"}; !reflect.DeepEqual(f.TakeCalls(), want) {
-		t.Errorf("runtime calls, want %v", want)
+	if !p.LastStartedAt.Equal(in.StartedAt) || !strings.HasPrefix(p.LastStatusChange, "Created by user: ") || p.StatusMessage != "" {
+		t.Errorf("lastStartedAt %v (started %v) lastStatusChange %q statusMessage %q", p.LastStartedAt, in.StartedAt, p.LastStatusChange, p.StatusMessage)
 	}
-	// A failed start leaves nothing behind.
-	f.Fail(fmt.Errorf("pull alpine:9: %w", mgmt.ErrPodInvalid))
+	// A failed start leaves nothing behind: an image that cannot be
+	// pulled, more GPUs than the host has, a runtime that fails.
 	e.MustErr(400, "POST", "/v1/pods", J{"imageName": "alpine:9"}, "not created", "pull alpine:9")
-	f.Fail(mgmt.ErrPodCapacity)
 	e.MustErr(409, "POST", "/v1/pods", J{"imageName": "alpine:3", "gpuCount": 8}, "GPUs")
-	f.Fail(errors.New("docker exploded"))
+	e.Fake.FailNext(fake.OpCreate, errors.New("docker exploded"))
 	e.MustErr(503, "POST", "/v1/pods", J{"imageName": "alpine:3"}, "docker exploded")
 	if n := e.Count("/v1/pods"); n != 1 {
 		t.Errorf("%d pods after failed creates, want 1", n)
 	}
-	calls := f.TakeCalls()
-	if len(calls) != 6 || !strings.HasPrefix(calls[1], "remove ") {
-		t.Errorf("failed creates should start then remove: %v", calls)
+	if list := instances(e); len(list) != 1 || list[0].ID != in.ID {
+		t.Errorf("instances after failed creates: %+v, want only %s's", list, p.ID)
 	}
 	// A CPU pod has no GPU fields.
 	c := e.NewPod(J{"imageName": "alpine:3", "computeType": "CPU", "vcpuCount": 4, "cpuFlavorIds": []string{"cpu3c"}, "gpuCount": 2})
@@ -123,7 +141,7 @@ func TestPodCreate(t *testing.T) {
 }
 
 func TestPodFromTemplate(t *testing.T) {
-	e := apitest.NewValidating(t, apitest.WithFakePods(apitest.NewFakePods()))
+	e := apitest.NewValidating(t, apitest.WithFake(apitest.PodGPUs, "registry.local/app:1"))
 	auth := e.NewRegistryAuth("hub", "u", "p")
 	tpl := e.NewTemplate("t", "registry.local/app:1", J{"env": J{"A": "1", "B": "2"}, "ports": []string{"8000/http"},
 		"dockerStartCmd": []string{"serve"}, "containerRegistryAuthId": auth.ID, "volumeInGb": 15})
@@ -133,48 +151,61 @@ func TestPodFromTemplate(t *testing.T) {
 		!reflect.DeepEqual(p.DockerStartCmd, []string{"serve"}) || p.ContainerRegistryAuthID != auth.ID || p.VolumeInGb != 17 || p.TemplateID != tpl.ID {
 		t.Errorf("pod from template: %+v", p.Pod)
 	}
+	in := e.PodInstance(p.ID)
+	if !in.Running || in.Image != tpl.ImageName || in.Env["A"] != "1" || in.Env["B"] != "3" || in.Env["C"] != "4" || in.Env["RUNPOD_POD_ID"] != p.ID {
+		t.Errorf("the pod's instance: %+v", in)
+	}
 }
 
 func TestPodActions(t *testing.T) {
-	f := apitest.NewFakePods()
-	e := apitest.NewValidating(t, apitest.WithFakePods(f))
+	e := onFake(t)
 	p := e.NewPod(J{"imageName": "alpine:3", "name": "dev"})
-	f.TakeCalls()
 	base := "/v1/pods/" + p.ID
+	first := e.PodInstance(p.ID)
 
 	var got apitest.PodJSON
 	e.Must(200, "POST", base+"/stop", nil, &got)
 	if got.DesiredStatus != store.PodExited || got.PortMappings != nil || got.PublicIP != "" || !strings.HasPrefix(got.LastStatusChange, "Stopped by user") {
 		t.Errorf("after stop: %s ports %v ip %q %q", got.DesiredStatus, got.PortMappings, got.PublicIP, got.LastStatusChange)
 	}
+	if in := e.PodInstance(p.ID); in.Running || in.ID != first.ID {
+		t.Errorf("after stop, the instance: %+v, want %s stopped", in, first.ID)
+	}
 	e.Must(200, "POST", base+"/start", nil, &got)
-	if got.DesiredStatus != store.PodRunning || got.PortMappings["8888"] != 40000 {
-		t.Errorf("after start: %s %v", got.DesiredStatus, got.PortMappings)
+	in := e.PodInstance(p.ID)
+	if got.DesiredStatus != store.PodRunning || got.PortMappings["8888"] == 0 || got.PortMappings["8888"] != in.PublicPorts["8888/tcp"] ||
+		!in.Running || in.ID != first.ID || !got.LastStartedAt.Equal(in.StartedAt) {
+		t.Errorf("after start: %s %v %v; instance %+v", got.DesiredStatus, got.PortMappings, got.LastStartedAt, in)
 	}
 	e.Must(200, "POST", base+"/restart", nil, &got)
+	if in := e.PodInstance(p.ID); !in.Running || in.ID != first.ID {
+		t.Errorf("after restart, the instance: %+v, want %s running", in, first.ID)
+	}
 	e.Must(200, "POST", base+"/reset", nil, &got)
 	if got.DesiredStatus != store.PodRunning || !strings.HasPrefix(got.LastStatusChange, "Reset by user") {
 		t.Errorf("after reset: %s %q", got.DesiredStatus, got.LastStatusChange)
 	}
-	want := []string{"stop " + p.ID, "start " + p.ID + " v1", "stop " + p.ID, "start " + p.ID + " v1", "reset " + p.ID + " v1"}
-	if calls := f.TakeCalls(); !reflect.DeepEqual(calls, want) {
-		t.Errorf("runtime calls %v, want %v", calls, want)
+	if in := e.PodInstance(p.ID); !in.Running || in.ID == first.ID {
+		t.Errorf("after reset, the instance: %+v, want a new one running", in)
 	}
 
 	// Runtime failures: the answer and the record say why; desiredStatus stays.
-	f.Fail(errors.New("daemon gone"))
+	e.Fake.FailNext(fake.OpStop, errors.New("daemon gone"))
 	e.MustErr(503, "POST", base+"/stop", nil, "daemon gone")
 	e.Must(200, "GET", base, nil, &got)
 	if got.DesiredStatus != store.PodRunning || !strings.Contains(got.StatusMessage, "daemon gone") || !strings.HasPrefix(got.LastStatusChange, "Stop failed") {
 		t.Errorf("after a failed stop: %s %q %q", got.DesiredStatus, got.StatusMessage, got.LastStatusChange)
 	}
-	f.Fail(mgmt.ErrPodCapacity)
-	e.MustErr(409, "POST", base+"/reset", nil, "GPUs")
+	// Every GPU taken while the pod is stopped: its reset finds none.
 	e.Must(200, "POST", base+"/stop", nil, &got)
 	if got.StatusMessage != "" {
 		t.Errorf("statusMessage %q kept after a successful action", got.StatusMessage)
 	}
-	f.TakeCalls()
+	if err := e.App.GPUs().Restore("squatter", []string{apitest.PodGPUs[0].UUID, apitest.PodGPUs[1].UUID}); err != nil {
+		t.Fatal(err)
+	}
+	e.MustErr(409, "POST", base+"/reset", nil, "GPUs")
+	e.App.GPUs().Release("squatter")
 
 	// Locked pods cannot be stopped, reset, restarted or deleted.
 	e.Must(200, "POST", base+"/start", nil, nil)
@@ -195,47 +226,45 @@ func TestPodActions(t *testing.T) {
 	for _, a := range []string{"start", "stop", "reset", "restart"} {
 		e.MustErr(404, "POST", "/v1/pods/nosuchpod00000/"+a, nil, "not found")
 	}
-	f.TakeCalls()
 
 	e.Must(204, "DELETE", base, nil, nil)
-	if calls := f.TakeCalls(); !reflect.DeepEqual(calls, []string{"remove " + p.ID}) {
-		t.Errorf("delete calls %v", calls)
+	if list := instances(e); len(list) != 0 {
+		t.Errorf("instances after the pod's deletion: %+v", list)
 	}
 	e.MustErr(404, "GET", base, nil, "not found")
 	e.MustErr(404, "DELETE", base, nil, "not found")
 }
 
 func TestPodUpdate(t *testing.T) {
-	f := apitest.NewFakePods()
-	e := apitest.NewValidating(t, apitest.WithFakePods(f))
+	e := onFake(t)
 	p := e.NewPod(J{"imageName": "alpine:3"})
-	f.TakeCalls()
 	base := "/v1/pods/" + p.ID
+	first := e.PodInstance(p.ID)
 	var got apitest.PodJSON
 	// Name only: no new container.
 	e.Must(200, "PATCH", base, J{"name": "n2"}, &got)
-	if got.Version != 1 || len(f.TakeCalls()) != 0 {
-		t.Errorf("a rename reset the pod (version %d)", got.Version)
+	if in := e.PodInstance(p.ID); got.Version != 1 || in.ID != first.ID || !in.Running {
+		t.Errorf("a rename reset the pod (version %d, instance %+v)", got.Version, in)
 	}
-	// Image change on a running pod: stored, version bumped, reset.
+	// Image change on a running pod: stored, version bumped, a new
+	// container of the new image.
 	e.Must(200, "POST", base+"/update", J{"imageName": "alpine:4", "env": J{"X": "1"}}, &got)
 	if got.Version != 2 || got.ImageName != "alpine:4" || got.Env["X"] != "1" {
 		t.Errorf("after update: %+v", got.Pod)
 	}
-	if calls := f.TakeCalls(); !reflect.DeepEqual(calls, []string{"reset " + p.ID + " v2"}) {
-		t.Errorf("calls %v, want a reset at v2", calls)
+	second := e.PodInstance(p.ID)
+	if second.ID == first.ID || !second.Running || second.Image != "alpine:4" || second.Env["X"] != "1" {
+		t.Errorf("after update, the instance: %+v, want a new one of alpine:4", second)
 	}
 	// On a stopped pod the change waits for the next start.
 	e.Must(200, "POST", base+"/stop", nil, nil)
-	f.TakeCalls()
 	e.Must(200, "PATCH", base, J{"dockerStartCmd": []string{"sleep", "1"}}, &got)
-	if got.Version != 3 || len(f.TakeCalls()) != 0 {
-		t.Errorf("a stopped pod was reset (version %d)", got.Version)
+	if in := e.PodInstance(p.ID); got.Version != 3 || in.ID != second.ID || in.Running {
+		t.Errorf("a stopped pod was reset (version %d, instance %+v)", got.Version, in)
 	}
 	// A failed reset: 503, the change is kept and the record says why.
 	e.Must(200, "POST", base+"/start", nil, nil)
-	f.TakeCalls()
-	f.Fail(errors.New("no disk"))
+	e.Fake.FailNext(fake.OpCreate, errors.New("no disk"))
 	e.MustErr(503, "PATCH", base, J{"ports": "80/http"}, "no disk", "stored")
 	e.Must(200, "GET", base, nil, &got)
 	if !reflect.DeepEqual(got.Ports, []string{"80/http"}) || got.Version != 4 || !strings.Contains(got.StatusMessage, "no disk") {
@@ -261,18 +290,29 @@ func TestPodUpdate(t *testing.T) {
 }
 
 func TestPodListAndIncludes(t *testing.T) {
-	f := apitest.NewFakePods()
-	e := apitest.NewValidating(t, apitest.WithFakePods(f), apitest.WithHTTP(func(c *httpapi.Config) {
-		c.WorkerInfo = func(ep string) []mgmt.WorkerInfo {
-			return []mgmt.WorkerInfo{{ID: "wrk" + ep[:4], State: "initializing", ImageName: "w:1", Version: 1, Message: "pulling"}}
-		}
-	}))
+	e := onFake(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	events, _ := e.Fake.Events(ctx)
 	vol := e.NewVolume("data", 10)
 	tpl := e.NewTemplate("t", "alpine:3", nil)
 	gpu := e.NewPod(J{"imageName": "alpine:3", "name": "gpu", "networkVolumeId": vol.ID, "gpuTypeIds": []string{"NVIDIA GeForce RTX 4090"}})
 	cpu := e.NewPod(J{"templateId": tpl.ID, "name": "cpu", "computeType": "CPU", "cpuFlavorIds": []string{"cpu5c"}})
 	e.Must(200, "POST", "/v1/pods/"+cpu.ID+"/stop", nil, nil)
-	ep := e.NewEndpoint(tpl.ID, nil)
+	// The endpoint's one warm worker: a container of the runtime (its
+	// program never connects, so it stays initializing).
+	ep := e.NewEndpoint(tpl.ID, J{"workersMin": 1})
+	var wrk string
+	for wrk == "" {
+		select {
+		case ev := <-events:
+			if ev.Action == runtime.EventStart && ev.Labels[runtime.LabelEndpoint] == ep.ID {
+				wrk = ev.Labels[runtime.LabelWorker]
+			}
+		case <-ctx.Done():
+			t.Fatal("the endpoint's worker never started")
+		}
+	}
 	var env map[string]string
 	e.Must(200, "GET", "/v1/endpoints/"+ep.ID+"/worker-env", nil, &env)
 
@@ -295,7 +335,7 @@ func TestPodListAndIncludes(t *testing.T) {
 		{"?dataCenterId=" + mgmt.DataCenterID, []string{gpu.ID, cpu.ID}},
 		{"?dataCenterId=EU-RO-1", nil},
 		{"?endpointId=" + ep.ID, nil}, // workers only with includeWorkers
-		{"?includeWorkers=true&endpointId=" + ep.ID, []string{"wrk" + ep.ID[:4], env["RUNPOD_POD_ID"]}},
+		{"?includeWorkers=true&endpointId=" + ep.ID, []string{wrk, env["RUNPOD_POD_ID"]}},
 	}
 	for _, c := range cases {
 		var list []apitest.PodJSON
@@ -305,7 +345,7 @@ func TestPodListAndIncludes(t *testing.T) {
 			got = append(got, p.ID)
 		}
 		want := c.want
-		if len(want) == 2 && strings.HasPrefix(want[0], "wrk") && want[0] > want[1] {
+		if len(want) == 2 && want[0] == wrk && want[0] > want[1] {
 			want = []string{want[1], want[0]}
 		}
 		if !reflect.DeepEqual(got, want) {
@@ -317,8 +357,8 @@ func TestPodListAndIncludes(t *testing.T) {
 	e.MustErr(400, "GET", "/v1/pods?includeMachine=perhaps", nil, "includeMachine")
 
 	var list []apitest.PodJSON
-	e.Must(200, "GET", "/v1/pods?includeWorkers=true&id=wrk"+ep.ID[:4], nil, &list)
-	if len(list) != 1 || list[0].EndpointID != ep.ID || list[0].State != "initializing" || list[0].StatusMessage != "pulling" {
+	e.Must(200, "GET", "/v1/pods?includeWorkers=true&id="+wrk, nil, &list)
+	if len(list) != 1 || list[0].EndpointID != ep.ID || list[0].State != "initializing" || list[0].ImageName != "alpine:3" {
 		t.Errorf("runtime worker in the pod list: %+v", list)
 	}
 

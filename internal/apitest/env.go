@@ -18,6 +18,7 @@ import (
 	"berth/httplimit"
 	"berth/internal/apptest"
 	"berth/queue"
+	"berth/runtime/fake"
 	"berth/store"
 )
 
@@ -39,6 +40,7 @@ type Env struct {
 	Clock   *clockwork.FakeClock
 	StopPod chan string         // workers the queue was told to stop (OnStopPod)
 	Holders map[string][]string // GPU holder → uuids, held again after each start
+	Fake    *fake.Backend       // the backend of WithFake, nil without
 
 	Berth *apptest.Berth
 	App   *app.App
