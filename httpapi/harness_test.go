@@ -7,7 +7,7 @@ import (
 )
 
 // testEnv is the one server harness of the HTTP API's tests,
-// internal/apitest's Env (shared with httpapi/v1api's tests), with
+// internal/apitest's Env (shared with httpapi/v1api's and v2api's tests), with
 // httpapi's own helpers — the job API's workers, text routes — as methods.
 type testEnv struct{ *apitest.Env }
 

@@ -104,7 +104,7 @@ func TestLimitsThatArent(t *testing.T) {
 	// schema's: 422).
 	for _, size := range []int{9, 4097} {
 		e.MustErr(400, "POST", "/v1/networkvolumes", J{"name": "v", "size": size, "dataCenterId": "EU-RO-1"}, "size", "10-4096 GB")
-		e.mustProblem(422, "POST", "/v2/network-volumes", J{"name": "v", "size": size, "dataCenter": "EU-RO-1"}, "size")
+		e.MustProblem(422, "POST", "/v2/network-volumes", J{"name": "v", "size": size, "dataCenter": "EU-RO-1"}, "size")
 	}
 	for _, size := range []int{10, 4096} {
 		v1 := e.NewVolume("v1", size)

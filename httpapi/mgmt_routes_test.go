@@ -29,7 +29,7 @@ var publicRoutes = []string{"GET /v1/openapi.json", "GET /v1/docs"}
 // key and with a wrong one: 401 in the route family's error shape.
 func TestEveryRouteNeedsTheKey(t *testing.T) {
 	e := newValidatingServer(t)
-	served := servedRoutes(t, e.API.Handler())
+	served := apitest.ServedRoutes(t, e.API.Handler())
 	for route, id := range apitest.DocOps(e.Doc) {
 		if !slices.Contains(served, route) || slices.Contains(publicRoutes, route) {
 			continue // TestOpenAPIDocument reports it

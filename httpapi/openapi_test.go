@@ -3,46 +3,14 @@ package httpapi_test
 import (
 	"net/http"
 	"slices"
-	"sort"
 	"strings"
 	"testing"
-
-	"github.com/gorilla/mux"
 
 	"berth/internal/apitest"
 )
 
 // The OpenAPI checks wrapped around Berth's handler are internal/apitest's
 // (Validating); this file checks the document itself.
-
-// servedRoutes walks Berth's router: "METHOD /path" of every route.
-func servedRoutes(t *testing.T, h http.Handler) []string {
-	t.Helper()
-	r, ok := h.(*mux.Router)
-	if !ok {
-		t.Fatalf("Handler() is a %T, not a *mux.Router", h)
-	}
-	var out []string
-	err := r.Walk(func(route *mux.Route, _ *mux.Router, _ []*mux.Route) error {
-		tpl, err := route.GetPathTemplate()
-		if err != nil {
-			return nil
-		}
-		methods, err := route.GetMethods()
-		if err != nil {
-			return nil // a prefix with a subrouter
-		}
-		for _, m := range methods {
-			out = append(out, m+" "+tpl)
-		}
-		return nil
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	sort.Strings(out)
-	return out
-}
 
 // TestOpenAPIDocument: Berth's v1 document loads, validates, is served
 // (with the key) and lists exactly the routes Berth serves outside REST v2
@@ -66,7 +34,7 @@ func TestOpenAPIDocument(t *testing.T) {
 
 	documented := apitest.DocOps(e.Doc)
 	v2 := e.API.V2Routes()
-	served := slices.DeleteFunc(servedRoutes(t, e.API.Handler()), func(r string) bool { _, ok := v2[r]; return ok })
+	served := slices.DeleteFunc(apitest.ServedRoutes(t, e.API.Handler()), func(r string) bool { _, ok := v2[r]; return ok })
 	for _, r := range served {
 		if _, ok := documented[r]; !ok {
 			t.Errorf("Berth serves %s but the OpenAPI document does not describe it", r)

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"reflect"
+	"sort"
 	"strings"
 	"sync"
 	"testing"
@@ -214,5 +215,34 @@ func DocOps(doc *openapi3.T) map[string]string {
 			out[method+" "+path] = o.OperationID
 		}
 	}
+	return out
+}
+
+// ServedRoutes walks Berth's router: "METHOD /path" of every route.
+func ServedRoutes(t testing.TB, h http.Handler) []string {
+	t.Helper()
+	r, ok := h.(*mux.Router)
+	if !ok {
+		t.Fatalf("Handler() is a %T, not a *mux.Router", h)
+	}
+	var out []string
+	err := r.Walk(func(route *mux.Route, _ *mux.Router, _ []*mux.Route) error {
+		tpl, err := route.GetPathTemplate()
+		if err != nil {
+			return nil
+		}
+		methods, err := route.GetMethods()
+		if err != nil {
+			return nil // a prefix with a subrouter
+		}
+		for _, m := range methods {
+			out = append(out, m+" "+tpl)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sort.Strings(out)
 	return out
 }

@@ -1,7 +1,9 @@
 package apitest
 
 import (
+	"encoding/json"
 	"net/http"
+	"strings"
 
 	"berth/mgmt"
 	"berth/queue"
@@ -108,4 +110,29 @@ func (e *Env) Endpoint(extra J) string {
 	}
 	ep := e.Admin("POST", "/v1/endpoints", body, 200)
 	return ep["id"].(string)
+}
+
+// MustProblem checks a REST v2 error: its status and an RFC 9457 body
+// whose detail mentions each of words.
+func (e *Env) MustProblem(want int, method, path string, body any, words ...string) {
+	e.T.Helper()
+	code, out := e.Call(method, path, body)
+	if code != want {
+		e.T.Fatalf("%s %s: got %d, want %d: %s", method, path, code, want, out)
+	}
+	var p struct {
+		Title  string
+		Status int
+		Detail string
+		Errors []string
+	}
+	if err := json.Unmarshal(out, &p); err != nil || p.Title == "" || p.Status != want || p.Detail == "" {
+		e.T.Fatalf("%s %s: not a problem body (%v): %s", method, path, err, out)
+	}
+	all := p.Detail + "\n" + strings.Join(p.Errors, "\n")
+	for _, w := range words {
+		if !strings.Contains(all, w) {
+			e.T.Errorf("%s %s: detail and errors %q do not mention %q", method, path, all, w)
+		}
+	}
 }

@@ -1,8 +1,9 @@
-package httpapi_test
+package v2api_test
 
 import (
 	"encoding/json"
 	"fmt"
+	"regexp"
 	"slices"
 	"sort"
 	"strings"
@@ -19,31 +20,6 @@ import (
 	"berth/mgmt"
 	"berth/store"
 )
-
-// mustProblem checks a REST v2 error: its status and an RFC 9457 body
-// whose detail mentions each of words.
-func (e *testEnv) mustProblem(want int, method, path string, body any, words ...string) {
-	e.T.Helper()
-	code, out := e.Call(method, path, body)
-	if code != want {
-		e.T.Fatalf("%s %s: got %d, want %d: %s", method, path, code, want, out)
-	}
-	var p struct {
-		Title  string
-		Status int
-		Detail string
-		Errors []string
-	}
-	if err := json.Unmarshal(out, &p); err != nil || p.Title == "" || p.Status != want || p.Detail == "" {
-		e.T.Fatalf("%s %s: not a problem body (%v): %s", method, path, err, out)
-	}
-	all := p.Detail + "\n" + strings.Join(p.Errors, "\n")
-	for _, w := range words {
-		if !strings.Contains(all, w) {
-			e.T.Errorf("%s %s: detail and errors %q do not mention %q", method, path, all, w)
-		}
-	}
-}
 
 type v2Template struct {
 	ID, Name, Image, Args, Category string
@@ -102,7 +78,7 @@ type v2Pod struct {
 
 // TestV2SharedWithV1: the same records, whichever version made them.
 func TestV2SharedWithV1(t *testing.T) {
-	e := newValidatingServer(t, apitest.WithFakePods(apitest.NewFakePods()))
+	e := apitest.NewValidating(t, apitest.WithFakePods(apitest.NewFakePods()))
 	e.Conformant(true)
 
 	v1t := e.NewTemplate("made-by-v1", "alpine:3", J{"dockerStartCmd": []string{"sh", "-c", "echo hi there"}, "env": J{"A": "1"}})
@@ -145,7 +121,7 @@ func TestV2SharedWithV1(t *testing.T) {
 // TestV2RoutesDoNotShadowTheJobAPI: /v2/pods and /v2/{endpointId}/run
 // both work, whatever the order of registration.
 func TestV2RoutesDoNotShadowTheJobAPI(t *testing.T) {
-	e := newValidatingServer(t, apitest.WithFakePods(apitest.NewFakePods()))
+	e := apitest.NewValidating(t, apitest.WithFakePods(apitest.NewFakePods()))
 	tpl := e.NewTemplate("t", "alpine:3", nil)
 	ep := e.NewEndpoint(tpl.ID, nil)
 	e.Must(200, "GET", "/v2/pods", nil, nil)
@@ -164,13 +140,13 @@ func TestV2RoutesDoNotShadowTheJobAPI(t *testing.T) {
 // TestV2NeedsTheKey: every v2 route answers 401 with a problem body
 // without the operator's key.
 func TestV2NeedsTheKey(t *testing.T) {
-	e := newValidatingServer(t)
+	e := apitest.NewValidating(t)
 	for route := range e.API.V2Routes() {
 		if route == "GET /v2/openapi.json" || route == "POST /v2/serverless/{id}/webhooks/git" {
 			continue // served without a key (TestOpenAPIDocument; the webhook's signature: app's TestGitWebhook)
 		}
 		method, path, _ := strings.Cut(route, " ")
-		path = pathParamRe.ReplaceAllString(path, "x")
+		path = regexp.MustCompile(`\{[^}]+\}`).ReplaceAllString(path, "x")
 		var body any
 		if method == "POST" || method == "PATCH" || method == "PUT" {
 			body = "{}"
@@ -201,7 +177,7 @@ type httpapiProblem struct {
 func TestRunPodV2Conformance(t *testing.T) {
 	f := apitest.NewFakePods()
 	rt := apitest.NewFakeRuntime()
-	e := newValidatingServer(t, apitest.WithFakePods(f), apitest.WithFakeRuntime(rt), apitest.WithHTTP(func(c *httpapi.Config) {
+	e := apitest.NewValidating(t, apitest.WithFakePods(f), apitest.WithFakeRuntime(rt), apitest.WithHTTP(func(c *httpapi.Config) {
 		c.WorkerInfo = func(string) []mgmt.WorkerInfo {
 			return []mgmt.WorkerInfo{{ID: "zzzzcontainer1", State: "running", ImageName: "alpine:3", Version: 1, GPUTypeID: "NVIDIA GeForce RTX 4090", GPUCount: 1, LastStartedAt: apitest.FakeStart}}
 		}
@@ -217,14 +193,14 @@ func TestRunPodV2Conformance(t *testing.T) {
 	if len(keys.Keys) != 1 {
 		t.Fatalf("keys %v", keys)
 	}
-	e.mustProblem(422, "PUT", "/v2/account/ssh-keys", J{"keys": []string{"not a key"}}, "keys[0]")
+	e.MustProblem(422, "PUT", "/v2/account/ssh-keys", J{"keys": []string{"not a key"}}, "keys[0]")
 
 	var reg struct{ ID, Name string }
 	e.Must(201, "POST", "/v2/registries", J{"name": "hub", "username": "me", "password": "pw"}, &reg)
 	e.Must(200, "GET", "/v2/registries", nil, nil)
 	e.Must(200, "GET", "/v2/registries/"+reg.ID, nil, nil)
-	e.mustProblem(404, "GET", "/v2/registries/nosuchregistry", nil, "not found")
-	e.mustProblem(422, "POST", "/v2/registries", J{"name": "x", "username": "u"}, "password")
+	e.MustProblem(404, "GET", "/v2/registries/nosuchregistry", nil, "not found")
+	e.MustProblem(422, "POST", "/v2/registries", J{"name": "x", "username": "u"}, "password")
 
 	var vol struct {
 		ID, DataCenter, Type string
@@ -237,8 +213,8 @@ func TestRunPodV2Conformance(t *testing.T) {
 	e.Must(200, "GET", "/v2/network-volumes", nil, nil)
 	e.Must(200, "GET", "/v2/network-volumes/"+vol.ID, nil, nil)
 	e.Must(200, "PATCH", "/v2/network-volumes/"+vol.ID, J{"size": 20}, nil)
-	e.mustProblem(422, "POST", "/v2/network-volumes", J{"name": "x", "size": 5, "dataCenter": "EU-RO-1"}, "size")
-	e.mustProblem(400, "PATCH", "/v2/network-volumes/"+vol.ID, J{"size": 15}, "grow")
+	e.MustProblem(422, "POST", "/v2/network-volumes", J{"name": "x", "size": 5, "dataCenter": "EU-RO-1"}, "size")
+	e.MustProblem(400, "PATCH", "/v2/network-volumes/"+vol.ID, J{"size": 15}, "grow")
 
 	var tpl v2Template
 	e.Must(201, "POST", "/v2/templates", J{"name": "worker", "image": "alpine:3", "args": "python -u handler.py",
@@ -250,8 +226,8 @@ func TestRunPodV2Conformance(t *testing.T) {
 	e.Must(200, "GET", "/v2/templates/"+tpl.ID, nil, nil)
 	e.Must(200, "PATCH", "/v2/templates/"+tpl.ID, J{"env": J{"K": "W"}, "public": true}, nil)
 	e.Must(200, "GET", "/v2/catalog/templates?source=community", nil, nil)
-	e.mustProblem(422, "POST", "/v2/templates", J{"name": "x", "image": "alpine", "bogus": 1}, "bogus")
-	e.mustProblem(404, "GET", "/v2/templates/abcdefghij", nil, "not found")
+	e.MustProblem(422, "POST", "/v2/templates", J{"name": "x", "image": "alpine", "bogus": 1}, "bogus")
+	e.MustProblem(404, "GET", "/v2/templates/abcdefghij", nil, "not found")
 
 	// A queue endpoint from the template, and one with its container inline.
 	var ep v2Endpoint
@@ -305,10 +281,10 @@ func TestRunPodV2Conformance(t *testing.T) {
 	if !strings.Contains(string(logs), `"line":"line two"`) || !strings.HasPrefix(string(logs), "id: ") {
 		t.Errorf("worker logs: %q", logs)
 	}
-	e.mustProblem(404, "GET", "/v2/serverless/"+ep.ID+"/workers/nosuchworker/logs", nil, "no container")
-	e.mustProblem(404, "GET", "/v2/serverless/nosuchendpoint", nil, "not found")
-	e.mustProblem(422, "POST", "/v2/serverless", J{"name": "x", "type": "QUEUE"}, "scaling")
-	e.mustProblem(400, "POST", "/v2/serverless", J{"name": "x", "type": "QUEUE", "templateId": tpl.ID, "gpu": J{"pools": []string{"ADA_24"}},
+	e.MustProblem(404, "GET", "/v2/serverless/"+ep.ID+"/workers/nosuchworker/logs", nil, "no container")
+	e.MustProblem(404, "GET", "/v2/serverless/nosuchendpoint", nil, "not found")
+	e.MustProblem(422, "POST", "/v2/serverless", J{"name": "x", "type": "QUEUE"}, "scaling")
+	e.MustProblem(400, "POST", "/v2/serverless", J{"name": "x", "type": "QUEUE", "templateId": tpl.ID, "gpu": J{"pools": []string{"ADA_24"}},
 		"scaling": J{"type": "QUEUE_DELAY", "queueDelay": 4}, "workers": J{"min": 3, "max": 1}}, "workers.min (3) must not exceed workers.max (1)")
 
 	// A pod from the template with the network volume: PUBLIC_KEY carries
@@ -332,7 +308,7 @@ func TestRunPodV2Conformance(t *testing.T) {
 	if pod.Status != "EXITED" || strings.Join(pod.Actions, ",") != "start,terminate" {
 		t.Errorf("stopped pod %+v", pod)
 	}
-	e.mustProblem(409, "POST", "/v2/pods/"+pod.ID+"/action", J{"action": "restart"}, "EXITED")
+	e.MustProblem(409, "POST", "/v2/pods/"+pod.ID+"/action", J{"action": "restart"}, "EXITED")
 	e.Must(200, "POST", "/v2/pods/"+pod.ID+"/action", J{"action": "start"}, nil)
 	e.Must(200, "POST", "/v2/pods/"+pod.ID+"/action", J{"action": "restart"}, nil)
 	rt.Set(func(rt *apitest.FakeRuntime) { rt.Logs[pod.ID] = "pod says hi\n" })
@@ -340,10 +316,10 @@ func TestRunPodV2Conformance(t *testing.T) {
 	if !strings.Contains(string(logs), "pod says hi") {
 		t.Errorf("pod logs: %q", logs)
 	}
-	e.mustProblem(422, "GET", "/v2/pods/"+pod.ID+"/logs?tail=-1", nil, "tail")
-	e.mustProblem(422, "POST", "/v2/pods", J{"name": "x"}, "image")
-	e.mustProblem(404, "GET", "/v2/pods/nosuchpod", nil, "not found")
-	e.mustProblem(422, "POST", "/v2/pods/"+pod.ID+"/action", J{"action": "explode"}, "action")
+	e.MustProblem(422, "GET", "/v2/pods/"+pod.ID+"/logs?tail=-1", nil, "tail")
+	e.MustProblem(422, "POST", "/v2/pods", J{"name": "x"}, "image")
+	e.MustProblem(404, "GET", "/v2/pods/nosuchpod", nil, "not found")
+	e.MustProblem(422, "POST", "/v2/pods/"+pod.ID+"/action", J{"action": "explode"}, "action")
 
 	// The catalogue is this host.
 	var gpus struct {
@@ -357,13 +333,13 @@ func TestRunPodV2Conformance(t *testing.T) {
 		t.Errorf("catalog gpus: %+v", gpus.GPUs[:min(2, len(gpus.GPUs))])
 	}
 	e.Must(200, "GET", "/v2/catalog/gpus/NVIDIA%20GeForce%20RTX%204090?include=AVAILABILITY&product=POD", nil, nil)
-	e.mustProblem(404, "GET", "/v2/catalog/gpus/NVIDIA%20Imaginary", nil, "not found")
+	e.MustProblem(404, "GET", "/v2/catalog/gpus/NVIDIA%20Imaginary", nil, "not found")
 	e.Must(200, "GET", "/v2/catalog/cpus?include=AVAILABILITY&product=POD", nil, nil)
 	e.Must(200, "GET", "/v2/catalog/cpus/cpu3c", nil, nil)
 	e.Must(200, "GET", "/v2/catalog/datacenters?include=GPU_AVAILABILITY,CPU_AVAILABILITY", nil, nil)
 	e.Must(200, "GET", "/v2/catalog/datacenters?include=GPU_AVAILABILITY&include=CPU_AVAILABILITY", nil, nil)
 	e.Must(200, "GET", "/v2/catalog/datacenters/BERTH-LOCAL", nil, nil)
-	e.mustProblem(404, "GET", "/v2/catalog/datacenters/EU-RO-1", nil, "BERTH-LOCAL")
+	e.MustProblem(404, "GET", "/v2/catalog/datacenters/EU-RO-1", nil, "BERTH-LOCAL")
 
 	// Billing from recorded run intervals.
 	now := time.Now().UTC()
@@ -379,21 +355,21 @@ func TestRunPodV2Conformance(t *testing.T) {
 		"/v2/billing/endpoints?bucketSize=week", "/v2/billing/network-volumes?networkVolumeId=" + vol.ID, "/v2/billing/clusters"} {
 		e.Must(200, "GET", p, nil, nil)
 	}
-	e.mustProblem(422, "GET", "/v2/billing/pods?bucketSize=minute", nil, "bucketSize")
+	e.MustProblem(422, "GET", "/v2/billing/pods?bucketSize=minute", nil, "bucketSize")
 
 	// What one host cannot provide says why.
-	e.mustProblem(501, "GET", "/v2/clusters", nil, "one machine")
-	e.mustProblem(501, "POST", "/v2/clusters", J{"name": "c"}, "one machine")
+	e.MustProblem(501, "GET", "/v2/clusters", nil, "one machine")
+	e.MustProblem(501, "POST", "/v2/clusters", J{"name": "c"}, "one machine")
 	for _, m := range []string{"GET", "PATCH", "DELETE"} {
-		e.mustProblem(501, m, "/v2/clusters/c1", nil, "one machine")
+		e.MustProblem(501, m, "/v2/clusters/c1", nil, "one machine")
 	}
-	e.mustProblem(501, "GET", "/v2/clusters/c1/pods", nil, "one machine")
-	e.mustProblem(501, "GET", "/v2/registries/delegations", nil, "ECR")
-	e.mustProblem(501, "POST", "/v2/registries/delegations", J{}, "ECR")
-	e.mustProblem(501, "DELETE", "/v2/registries/delegations/d1", nil, "ECR")
+	e.MustProblem(501, "GET", "/v2/clusters/c1/pods", nil, "one machine")
+	e.MustProblem(501, "GET", "/v2/registries/delegations", nil, "ECR")
+	e.MustProblem(501, "POST", "/v2/registries/delegations", J{}, "ECR")
+	e.MustProblem(501, "DELETE", "/v2/registries/delegations/d1", nil, "ECR")
 
 	// Deletes, in dependency order; terminate is a delete.
-	e.mustProblem(400, "DELETE", "/v2/templates/"+tpl.ID, nil, "in use") // by the pod (v2.json: 400)
+	e.MustProblem(400, "DELETE", "/v2/templates/"+tpl.ID, nil, "in use") // by the pod (v2.json: 400)
 	e.Must(204, "POST", "/v2/pods/"+pod.ID+"/action", J{"action": "terminate"}, nil)
 	e.Must(204, "DELETE", "/v2/pods/"+cpuPod.ID, nil, nil)
 	e.Must(204, "DELETE", "/v2/serverless/"+ep.ID, nil, nil)
@@ -406,7 +382,7 @@ func TestRunPodV2Conformance(t *testing.T) {
 
 // loadV2Doc fetches Berth's /v2/openapi.json, checks it loads and
 // validates as OpenAPI 3.1, and returns a router over it.
-func loadV2Doc(t *testing.T, e *testEnv) routers.Router {
+func loadV2Doc(t *testing.T, e *apitest.Env) routers.Router {
 	t.Helper()
 	doc := v2Doc(t, e)
 	r, err := gorillamux.NewRouter(doc)
@@ -416,7 +392,7 @@ func loadV2Doc(t *testing.T, e *testEnv) routers.Router {
 	return r
 }
 
-func v2Doc(t *testing.T, e *testEnv) *openapi3.T {
+func v2Doc(t *testing.T, e *apitest.Env) *openapi3.T {
 	t.Helper()
 	apitest.RunPodDoc(t, "v2") // enables JSON Schema 2020-12 once
 	raw := e.Must(200, "GET", "/v2/openapi.json", nil, nil)
@@ -435,12 +411,12 @@ func v2Doc(t *testing.T, e *testEnv) *openapi3.T {
 // the router serves, each under RunPod's operation id for that path and
 // method (getOpenAPI, this document, is Berth's own).
 func TestV2Document(t *testing.T) {
-	e := newValidatingServer(t)
+	e := apitest.NewValidating(t)
 	doc := v2Doc(t, e)
 	rp, _ := apitest.RunPodDoc(t, "v2")
 	ours := apitest.DocOps(doc)
 	theirs := apitest.DocOps(rp)
-	served := servedRoutes(t, e.API.Handler())
+	served := apitest.ServedRoutes(t, e.API.Handler())
 	for route, id := range e.API.V2Routes() {
 		if ours[route] != id {
 			t.Errorf("%s: served as %s, documented as %q", route, id, ours[route])
@@ -471,7 +447,7 @@ func TestV2Document(t *testing.T) {
 // and recorded; unknown-but-well-formed ones with a warning; malformed
 // ones are 400 naming the field, and nothing is stored.
 func TestV2LiberalIDs(t *testing.T) {
-	e := newValidatingServer(t, apitest.WithFakePods(apitest.NewFakePods()))
+	e := apitest.NewValidating(t, apitest.WithFakePods(apitest.NewFakePods()))
 	e.Conformant(true)
 	var tpl v2Template
 	e.Must(201, "POST", "/v2/templates", J{"name": "t", "image": "alpine:3"}, &tpl)
@@ -491,8 +467,8 @@ func TestV2LiberalIDs(t *testing.T) {
 	if len(ep.Warnings) != 2 {
 		t.Errorf("unknown-but-well-formed ids: warnings %q", ep.Warnings)
 	}
-	e.mustProblem(400, "POST", "/v2/serverless", body([]string{"eu ro 1"}, []string{"ADA_24"}), "dataCenterIds")
-	e.mustProblem(400, "POST", "/v2/network-volumes", J{"name": "v", "size": 10, "dataCenter": "eu ro 1"}, "dataCenter")
+	e.MustProblem(400, "POST", "/v2/serverless", body([]string{"eu ro 1"}, []string{"ADA_24"}), "dataCenterIds")
+	e.MustProblem(400, "POST", "/v2/network-volumes", J{"name": "v", "size": 10, "dataCenter": "eu ro 1"}, "dataCenter")
 	var list struct{ Endpoints []v2Endpoint }
 	e.Must(200, "GET", "/v2/serverless", nil, &list)
 	var vols struct{ NetworkVolumes []any }
@@ -505,7 +481,7 @@ func TestV2LiberalIDs(t *testing.T) {
 // TestV2FrozenWorkersAreIdle: a FlashBoot worker frozen by Berth is listed
 // by v2 (which has no frozen state) as IDLE, not dropped.
 func TestV2FrozenWorkersAreIdle(t *testing.T) {
-	e := newValidatingServer(t, apitest.WithHTTP(func(c *httpapi.Config) {
+	e := apitest.NewValidating(t, apitest.WithHTTP(func(c *httpapi.Config) {
 		c.WorkerInfo = func(string) []mgmt.WorkerInfo {
 			return []mgmt.WorkerInfo{
 				{ID: "frozenworker01", State: "frozen", ImageName: "alpine:3", Version: 1, LastStartedAt: apitest.FakeStart},
@@ -538,7 +514,7 @@ func TestV2FrozenWorkersAreIdle(t *testing.T) {
 // requestCount does not show it (v2.json: "omitted from responses for that
 // combination") and keeps it for a later change of scaler.
 func TestV2IdleTimeout(t *testing.T) {
-	e := newValidatingServer(t)
+	e := apitest.NewValidating(t)
 	e.Conformant(false)
 	tpl := e.NewTemplate("t", "alpine:3", J{"isServerless": true})
 	var ep v2Endpoint
@@ -556,7 +532,7 @@ func TestV2IdleTimeout(t *testing.T) {
 	if b := e.Must(200, "GET", "/v2/serverless/"+ep.ID, nil, nil); strings.Contains(string(b), "idleTimeout") {
 		t.Errorf("a REQUEST_COUNT queue endpoint shows idleTimeout: %s", b)
 	}
-	e.mustProblem(400, "PATCH", "/v2/serverless/"+ep.ID, J{"workers": J{"idleTimeout": 10}}, "idleTimeout")
+	e.MustProblem(400, "PATCH", "/v2/serverless/"+ep.ID, J{"workers": J{"idleTimeout": 10}}, "idleTimeout")
 	e.Must(200, "PATCH", "/v2/serverless/"+ep.ID, J{"scaling": J{"type": "QUEUE_DELAY", "queueDelay": 4}}, &ep)
 	if ep.Workers.IdleTimeout != 30 {
 		t.Errorf("back on QUEUE_DELAY: workers %+v, want idleTimeout 30", ep.Workers)
@@ -568,7 +544,7 @@ func TestV2IdleTimeout(t *testing.T) {
 // handler), the mount kind and a network mount's volume are fixed, its
 // path may change.
 func TestV2PodMountPatch(t *testing.T) {
-	e := newValidatingServer(t, apitest.WithFakePods(apitest.NewFakePods()))
+	e := apitest.NewValidating(t, apitest.WithFakePods(apitest.NewFakePods()))
 	e.Conformant(false)
 	vol := e.NewVolume("data", 10)
 	other := e.NewVolume("other", 10)
@@ -578,11 +554,11 @@ func TestV2PodMountPatch(t *testing.T) {
 	e.Must(201, "POST", "/v2/pods", J{"name": "plain", "image": "alpine:3", "cpu": J{"id": "cpu3c", "vcpuCount": 2}}, &plain)
 
 	e.Must(200, "PATCH", "/v2/pods/"+pod.ID, J{"mounts": J{}}, nil)
-	e.mustProblem(400, "PATCH", "/v2/pods/"+pod.ID, J{"mounts": J{"network": []J{}}}, "mounts.network")
-	e.mustProblem(400, "PATCH", "/v2/pods/"+pod.ID, J{"mounts": J{"network": []J{{"volumeId": other.ID, "path": "/data"}}}}, "volumeId")
-	e.mustProblem(400, "PATCH", "/v2/pods/"+pod.ID, J{"mounts": J{"persistent": J{"size": 20, "path": "/w"}}}, "mount kind")
-	e.mustProblem(400, "PATCH", "/v2/pods/"+plain.ID, J{"mounts": J{"network": []J{{"volumeId": vol.ID, "path": "/data"}}}}, "mount kind")
-	e.mustProblem(400, "PATCH", "/v2/pods/"+plain.ID, J{"mounts": J{"persistent": J{"size": 20, "path": "/w"}}}, "mount kind")
+	e.MustProblem(400, "PATCH", "/v2/pods/"+pod.ID, J{"mounts": J{"network": []J{}}}, "mounts.network")
+	e.MustProblem(400, "PATCH", "/v2/pods/"+pod.ID, J{"mounts": J{"network": []J{{"volumeId": other.ID, "path": "/data"}}}}, "volumeId")
+	e.MustProblem(400, "PATCH", "/v2/pods/"+pod.ID, J{"mounts": J{"persistent": J{"size": 20, "path": "/w"}}}, "mount kind")
+	e.MustProblem(400, "PATCH", "/v2/pods/"+plain.ID, J{"mounts": J{"network": []J{{"volumeId": vol.ID, "path": "/data"}}}}, "mount kind")
+	e.MustProblem(400, "PATCH", "/v2/pods/"+plain.ID, J{"mounts": J{"persistent": J{"size": 20, "path": "/w"}}}, "mount kind")
 	e.Must(200, "PATCH", "/v2/pods/"+pod.ID, J{"mounts": J{"network": []J{{"volumeId": vol.ID, "path": "/moved"}}}}, &pod)
 	if len(pod.Mounts.Network) != 1 || pod.Mounts.Network[0].VolumeID != vol.ID || pod.Mounts.Network[0].Path != "/moved" {
 		t.Errorf("after moving the network mount: %+v", pod.Mounts)
@@ -595,7 +571,7 @@ func TestV2PodMountPatch(t *testing.T) {
 // container fields together; DELETE removes the endpoint's own template
 // (v2.json: "and its bound template") and leaves the user's.
 func TestV2EndpointOwnTemplate(t *testing.T) {
-	e := newValidatingServer(t)
+	e := apitest.NewValidating(t)
 	e.Conformant(true)
 	var user, other v2Template
 	e.Must(201, "POST", "/v2/templates", J{"name": "user", "image": "alpine:3", "serverless": true, "env": J{"A": "1"}}, &user)
@@ -642,7 +618,7 @@ func TestV2EndpointOwnTemplate(t *testing.T) {
 // versions, [] clears it, and a malformed or control-character reference
 // is a 400 naming the field that changes nothing.
 func TestModelReferencesOnREST(t *testing.T) {
-	e := newValidatingServer(t)
+	e := apitest.NewValidating(t)
 	var tpl v2Template
 	e.Must(201, "POST", "/v2/templates", J{"name": "m", "image": "alpine:3", "serverless": true}, &tpl)
 	refs := []string{"https://huggingface.co/Qwen/Qwen2.5-0.5B-Instruct", "https://huggingface.co/acme/tiny:v1.0"}

@@ -1,4 +1,4 @@
-package httpapi_test
+package v2api_test
 
 import (
 	"bufio"
@@ -18,7 +18,7 @@ import (
 func TestV2AsTheDocumentSays(t *testing.T) {
 	f := apitest.NewFakePods()
 	rt := apitest.NewFakeRuntime()
-	e := newValidatingServer(t, apitest.WithFakePods(f), apitest.WithFakeRuntime(rt))
+	e := apitest.NewValidating(t, apitest.WithFakePods(f), apitest.WithFakeRuntime(rt))
 	e.Conformant(true)
 	var podTpl, other, sls v2Template
 	e.Must(201, "POST", "/v2/templates", J{"name": "pod-tpl", "image": "alpine:3", "env": J{"A": "1", "B": "1"}}, &podTpl)
@@ -49,8 +49,8 @@ func TestV2AsTheDocumentSays(t *testing.T) {
 		if pod.Image != "alpine:4" {
 			t.Errorf("after an image PATCH: %+v", pod)
 		}
-		e.mustProblem(404, "PATCH", "/v2/pods/"+pod.ID, J{"templateId": "nosuchtpl1"}, "templateId")
-		e.mustProblem(422, "PATCH", "/v2/pods/"+pod.ID, J{"templateId": sls.ID}, "serverless")
+		e.MustProblem(404, "PATCH", "/v2/pods/"+pod.ID, J{"templateId": "nosuchtpl1"}, "templateId")
+		e.MustProblem(422, "PATCH", "/v2/pods/"+pod.ID, J{"templateId": sls.ID}, "serverless")
 		// A template's category and serverless, with the current value or
 		// a new one.
 		e.Must(200, "PATCH", "/v2/templates/"+podTpl.ID, J{"category": "NVIDIA", "serverless": false}, nil)
@@ -113,27 +113,27 @@ func TestV2AsTheDocumentSays(t *testing.T) {
 			{"GET", "/v2/billing?lastN=0", nil, "lastN"},
 			{"GET", "/v2/pods/" + pod.ID + "/logs?tail=6000", nil, "tail"},
 		} {
-			e.mustProblem(422, c.method, c.path, c.body, c.word)
+			e.MustProblem(422, c.method, c.path, c.body, c.word)
 		}
 		e.Must(204, "DELETE", "/v2/pods/"+pod.ID, nil, nil)
 	})
 
 	t.Run("required-one-of and exclusive parameters", func(t *testing.T) {
 		e.T = t
-		e.mustProblem(400, "POST", "/v2/serverless", endpoint(J{"gpu": nil}), "gpu", "cpu")
-		e.mustProblem(400, "POST", "/v2/serverless", endpoint(J{"cpu": []J{{"id": "cpu3c", "vcpuCount": 2}}}), "not both")
-		e.mustProblem(400, "POST", "/v2/pods", J{"name": "x", "image": "alpine:3"}, "gpu", "cpu")
-		e.mustProblem(400, "POST", "/v2/serverless", endpoint(J{"gpu": J{"pools": []string{"ADA_24"}, "allowedCudaVersions": []string{"12.4"}, "minCudaVersion": "12.1"}}), "mutually exclusive")
+		e.MustProblem(400, "POST", "/v2/serverless", endpoint(J{"gpu": nil}), "gpu", "cpu")
+		e.MustProblem(400, "POST", "/v2/serverless", endpoint(J{"cpu": []J{{"id": "cpu3c", "vcpuCount": 2}}}), "not both")
+		e.MustProblem(400, "POST", "/v2/pods", J{"name": "x", "image": "alpine:3"}, "gpu", "cpu")
+		e.MustProblem(400, "POST", "/v2/serverless", endpoint(J{"gpu": J{"pools": []string{"ADA_24"}, "allowedCudaVersions": []string{"12.4"}, "minCudaVersion": "12.1"}}), "mutually exclusive")
 		for _, route := range []string{"/v2/billing", "/v2/billing/pods", "/v2/billing/serverless", "/v2/billing/endpoints", "/v2/billing/network-volumes", "/v2/billing/clusters"} {
-			e.mustProblem(400, "GET", route+"?lastN=3&startTime=2026-01-01T00:00:00Z", nil, "lastN", "startTime")
-			e.mustProblem(400, "GET", route+"?lastN=3&endTime=2026-01-01T00:00:00Z", nil, "lastN", "endTime")
+			e.MustProblem(400, "GET", route+"?lastN=3&startTime=2026-01-01T00:00:00Z", nil, "lastN", "startTime")
+			e.MustProblem(400, "GET", route+"?lastN=3&endTime=2026-01-01T00:00:00Z", nil, "lastN", "endTime")
 			e.Must(200, "GET", route+"?lastN=3&bucketSize=hour", nil, nil)
 		}
-		e.mustProblem(400, "GET", "/v2/catalog/gpus?include=AVAILABILITY", nil, "product")
-		e.mustProblem(400, "GET", "/v2/catalog/gpus?product=POD", nil, "include=AVAILABILITY")
-		e.mustProblem(400, "GET", "/v2/catalog/gpus?count=2", nil, "count")
-		e.mustProblem(400, "GET", "/v2/catalog/gpus?include=AVAILABILITY&product=POD&cudaVersions=12.4&minCudaVersion=12", nil, "mutually exclusive")
-		e.mustProblem(400, "GET", "/v2/catalog/cpus?vcpuCount=4", nil, "vcpuCount")
+		e.MustProblem(400, "GET", "/v2/catalog/gpus?include=AVAILABILITY", nil, "product")
+		e.MustProblem(400, "GET", "/v2/catalog/gpus?product=POD", nil, "include=AVAILABILITY")
+		e.MustProblem(400, "GET", "/v2/catalog/gpus?count=2", nil, "count")
+		e.MustProblem(400, "GET", "/v2/catalog/gpus?include=AVAILABILITY&product=POD&cudaVersions=12.4&minCudaVersion=12", nil, "mutually exclusive")
+		e.MustProblem(400, "GET", "/v2/catalog/cpus?vcpuCount=4", nil, "vcpuCount")
 	})
 
 	t.Run("DELETE rules", func(t *testing.T) {
@@ -143,7 +143,7 @@ func TestV2AsTheDocumentSays(t *testing.T) {
 		e.Must(201, "POST", "/v2/serverless", endpoint(J{"templateId": nil, "image": "inline:1"}), &ep)
 		e.Must(200, "GET", "/v2/templates/"+ep.TemplateID, nil, nil)
 		e.Must(204, "DELETE", "/v2/serverless/"+ep.ID, nil, nil)
-		e.mustProblem(404, "GET", "/v2/templates/"+ep.TemplateID, nil, "not found")
+		e.MustProblem(404, "GET", "/v2/templates/"+ep.TemplateID, nil, "not found")
 		// A registry: a pod pulling with it blocks the delete (400); a
 		// template does not (it loses the reference).
 		var reg struct{ ID string }
@@ -152,7 +152,7 @@ func TestV2AsTheDocumentSays(t *testing.T) {
 		e.Must(201, "POST", "/v2/templates", J{"name": "private", "image": "me/private:1", "registry": reg.ID}, &tpl)
 		var pod v2Pod
 		e.Must(201, "POST", "/v2/pods", J{"name": "puller", "image": "me/private:1", "registry": reg.ID, "cpu": J{"id": "cpu3c", "vcpuCount": 2}}, &pod)
-		e.mustProblem(400, "DELETE", "/v2/registries/"+reg.ID, nil, "pod "+pod.ID)
+		e.MustProblem(400, "DELETE", "/v2/registries/"+reg.ID, nil, "pod "+pod.ID)
 		e.Must(204, "DELETE", "/v2/pods/"+pod.ID, nil, nil)
 		e.Must(204, "DELETE", "/v2/registries/"+reg.ID, nil, nil)
 		e.Must(200, "GET", "/v2/templates/"+tpl.ID, nil, &tpl)
@@ -161,7 +161,7 @@ func TestV2AsTheDocumentSays(t *testing.T) {
 		}
 		// A template in use: 400, as the document says.
 		e.Must(201, "POST", "/v2/pods", J{"name": "user", "templateId": tpl.ID, "cpu": J{"id": "cpu3c", "vcpuCount": 2}}, &pod)
-		e.mustProblem(400, "DELETE", "/v2/templates/"+tpl.ID, nil, "in use")
+		e.MustProblem(400, "DELETE", "/v2/templates/"+tpl.ID, nil, "in use")
 		e.Must(204, "DELETE", "/v2/pods/"+pod.ID, nil, nil)
 	})
 

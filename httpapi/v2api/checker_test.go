@@ -1,4 +1,4 @@
-package httpapi_test
+package v2api_test
 
 import (
 	"context"
@@ -297,7 +297,7 @@ func TestV2CheckerIsSound(t *testing.T) {
 // problem body listing its violations; and known-bad parameters of every
 // operation that has parameters are 422 too.
 func TestV2CheckerOnBerth(t *testing.T) {
-	e := newValidatingServer(t, apitest.WithFakePods(apitest.NewFakePods()), apitest.WithFakeRuntime(apitest.NewFakeRuntime()))
+	e := apitest.NewValidating(t, apitest.WithFakePods(apitest.NewFakePods()), apitest.WithFakeRuntime(apitest.NewFakeRuntime()))
 	e.Conformant(false)
 	doc, router := apitest.RunPodDoc(t, "v2")
 	ids := strings.NewReplacer("{id}", "nosuchid123", "{workerId}", "nosuchworker")
