@@ -38,7 +38,7 @@ const testPrices = `{
 }`
 
 func billingEnv(t *testing.T) *apitest.Env {
-	e := apitest.NewValidating(t, apitest.WithFakePods(apitest.NewFakePods()))
+	e := apitest.NewValidating(t, apitest.WithFake(apitest.PodGPUs, "alpine:3"))
 	if err := os.WriteFile(filepath.Join(e.Dir, mgmt.PricesFile), []byte(testPrices), 0o600); err != nil {
 		t.Fatal(err)
 	}

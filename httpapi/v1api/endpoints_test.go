@@ -233,8 +233,7 @@ func TestEndpointDelete(t *testing.T) {
 // are stored as sent, unknown-but-well-formed ones with a warning, and
 // PATCHing other fields keeps the warnings.
 func TestRunPodIDsAccepted(t *testing.T) {
-	f := apitest.NewFakePods()
-	e := apitest.NewValidating(t, apitest.WithFakePods(f))
+	e := apitest.NewValidating(t, apitest.WithFake(apitest.PodGPUs, "alpine:3"))
 	tpl := e.NewTemplate("t", "alpine:3", nil)
 	ep := e.NewEndpoint(tpl.ID, J{
 		"dataCenterIds": []string{"EU-RO-1", "US-TX-3"},
@@ -257,7 +256,9 @@ func TestRunPodIDsAccepted(t *testing.T) {
 		t.Errorf("PATCH to known ids: warnings %q remain", got.Warnings)
 	}
 
-	p := e.NewPod(J{"imageName": "alpine:3", "dataCenterIds": []string{"EU-SE-1"}, "gpuTypeIds": []string{"NVIDIA Imaginary 1"}})
+	// A GPU type Berth does not know is warned of; the pod runs on one it
+	// knows.
+	p := e.NewPod(J{"imageName": "alpine:3", "dataCenterIds": []string{"EU-SE-1"}, "gpuTypeIds": []string{"NVIDIA Imaginary 1", "NVIDIA GeForce RTX 4090"}})
 	if !reflect.DeepEqual(p.DataCenterIDs, []string{"EU-SE-1"}) || len(p.Warnings) != 1 {
 		t.Errorf("pod: dataCenterIds %q, warnings %q", p.DataCenterIDs, p.Warnings)
 	}

@@ -186,7 +186,7 @@ func TestTemplateUpdateTellsRuntime(t *testing.T) {
 }
 
 func TestTemplateDelete(t *testing.T) {
-	e := apitest.NewValidating(t, apitest.WithFakePods(apitest.NewFakePods()))
+	e := apitest.NewValidating(t, apitest.WithFake(apitest.PodGPUs, "alpine:3"))
 	tpl := e.NewTemplate("base", "alpine:3", nil)
 	ep := e.NewEndpoint(tpl.ID, nil)
 	e.MustErr(409, "DELETE", "/v1/templates/"+tpl.ID, nil, "endpoint "+ep.ID)

@@ -13,8 +13,10 @@ import (
 	"berth/store"
 )
 
+// Without a container runtime a network volume is a host directory
+// (runtime/voldirs); a pod using one is TestVolumeInUseByPod.
 func TestNetworkVolumes(t *testing.T) {
-	e := apitest.NewValidating(t, apitest.WithFakePods(apitest.NewFakePods()))
+	e := apitest.NewValidating(t)
 	v := e.NewVolume("models", 100)
 	dir := filepath.Join(e.Dir, "volumes", v.ID)
 	if len(v.ID) != 10 || v.Size != 100 || v.DataCenterID != mgmt.DataCenterID || v.Path != dir || v.UsedBytes != 0 {
@@ -79,9 +81,6 @@ func TestNetworkVolumes(t *testing.T) {
 	e.Must(200, "PATCH", "/v1/endpoints/"+ep.ID, J{"networkVolumeId": "", "networkVolumeIds": []string{v.ID}}, nil)
 	e.MustErr(409, "DELETE", "/v1/networkvolumes/"+v.ID, nil, "endpoint "+ep.ID)
 	e.Must(200, "PATCH", "/v1/endpoints/"+ep.ID, J{"networkVolumeIds": []string{}}, nil)
-	p := e.NewPod(J{"imageName": "alpine:3", "networkVolumeId": v.ID})
-	e.MustErr(409, "DELETE", "/v1/networkvolumes/"+v.ID, nil, "pod "+p.ID)
-	e.Must(204, "DELETE", "/v1/pods/"+p.ID, nil, nil)
 
 	e.Must(204, "DELETE", "/v1/networkvolumes/"+v.ID, nil, nil)
 	if _, err := os.Stat(dir); !os.IsNotExist(err) {
@@ -93,6 +92,26 @@ func TestNetworkVolumes(t *testing.T) {
 	e.MustErr(404, "DELETE", "/v1/networkvolumes/"+v.ID, nil, "not found")
 	e.MustErr(400, "POST", "/v1/endpoints", J{"templateId": tpl.ID, "networkVolumeId": v.ID}, "networkVolumeId")
 	e.MustErr(400, "POST", "/v1/endpoints", J{"templateId": tpl.ID, "networkVolumeIds": []string{v.ID}}, "networkVolumeIds")
+}
+
+// A volume a pod uses cannot be deleted; once the pod is gone, the
+// runtime's volume goes with the record.
+func TestVolumeInUseByPod(t *testing.T) {
+	e := apitest.NewValidating(t, apitest.WithFake(apitest.PodGPUs, "alpine:3"))
+	v := e.NewVolume("models", 100)
+	p := e.NewPod(J{"imageName": "alpine:3", "networkVolumeId": v.ID})
+	if in := e.PodInstance(p.ID); !in.Running {
+		t.Fatalf("the pod's instance: %+v", in)
+	}
+	e.MustErr(409, "DELETE", "/v1/networkvolumes/"+v.ID, nil, "pod "+p.ID)
+	if _, ok := e.Fake.Volumes()[v.ID]; !ok {
+		t.Errorf("the refused delete removed the volume from the runtime: %v", e.Fake.Volumes())
+	}
+	e.Must(204, "DELETE", "/v1/pods/"+p.ID, nil, nil)
+	e.Must(204, "DELETE", "/v1/networkvolumes/"+v.ID, nil, nil)
+	if _, ok := e.Fake.Volumes()[v.ID]; ok {
+		t.Errorf("the volume is still the runtime's after its delete: %v", e.Fake.Volumes())
+	}
 }
 
 func TestVolumeBillingIntervals(t *testing.T) {
@@ -122,7 +141,7 @@ func TestVolumeBillingIntervals(t *testing.T) {
 
 func TestRegistryAuths(t *testing.T) {
 	const secret = "s3cr3t-Pa55word"
-	e := apitest.NewValidating(t, apitest.WithFakePods(apitest.NewFakePods()))
+	e := apitest.NewValidating(t, apitest.WithFake(apitest.PodGPUs, "alpine:3", "registry.local/a:1"))
 	raw := e.Must(200, "POST", "/v1/containerregistryauth", J{"name": "hub", "username": "me", "password": secret}, nil)
 	if strings.Contains(string(raw), secret) {
 		t.Errorf("create shows the password: %s", raw)
