@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"berth/internal/apitest"
+	"berth/store"
 )
 
 // Berth's runtime extensions: GET /v1/gpus, the log routes, and the
@@ -139,10 +140,15 @@ func TestContainerLogs(t *testing.T) {
 }
 
 func TestContainerLogsWithoutRuntime(t *testing.T) {
-	e := apitest.NewValidating(t, apitest.WithFakePods(apitest.NewFakePods()))
+	e := apitest.NewValidating(t)
 	tpl := e.NewTemplate("t", "alpine:3", nil)
 	ep := e.NewEndpoint(tpl.ID, nil).ID
-	pod := e.NewPod(J{"imageName": "alpine:3"}).ID
+	// A pod made while a runtime was reachable.
+	pod := "podwithoutrt01"
+	rec := store.Pod{ID: pod, Name: "old", DesiredStatus: store.PodExited, Version: 1, ImageName: "alpine:3", ComputeType: "CPU", CloudType: "SECURE", VCPUCount: 2}
+	if err := e.DB.Update(func(tx *store.Tx) error { return tx.Apply(store.Put(store.Pods, rec.ID, rec)) }); err != nil {
+		t.Fatal(err)
+	}
 	for _, p := range []string{"/v1/endpoints/" + ep + "/workers/wkr1/logs?follow=true", "/v1/pods/" + pod + "/logs?tail=5"} {
 		code, out := e.Call("GET", p, nil)
 		if code != 503 || string(out) != `{"message":"no container runtime: Docker is not reachable"}` {
