@@ -14,7 +14,7 @@ import (
 // (issue 18) is a refusal now, naming the field and mgmt's range, the
 // same on every surface; nothing is stored.
 func TestLimitsThatArent(t *testing.T) {
-	e := newValidatingServer(t, apitest.WithFakePods(apitest.NewFakePods()))
+	e := newValidatingServer(t, apitest.WithFake(apitest.PodGPUs, "alpine:3"))
 	tpl := e.NewTemplate("t", "alpine:3", nil)
 	endpoint := func(extra J) J {
 		b := J{"name": "ep", "type": "QUEUE", "templateId": tpl.ID, "gpu": J{"pools": []string{"ADA_24"}}, "scaling": J{"type": "QUEUE_DELAY", "queueDelay": 4}}

@@ -78,7 +78,7 @@ type v2Pod struct {
 
 // TestV2SharedWithV1: the same records, whichever version made them.
 func TestV2SharedWithV1(t *testing.T) {
-	e := apitest.NewValidating(t, apitest.WithFakePods(apitest.NewFakePods()))
+	e := apitest.NewValidating(t, apitest.WithFake(apitest.PodGPUs, "alpine:3"))
 	e.Conformant(true)
 
 	v1t := e.NewTemplate("made-by-v1", "alpine:3", J{"dockerStartCmd": []string{"sh", "-c", "echo hi there"}, "env": J{"A": "1"}})
@@ -121,7 +121,7 @@ func TestV2SharedWithV1(t *testing.T) {
 // TestV2RoutesDoNotShadowTheJobAPI: /v2/pods and /v2/{endpointId}/run
 // both work, whatever the order of registration.
 func TestV2RoutesDoNotShadowTheJobAPI(t *testing.T) {
-	e := apitest.NewValidating(t, apitest.WithFakePods(apitest.NewFakePods()))
+	e := apitest.NewValidating(t, apitest.WithFake(apitest.PodGPUs, "alpine:3"))
 	tpl := e.NewTemplate("t", "alpine:3", nil)
 	ep := e.NewEndpoint(tpl.ID, nil)
 	e.Must(200, "GET", "/v2/pods", nil, nil)
@@ -447,7 +447,7 @@ func TestV2Document(t *testing.T) {
 // and recorded; unknown-but-well-formed ones with a warning; malformed
 // ones are 400 naming the field, and nothing is stored.
 func TestV2LiberalIDs(t *testing.T) {
-	e := apitest.NewValidating(t, apitest.WithFakePods(apitest.NewFakePods()))
+	e := apitest.NewValidating(t, apitest.WithFake(apitest.PodGPUs, "alpine:3"))
 	e.Conformant(true)
 	var tpl v2Template
 	e.Must(201, "POST", "/v2/templates", J{"name": "t", "image": "alpine:3"}, &tpl)
@@ -544,7 +544,7 @@ func TestV2IdleTimeout(t *testing.T) {
 // handler), the mount kind and a network mount's volume are fixed, its
 // path may change.
 func TestV2PodMountPatch(t *testing.T) {
-	e := apitest.NewValidating(t, apitest.WithFakePods(apitest.NewFakePods()))
+	e := apitest.NewValidating(t, apitest.WithFake(apitest.PodGPUs, "alpine:3"))
 	e.Conformant(false)
 	vol := e.NewVolume("data", 10)
 	other := e.NewVolume("other", 10)
