@@ -3,6 +3,7 @@ package v1api_test
 import (
 	"testing"
 
+	"berth/gpu"
 	"berth/internal/apitest"
 )
 
@@ -10,9 +11,8 @@ import (
 // against Berth, successes and the errors users meet, through the
 // validator built from that document.
 func TestRunPodV1Conformance(t *testing.T) {
-	f := apitest.NewFakePods()
-	rt := apitest.NewFakeRuntime()
-	e := apitest.NewValidating(t, apitest.WithFakePods(f), apitest.WithFakeRuntime(rt))
+	a40 := gpu.Device{Index: 2, UUID: "GPU-A40", Name: "NVIDIA A40", TypeID: "NVIDIA A40", MemoryMiB: 46068}
+	e := apitest.NewValidating(t, apitest.WithFake(append(apitest.PodGPUs, a40), "alpine:3"))
 	c := e.Conformant(true)
 
 	e.Must(200, "GET", "/v1/openapi.json", nil, nil)

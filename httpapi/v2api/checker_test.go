@@ -297,7 +297,7 @@ func TestV2CheckerIsSound(t *testing.T) {
 // problem body listing its violations; and known-bad parameters of every
 // operation that has parameters are 422 too.
 func TestV2CheckerOnBerth(t *testing.T) {
-	e := apitest.NewValidating(t, apitest.WithFakePods(apitest.NewFakePods()), apitest.WithFakeRuntime(apitest.NewFakeRuntime()))
+	e := apitest.NewValidating(t, apitest.WithFake(apitest.PodGPUs, "alpine:3"))
 	e.Conformant(false)
 	doc, router := apitest.RunPodDoc(t, "v2")
 	ids := strings.NewReplacer("{id}", "nosuchid123", "{workerId}", "nosuchworker")
