@@ -15,6 +15,7 @@ import (
 	"berth/app"
 	"berth/gpu"
 	"berth/internal/apptest"
+	"berth/internal/clientkit"
 	"berth/mgmt"
 	"berth/queue"
 	"berth/runtime/fake"
@@ -100,18 +101,7 @@ func withPrices(t *testing.T, p mgmt.Prices) envOpt {
 // fixture reads a query document from testdata and fills its {{slots}}.
 func fixture(t *testing.T, name string, slots ...string) string {
 	t.Helper()
-	b, err := os.ReadFile(filepath.Join("testdata", name))
-	if err != nil {
-		t.Fatal(err)
-	}
-	s := string(b)
-	for i := 0; i+1 < len(slots); i += 2 {
-		s = strings.ReplaceAll(s, "{{"+slots[i]+"}}", slots[i+1])
-	}
-	if i := strings.Index(s, "{{"); i >= 0 {
-		t.Fatalf("%s: unfilled slot at %q", name, s[i:min(len(s), i+20)])
-	}
-	return s
+	return clientkit.Document(t, name, slots...)
 }
 
 // gqlReply is a GraphQL response; Raw keeps the body for key checks.
