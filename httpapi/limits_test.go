@@ -159,7 +159,7 @@ func TestSteadyUploadOutlastsTheGrace(t *testing.T) {
 func TestLongPollCaps(t *testing.T) {
 	e := newEnv(t, apitest.RawHTTP(func(c *httpapi.Config) { c.MaxLongPollsPerWorker, c.MaxLongPollsPerKey = 2, 3 }))
 	ep := e.Endpoint(nil)
-	id := e.run(ep, `{}`)   // a job nobody runs: status-sync on it waits (on the test's fake clock)
+	id := e.Run(ep, `{}`)   // a job nobody runs: status-sync on it waits (on the test's fake clock)
 	idle := e.Endpoint(nil) // no jobs: job-take on it waits (a job-take on ep would take the job and end)
 
 	call := func(ctx context.Context, path string) (*http.Response, string, error) {

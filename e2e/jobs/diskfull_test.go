@@ -1,4 +1,4 @@
-package httpapi_test
+package jobs_test
 
 import (
 	"fmt"
@@ -100,7 +100,7 @@ func TestE2EDiskFullLosesNothing(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			out := e.waitStatus(ep, id, "COMPLETED")
+			out := e.WaitStatus(ep, id, "COMPLETED")
 			if !strings.Contains(fmt.Sprint(out["output"]), fmt.Sprintf("n:%d ", i)) {
 				t.Errorf("job %s: output %v is not its own", id, out["output"])
 			}
@@ -118,7 +118,7 @@ func TestE2EDiskFullLosesNothing(t *testing.T) {
 			t.Fatalf("failed writes never written: %+v", e.DB.Stats())
 		}
 	}
-	e.run(ep, `{"after":"recovery"}`)
+	e.Run(ep, `{"after":"recovery"}`)
 	t.Logf("space freed: every acknowledged job completed and every kept write landed %s later", time.Since(freed).Round(time.Millisecond))
 
 	// Memory and disk agree: what was served is what a restart reads.
