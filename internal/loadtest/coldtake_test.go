@@ -1,6 +1,7 @@
 package loadtest
 
 import (
+	"berth/internal/proctest"
 	"context"
 	"encoding/json"
 	"flag"
@@ -34,10 +35,7 @@ func TestColdTakeLatency(t *testing.T) {
 		t.Skip("a load tool: go test -run TestColdTakeLatency -v -timeout 2h ./internal/loadtest -args -coldtake 1000000")
 	}
 	dir := t.TempDir()
-	bin := filepath.Join(dir, "berth")
-	if out, err := exec_("go", "build", "-o", bin, "berth"); err != nil {
-		t.Fatalf("build berth: %v\n%s", err, out)
-	}
+	bin := proctest.Build(t, "berth", false)
 	b := newBerth(t, bin, dir)
 	b.start()
 	defer b.kill()

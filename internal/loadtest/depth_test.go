@@ -1,6 +1,7 @@
 package loadtest
 
 import (
+	"berth/internal/proctest"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -61,10 +62,7 @@ func TestQueueDepth(t *testing.T) {
 		}
 	}
 	dir := t.TempDir()
-	bin := filepath.Join(dir, "berth")
-	if out, err := exec_("go", "build", "-o", bin, "berth"); err != nil {
-		t.Fatalf("build berth: %v\n%s", err, out)
-	}
+	bin := proctest.Build(t, "berth", false)
 	b := newBerth(t, bin, dir)
 	b.start()
 	defer b.kill()
@@ -142,10 +140,6 @@ type berth struct {
 	inQueueBeforePurge int
 }
 
-func exec_(name string, args ...string) ([]byte, error) {
-	return exec.Command(name, args...).CombinedOutput()
-}
-
 func newBerth(t *testing.T, bin, dir string) *berth {
 	return &berth{t: t, bin: bin, data: filepath.Join(dir, "data"), addr: freeAddr(t),
 		client: &http.Client{Transport: &http.Transport{MaxIdleConns: 256, MaxIdleConnsPerHost: 256}, Timeout: 10 * time.Minute}}
@@ -165,7 +159,7 @@ func freeAddr(t *testing.T) string {
 func (b *berth) start() time.Duration {
 	b.log.Reset()
 	b.cmd = exec.Command(b.bin, "serve", "--addr", b.addr, "--data", b.data, "--rate-limits=off")
-	b.cmd.Env = append(os.Environ(), "BERTH_API_KEY="+apiKey)
+	b.cmd.Env = proctest.Environ("BERTH_API_KEY=" + apiKey)
 	b.cmd.Stdout, b.cmd.Stderr = &syncWriter{w: &b.log}, &syncWriter{w: &b.log}
 	began := time.Now()
 	if err := b.cmd.Start(); err != nil {

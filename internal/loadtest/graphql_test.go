@@ -1,6 +1,7 @@
 package loadtest
 
 import (
+	"berth/internal/proctest"
 	"flag"
 	"fmt"
 	"path/filepath"
@@ -30,10 +31,7 @@ func TestGraphQLInFlight(t *testing.T) {
 	dir := t.TempDir()
 	bin := *gqlBinFlag
 	if bin == "" {
-		bin = filepath.Join(dir, "berth")
-		if out, err := exec_("go", "build", "-o", bin, "berth"); err != nil {
-			t.Fatalf("build berth: %v\n%s", err, out)
-		}
+		bin = proctest.Build(t, "berth", false)
 	}
 	b := newBerth(t, bin, dir)
 	t.Setenv("DOCKER_HOST", "unix://"+filepath.Join(dir, "no-docker.sock")) // no containers: the API alone

@@ -6,8 +6,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"os/exec"
-	"path/filepath"
 	"slices"
 	"sort"
 	"strings"
@@ -23,10 +21,11 @@ import (
 	"berth/internal/apitest"
 	"berth/internal/apptest"
 	"berth/internal/kubetest"
+	"berth/internal/proctest"
 	"berth/runtime"
 )
 
-func TestMain(m *testing.M) { kubetest.Main(m) }
+func TestMain(m *testing.M) { kubetest.Main(m, proctest.RemoveBuilds) }
 
 const apiKey = "bench-key"
 
@@ -208,11 +207,7 @@ func pct(ds []time.Duration, p float64) float64 {
 // buildEchoworker builds testdata/echoworker, the program the test's
 // kubelet runs for each worker Pod.
 func buildEchoworker(b *testing.B) string {
-	bin := filepath.Join(b.TempDir(), "echoworker")
-	if out, err := exec.Command("go", "build", "-o", bin, "berth/testdata/echoworker").CombinedOutput(); err != nil {
-		b.Fatalf("build echoworker: %v\n%s", err, out)
-	}
-	return bin
+	return proctest.Build(b, "berth/testdata/echoworker", false)
 }
 
 // BenchmarkJobThroughPod measures a job on an endpoint with no worker (a
