@@ -2,33 +2,16 @@ package compat
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
-	"berth/internal/clientkit"
 	"berth/internal/dockertest"
 	"berth/internal/gittest"
 )
-
-// cliFor is s.cli with a longer bound: a deploy's image build on a loaded
-// machine's fuse-overlayfs daemon can take minutes.
-func (s *server) cliFor(d time.Duration, args ...string) (stdout, stderr string, code int) {
-	s.t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), d)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, berthBinary(s.t), args...)
-	cmd.Env = append(os.Environ(), "BERTH_URL="+s.URL, "BERTH_API_KEY="+s.Key)
-	var out, errb bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &errb
-	err := cmd.Run()
-	return out.String(), errb.String(), clientkit.ExitCode(err)
-}
 
 // gitBuild is the builds API's view of a git build.
 type gitBuild struct {

@@ -155,10 +155,18 @@ func (s *server) gql(doc string, vars map[string]any) gqlResponse {
 	return r
 }
 
-// cli runs the berth binary as a client of this server.
+// cli runs the berth binary as a client of this server, bounded by
+// waitLong.
 func (s *server) cli(args ...string) (stdout, stderr string, code int) {
 	s.t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), waitLong)
+	return s.cliFor(waitLong, args...)
+}
+
+// cliFor is cli bounded by d: a deploy's image build on a loaded machine's
+// fuse-overlayfs daemon can take minutes.
+func (s *server) cliFor(d time.Duration, args ...string) (stdout, stderr string, code int) {
+	s.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), d)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, berthBinary(s.t), args...)
 	cmd.Env = append(os.Environ(), "BERTH_URL="+s.URL, "BERTH_API_KEY="+s.Key)

@@ -1,18 +1,14 @@
 package compat
 
 import (
-	"bytes"
-	"context"
 	"encoding/json"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
-	"berth/internal/clientkit"
 	"berth/internal/dockertest"
 )
 
@@ -24,14 +20,7 @@ const deployWait = 15 * time.Minute
 // cliLong runs the berth binary as cli does, bounded by deployWait.
 func (s *server) cliLong(args ...string) (stdout, stderr string, code int) {
 	s.t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), deployWait)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, berthBinary(s.t), args...)
-	cmd.Env = append(os.Environ(), "BERTH_URL="+s.URL, "BERTH_API_KEY="+s.Key)
-	var out, errb bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &errb
-	err := cmd.Run()
-	return out.String(), errb.String(), clientkit.ExitCode(err)
+	return s.cliFor(deployWait, args...)
 }
 
 // rolloutHandler is the worker of TestDeployRolloutLosesNoJob: each job it
