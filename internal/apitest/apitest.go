@@ -1,9 +1,9 @@
 // Package apitest is the test kit for calling Berth's HTTP API: Call, one
 // JSON request with a key as a user makes it; and Env, the one server
 // harness of the HTTP API's tests (httpapi's, httpapi/v1api's, v2api's and
-// e2e/jobs'),
-// a Berth started through internal/apptest whose every exchange is held to
-// the OpenAPI document it serves, and the test's client to RunPod's.
+// e2e/jobs'), a Berth started through internal/apptest whose every exchange
+// is held to the OpenAPI document it serves, and the test's client to
+// RunPod's.
 package apitest
 
 import (
