@@ -47,7 +47,8 @@ type Backend interface {
 	// Start starts a created instance, or with Caps.Restart a stopped
 	// one. running is true when it runs on return (Docker); false when the
 	// backend only accepted it (a Pod waits for a node and its image),
-	// and an EventStart follows once it runs. A backend that cannot give
+	// and an EventStart follows once it runs — or it already ran and
+	// ended (a Pod starts by itself), and its EventDie says how. A backend that cannot give
 	// the instance its GPUs fails with an error matching ErrNoGPURuntime.
 	Start(ctx context.Context, id string) (running bool, err error)
 	// Stop asks the instance to end (SIGTERM) and kills it after grace;

@@ -354,13 +354,22 @@ func (b *Backend) Start(ctx context.Context, id string) (bool, error) {
 	// later: wait for it there rather than ask the API server (a GET per
 	// new worker was a third of a scale-up's requests). Inspect reads the
 	// API should the watch be slower than this.
-	b.waitPod(ctx, id, 5*time.Second, func(p *corev1.Pod) bool { return p != nil })
+	var deleting bool
+	b.waitPod(ctx, id, 5*time.Second, func(p *corev1.Pod) bool {
+		deleting = p != nil && p.DeletionTimestamp != nil
+		return p != nil
+	})
 	in, err := b.Inspect(ctx, id)
 	if err != nil {
 		return false, err
 	}
 	if !in.Alive() {
-		return false, fmt.Errorf("start pod %s: it ended (%s); a Pod is not started again: make it anew", id, in.State)
+		if deleting || in.StartedAt.IsZero() && in.FinishedAt.IsZero() {
+			return false, fmt.Errorf("start pod %s: it ended (%s); a Pod is not started again: make it anew", id, in.State)
+		}
+		// It started by itself and already ended (a program that exits
+		// at once): its die event says how, as for any exit.
+		return false, nil
 	}
 	return in.Running, nil
 }
