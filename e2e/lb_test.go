@@ -74,11 +74,19 @@ func TestLoadBalancingEndpoint(t *testing.T) {
 	var h struct {
 		Workers struct{ Ready, Idle, Running int }
 	}
-	s.call("GET", "/v2/"+ep.ID+"/health", nil, 200, &h)
 	var view struct {
 		Workers []struct{ ID, State string }
 	}
-	s.call("GET", "/v1/endpoints/"+ep.ID+"?includeWorkers=true", nil, 200, &view)
+	// The balancer routes as soon as its health check passes and wakes
+	// the runtime, whose worker state (what /health and the worker view
+	// read) follows at its next pass: wait for that pass, no longer.
+	s.eventually("the worker ready in the runtime's view", func() bool {
+		h.Workers.Ready, h.Workers.Idle, h.Workers.Running = 0, 0, 0
+		s.call("GET", "/v2/"+ep.ID+"/health", nil, 200, &h)
+		view.Workers = nil
+		s.call("GET", "/v1/endpoints/"+ep.ID+"?includeWorkers=true", nil, 200, &view)
+		return h.Workers.Ready == 1 && len(view.Workers) == 1 && view.Workers[0].State != "initializing"
+	})
 	if h.Workers.Ready != 1 || h.Workers.Idle+h.Workers.Running != 1 || len(view.Workers) != 1 || view.Workers[0].ID != first ||
 		(view.Workers[0].State != "idle" && view.Workers[0].State != "running") {
 		t.Errorf("/health workers %+v, includeWorkers %+v; want the one worker ready (idle or running)", h.Workers, view.Workers)
