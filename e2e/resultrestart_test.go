@@ -72,12 +72,17 @@ func containerOfWorker(ctx context.Context, t *testing.T, docker *client.Client,
 	if err != nil {
 		t.Fatal(err)
 	}
+	var theirs []string // for the failure: what this Berth does have
 	for _, c := range list.Items {
-		if c.Labels[runtime.LabelDataDir] == app.Instance(data) && c.Labels[runtime.LabelWorker] == worker {
+		if c.Labels[runtime.LabelDataDir] != app.Instance(data) {
+			continue
+		}
+		if c.Labels[runtime.LabelWorker] == worker {
 			return c.ID
 		}
+		theirs = append(theirs, fmt.Sprintf("%s worker=%s %s", c.ID[:12], c.Labels[runtime.LabelWorker], c.State))
 	}
-	t.Fatalf("no container for worker %s", worker)
+	t.Fatalf("no container for worker %s among this Berth's %d of %d: %v", worker, len(theirs), len(list.Items), theirs)
 	return ""
 }
 
