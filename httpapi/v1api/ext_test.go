@@ -8,16 +8,20 @@ import (
 	"net/http"
 	"reflect"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"berth/internal/apitest"
+	"berth/runtime"
+	"berth/runtime/fake"
 	"berth/store"
 )
 
 // Berth's runtime extensions: GET /v1/gpus, the log routes, and the
-// runtime's status on endpoints and /health. apitest.FakeRuntime stands in for the
-// supervisor.
+// runtime's status on endpoints and /health. The log routes read
+// containers on the fake backend (runtime/fake); apitest.FakeRuntime still
+// stands in for the supervisor in the GPU and status tests.
 
 func TestGPUs(t *testing.T) {
 	f := apitest.NewFakeRuntime()
@@ -46,20 +50,63 @@ func TestGPUs(t *testing.T) {
 	}
 }
 
-// logsEnv is a server with the fake runtime and pods, an endpoint whose
-// worker "wkr1" has a log, and a pod with a log.
-func logsEnv(t *testing.T) (e *apitest.Env, f *apitest.FakeRuntime, ep, pod string) {
-	f = apitest.NewFakeRuntime()
-	e = apitest.NewValidating(t, apitest.WithFakeRuntime(f), apitest.WithFakePods(apitest.NewFakePods()))
-	tpl := e.NewTemplate("t", "alpine:3", nil)
-	ep = e.NewEndpoint(tpl.ID, nil).ID
-	pod = e.NewPod(J{"imageName": "alpine:3", "computeType": "CPU"}).ID
-	f.Set(func(f *apitest.FakeRuntime) {
-		f.Logs[ep+"/wkr1"] = apitest.WorkerLog
-		f.Logs[pod] = "pod line 1\npod line 2\npod line 3\n"
-	})
-	f.TakeCalls()
-	return e, f, ep, pod
+// logs are the containers of logsEnv: their programs on the fake backend
+// print what a test sees through the log routes.
+type logs struct {
+	worker string      // the endpoint's worker, its log apitest.WorkerLog
+	wlive  chan string // lines the first worker prints next; closed: it exits
+	wlive2 chan string // lines later workers print next
+	plive  chan string // lines the pod prints next
+	next   chan string // each later worker's id, its log empty at start
+}
+
+// logsEnv is a server on the fake backend with an endpoint whose one worker
+// has printed apitest.WorkerLog and a pod that has printed three lines.
+func logsEnv(t *testing.T) (e *apitest.Env, l *logs, ep, pod string) {
+	l = &logs{wlive: make(chan string), wlive2: make(chan string), plive: make(chan string), next: make(chan string, 4)}
+	e = apitest.NewValidating(t, apitest.WithFake(apitest.PodGPUs))
+	printed := make(chan string, 2)
+	var runs atomic.Int32
+	prog := func(first string, live chan string) fake.Program {
+		return func(ctx context.Context, p fake.Process) int {
+			id := p.Labels[runtime.LabelWorker] + p.Labels[runtime.LabelPod]
+			live := live
+			if p.Labels[runtime.LabelWorker] != "" && runs.Add(1) > 1 {
+				live = l.wlive2 // a later worker: its log empty at start
+				l.next <- id
+			} else {
+				io.WriteString(p.Out, first)
+				printed <- id
+			}
+			for {
+				select {
+				case line, ok := <-live:
+					if !ok {
+						return 0
+					}
+					io.WriteString(p.Out, line)
+				case <-ctx.Done():
+					return 0
+				}
+			}
+		}
+	}
+	e.Fake.Image("logs-worker", prog(apitest.WorkerLog, l.wlive))
+	e.Fake.Image("logs-pod", prog("pod line 1\npod line 2\npod line 3\n", l.plive))
+	tpl := e.NewTemplate("t", "logs-worker", J{"isServerless": true})
+	ep = e.NewEndpoint(tpl.ID, J{"workersMin": 1, "workersMax": 1}).ID
+	pod = e.NewPod(J{"imageName": "logs-pod", "computeType": "CPU"}).ID
+	for range 2 {
+		select {
+		case id := <-printed:
+			if id != pod {
+				l.worker = id
+			}
+		case <-time.After(30 * time.Second):
+			t.Fatal("the worker and the pod did not print their logs")
+		}
+	}
+	return e, l, ep, pod
 }
 
 // getText answers a text route: status, Content-Type and body.
@@ -80,53 +127,53 @@ func getText(e *apitest.Env, path string) (int, string, string) {
 }
 
 func TestContainerLogs(t *testing.T) {
-	e, f, ep, pod := logsEnv(t)
-	wlogs := "/v1/endpoints/" + ep + "/workers/wkr1/logs"
+	e, l, ep, pod := logsEnv(t)
+	wlogs := "/v1/endpoints/" + ep + "/workers/" + l.worker + "/logs"
 	plogs := "/v1/pods/" + pod + "/logs"
 	lines := strings.SplitAfter(apitest.WorkerLog, "\n")
 
+	// The worker's and the pod's logs as the backend keeps them: tail and
+	// jobId are applied to what the container printed.
 	cases := []struct {
-		path, want, call string
+		path, want string
 	}{
-		{wlogs, apitest.WorkerLog, "worker " + ep + "/wkr1 follow=false tail=0 job="},
-		{wlogs + "?tail=2", lines[4] + lines[5], "worker " + ep + "/wkr1 follow=false tail=2 job="},
-		{wlogs + "?tail=0&follow=false", apitest.WorkerLog, "worker " + ep + "/wkr1 follow=false tail=0 job="},
-		{wlogs + "?jobId=job-a", lines[2] + lines[5], "worker " + ep + "/wkr1 follow=false tail=0 job=job-a"},
-		{wlogs + "?jobId=job-b&tail=3", lines[3], "worker " + ep + "/wkr1 follow=false tail=3 job=job-b"},
-		{wlogs + "?jobId=job-z", "", "worker " + ep + "/wkr1 follow=false tail=0 job=job-z"},
-		{plogs, "pod line 1\npod line 2\npod line 3\n", "pod " + pod + " follow=false tail=0"},
-		{plogs + "?tail=1", "pod line 3\n", "pod " + pod + " follow=false tail=1"},
+		{wlogs, apitest.WorkerLog},
+		{wlogs + "?tail=2", lines[4] + lines[5]},
+		{wlogs + "?tail=0&follow=false", apitest.WorkerLog},
+		{wlogs + "?jobId=job-a", lines[2] + lines[5]},
+		{wlogs + "?jobId=job-b&tail=3", lines[3]},
+		{wlogs + "?jobId=job-z", ""},
+		{plogs, "pod line 1\npod line 2\npod line 3\n"},
+		{plogs + "?tail=1", "pod line 3\n"},
 	}
 	for _, c := range cases {
 		code, ct, body := getText(e, c.path)
 		if code != 200 || ct != "text/plain; charset=utf-8" || body != c.want {
 			t.Errorf("GET %s: %d %q\n%q\nwant 200 text/plain; charset=utf-8\n%q", c.path, code, ct, body, c.want)
 		}
-		if calls := f.TakeCalls(); !reflect.DeepEqual(calls, []string{c.call}) {
-			t.Errorf("GET %s: runtime calls %q, want %q", c.path, calls, c.call)
-		}
 	}
 
-	// Bad parameters are refused before the runtime is asked.
+	// Bad parameters are refused.
 	for _, p := range []string{wlogs + "?tail=-1", wlogs + "?tail=ten", plogs + "?tail=1.5", plogs + "?tail=-3"} {
 		e.MustErr(400, "GET", p, nil, "tail", "non-negative integer")
 	}
 	e.MustErr(400, "GET", wlogs+"?follow=maybe", nil, "follow")
 	e.MustErr(400, "GET", wlogs+"?jobId=", nil, "jobId")
 	e.MustErr(400, "GET", plogs+"?jobId=job-a", nil, "jobId", "worker logs only")
-	if calls := f.TakeCalls(); len(calls) != 0 {
-		t.Errorf("bad requests reached the runtime: %q", calls)
-	}
 
-	// Unknown endpoint, worker, pod; a pod whose container is gone.
+	// Unknown endpoint, worker, pod; a pod whose container is gone (its
+	// record kept, no instance on the backend).
 	e.MustErr(404, "GET", "/v1/endpoints/nosuchendpoint/workers/wkr1/logs", nil, "endpoint nosuchendpoint not found")
 	e.MustErr(404, "GET", "/v1/endpoints/"+ep+"/workers/nosuchworker/logs", nil, "worker nosuchworker", "not found")
 	e.MustErr(404, "GET", "/v1/pods/nosuchpod/logs", nil, "pod nosuchpod not found")
-	f.Set(func(f *apitest.FakeRuntime) { delete(f.Logs, pod) })
-	e.MustErr(404, "GET", plogs, nil, "pod "+pod, "no container")
+	gone := store.Pod{ID: "podwithoutctr1", Name: "gone", DesiredStatus: store.PodExited, Version: 1, ImageName: "logs-pod", ComputeType: "CPU", CloudType: "SECURE", VCPUCount: 2}
+	if err := e.DB.Update(func(tx *store.Tx) error { return tx.Apply(store.Put(store.Pods, gone.ID, gone)) }); err != nil {
+		t.Fatal(err)
+	}
+	e.MustErr(404, "GET", "/v1/pods/"+gone.ID+"/logs", nil, "pod "+gone.ID, "no container")
 
 	// A runtime failure is 503 and says what failed.
-	f.Set(func(f *apitest.FakeRuntime) { f.Fail = errors.New("Cannot connect to the Docker daemon") })
+	e.Fake.FailNext(fake.OpLogs, errors.New("Cannot connect to the Docker daemon"))
 	e.MustErr(503, "GET", wlogs, nil, "Cannot connect to the Docker daemon")
 
 	// Every log route needs the key.
@@ -202,67 +249,57 @@ func readLine(t *testing.T, br *bufio.Reader) string {
 }
 
 func TestContainerLogsFollow(t *testing.T) {
-	e, f, ep, pod := logsEnv(t)
+	e, l, ep, pod := logsEnv(t)
 
 	t.Run("until the log ends", func(t *testing.T) {
-		pw := f.Follow(ep + "/wkr1")
-		res, br := openFollow(t, context.Background(), e, "/v1/endpoints/"+ep+"/workers/wkr1/logs?follow=true&tail=1")
+		res, br := openFollow(t, context.Background(), e, "/v1/endpoints/"+ep+"/workers/"+l.worker+"/logs?follow=true&tail=1")
 		defer res.Body.Close()
 		if got := readLine(t, br); got != strings.SplitAfter(apitest.WorkerLog, "\n")[5] {
 			t.Errorf("first line %q, want the tail", got)
 		}
 		for _, line := range []string{"live line 1\n", "live line 2\n"} {
-			if _, err := io.WriteString(pw, line); err != nil {
-				t.Fatal(err)
-			}
+			l.wlive <- line
 			if got := readLine(t, br); got != line {
 				t.Errorf("streamed %q, want %q", got, line)
 			}
 		}
-		pw.Close() // the container stops: the answer ends
+		close(l.wlive) // the container exits: the answer ends
 		if rest, err := io.ReadAll(br); err != nil || len(rest) != 0 {
 			t.Errorf("after the log ended: %q %v", rest, err)
-		}
-		if calls := f.TakeCalls(); len(calls) != 1 || !strings.HasSuffix(calls[0], "follow=true tail=1 job=") {
-			t.Errorf("runtime calls %q", calls)
 		}
 	})
 
 	t.Run("a new container's empty log", func(t *testing.T) {
-		f.Set(func(f *apitest.FakeRuntime) { f.Logs[ep+"/wkr2"] = "" })
-		pw := f.Follow(ep + "/wkr2")
-		defer pw.Close()
-		res, br := openFollow(t, context.Background(), e, "/v1/endpoints/"+ep+"/workers/wkr2/logs?follow=true")
+		// The endpoint's minimum makes a new worker for the one that
+		// exited; it has printed nothing yet.
+		var w string
+		select {
+		case w = <-l.next:
+		case <-time.After(30 * time.Second):
+			t.Fatal("no new worker after the first exited")
+		}
+		res, br := openFollow(t, context.Background(), e, "/v1/endpoints/"+ep+"/workers/"+w+"/logs?follow=true")
 		defer res.Body.Close()
-		io.WriteString(pw, "first\n")
+		l.wlive2 <- "first\n"
 		if got := readLine(t, br); got != "first\n" {
 			t.Errorf("streamed %q", got)
 		}
 	})
 
 	t.Run("until the client goes away", func(t *testing.T) {
-		pw := f.Follow(pod)
 		ctx, cancel := context.WithCancel(context.Background())
 		res, br := openFollow(t, ctx, e, "/v1/pods/"+pod+"/logs?follow=true")
 		defer res.Body.Close()
 		for range 3 {
 			readLine(t, br) // the log so far
 		}
-		io.WriteString(pw, "live\n")
+		l.plive <- "live\n"
 		if got := readLine(t, br); got != "live\n" {
 			t.Errorf("streamed %q", got)
 		}
 		cancel()
-		// The server closes the container's log: the writer sees it.
-		deadline := time.Now().Add(30 * time.Second)
-		for {
-			if _, err := io.WriteString(pw, "more\n"); errors.Is(err, io.ErrClosedPipe) {
-				break
-			}
-			if time.Now().After(deadline) {
-				t.Fatal("the log reader was not closed after the client went away")
-			}
-			time.Sleep(10 * time.Millisecond)
+		if _, err := io.ReadAll(br); !errors.Is(err, context.Canceled) {
+			t.Errorf("read after the client went away: %v", err)
 		}
 	})
 }

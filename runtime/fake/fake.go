@@ -690,6 +690,10 @@ func (l *logBuf) wait() <-chan struct{} {
 // Logs implements runtime.Backend.
 func (b *Backend) Logs(ctx context.Context, id string, follow bool, tail int) (io.ReadCloser, error) {
 	b.mu.Lock()
+	if err := b.failLocked(OpLogs); err != nil {
+		b.mu.Unlock()
+		return nil, err
+	}
 	in := b.byID[id]
 	if in == nil {
 		b.mu.Unlock()

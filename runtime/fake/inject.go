@@ -22,6 +22,7 @@ const (
 	OpStart  Op = "start"
 	OpStop   Op = "stop"
 	OpRemove Op = "remove"
+	OpLogs   Op = "logs"
 )
 
 // FailNext makes the next call of op answer err before it changes
