@@ -1,6 +1,7 @@
 package httpapi_test
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -13,9 +14,9 @@ import (
 	"testing"
 	"time"
 
-	"berth/httpapi"
 	"berth/internal/apitest"
-	"berth/mgmt"
+	"berth/runtime"
+	"berth/runtime/fake"
 	"berth/store"
 )
 
@@ -124,13 +125,21 @@ func (w *testWorker) take() string {
 // server, successes and errors, with a worker using the worker protocol,
 // and checks none was left out: the document cannot drift from the code.
 func TestEveryRoute(t *testing.T) {
-	f := apitest.NewFakePods()
-	rt := apitest.NewFakeRuntime()
-	e := newValidatingServer(t, apitest.WithFakePods(f), apitest.WithFakeRuntime(rt), apitest.WithLoopbackWebhooks, apitest.WithHTTP(func(c *httpapi.Config) {
-		c.WorkerInfo = func(string) []mgmt.WorkerInfo {
-			return []mgmt.WorkerInfo{{ID: "zzzzcontainer1", State: "running", ImageName: "alpine:3", Version: 1, GPUTypeID: "NVIDIA A40", GPUCount: 1, LastStartedAt: apitest.FakeStart}}
+	e := newValidatingServer(t, apitest.WithFake(apitest.PodGPUs), apitest.WithLoopbackWebhooks)
+	// The template's image prints a runpod worker's log and runs until
+	// stopped; its workers say they are up.
+	up := make(chan string, 4)
+	e.Fake.Image("alpine:3", func(ctx context.Context, p fake.Process) int {
+		io.WriteString(p.Out, apitest.WorkerLog)
+		if w := p.Labels[runtime.LabelWorker]; w != "" {
+			select {
+			case up <- w:
+			default:
+			}
 		}
-	}))
+		<-ctx.Done()
+		return 0
+	})
 	// Docs and metrics.
 	e.Must(200, "GET", "/v1/openapi.json", nil, nil)
 	e.Must(200, "GET", "/v2/openapi.json", nil, nil)
@@ -189,7 +198,13 @@ func TestEveryRoute(t *testing.T) {
 	}
 	e.Must(200, "PATCH", "/v1/templates/"+tpl.ID, J{"readme": "r"}, nil)
 	e.Must(200, "POST", "/v1/templates/"+tpl.ID+"/update", J{"isPublic": true}, nil)
-	ep := e.NewEndpoint(tpl.ID, J{"networkVolumeId": vol.ID})
+	ep := e.NewEndpoint(tpl.ID, J{"networkVolumeId": vol.ID, "workersMin": 1})
+	var worker string // the endpoint's container worker, in includeWorkers
+	select {
+	case worker = <-up:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the endpoint's minimum worker did not start")
+	}
 	e.Must(200, "GET", "/v1/endpoints?includeTemplate=true&includeWorkers=true", nil, nil)
 	e.Must(200, "GET", "/v1/endpoints/"+ep.ID+"?includeWorkers=true", nil, nil)
 	e.Must(200, "PATCH", "/v1/endpoints/"+ep.ID, J{"workersMax": 2}, nil)
@@ -207,15 +222,9 @@ func TestEveryRoute(t *testing.T) {
 	}
 
 	// Berth's runtime extensions: GPUs, container logs, endpoint status.
-	rt.Set(func(rt *apitest.FakeRuntime) {
-		rt.Logs[ep.ID+"/zzzzcontainer1"] = apitest.WorkerLog
-		rt.Logs[pod.ID] = "pod line\n"
-		rt.Status[ep.ID] = J{"workers": J{"initializing": 0, "idle": 0, "running": 0, "throttled": 1, "unhealthy": 0, "draining": 0},
-			"desired": 1, "unhealthy": false, "reason": "waiting for free GPUs", "failures": 0, "crashes": 0, "attempts": 0}
-	})
 	e.Must(200, "GET", "/v1/gpus", nil, nil)
 	e.Must(200, "GET", "/v1/backup", nil, nil)
-	e.Must(200, "GET", "/v1/endpoints/"+ep.ID+"/workers/zzzzcontainer1/logs?tail=10&jobId=job-a&follow=false", nil, nil)
+	e.Must(200, "GET", "/v1/endpoints/"+ep.ID+"/workers/"+worker+"/logs?tail=10&jobId=job-a&follow=false", nil, nil)
 	e.Must(200, "GET", "/v1/pods/"+pod.ID+"/logs?tail=1", nil, nil)
 	e.MustErr(400, "GET", "/v1/pods/"+pod.ID+"/logs?tail=-1", nil, "tail")
 	e.MustErr(404, "GET", "/v1/endpoints/"+ep.ID+"/workers/nosuchworker/logs", nil, "not found")
