@@ -10,15 +10,27 @@ import (
 	"time"
 
 	"berth/internal/apitest"
+	"berth/runtime/fake"
 )
 
 // TestV2AsTheDocumentSays: each behaviour an outside checker built from
 // RunPod's v2.json found Berth doing otherwise (issue 16), as the
 // document's text states it.
 func TestV2AsTheDocumentSays(t *testing.T) {
-	f := apitest.NewFakePods()
-	rt := apitest.NewFakeRuntime()
-	e := apitest.NewValidating(t, apitest.WithFakePods(f), apitest.WithFakeRuntime(rt))
+	e := apitest.NewValidating(t, apitest.WithFake(apitest.PodGPUs, "alpine:3", "alpine:4", "busybox:1", "me/private:1"))
+	// The talker prints a backlog, then each line the test gives it.
+	talk := make(chan string)
+	e.Fake.Image("talker:1", func(ctx context.Context, p fake.Process) int {
+		io.WriteString(p.Out, "backlog\n")
+		for {
+			select {
+			case line := <-talk:
+				io.WriteString(p.Out, line)
+			case <-ctx.Done():
+				return 0
+			}
+		}
+	})
 	e.Conformant(true)
 	var podTpl, other, sls v2Template
 	e.Must(201, "POST", "/v2/templates", J{"name": "pod-tpl", "image": "alpine:3", "env": J{"A": "1", "B": "1"}}, &podTpl)
@@ -168,9 +180,7 @@ func TestV2AsTheDocumentSays(t *testing.T) {
 	t.Run("logs stream until the client leaves", func(t *testing.T) {
 		e.T = t
 		var pod v2Pod
-		e.Must(201, "POST", "/v2/pods", J{"name": "talker", "image": "alpine:3", "cpu": J{"id": "cpu3c", "vcpuCount": 2}}, &pod)
-		rt.Set(func(rt *apitest.FakeRuntime) { rt.Logs[pod.ID] = "backlog\n" })
-		pw := rt.Follow(pod.ID)
+		e.Must(201, "POST", "/v2/pods", J{"name": "talker", "image": "talker:1", "cpu": J{"id": "cpu3c", "vcpuCount": 2}}, &pod)
 		ctx, cancel := context.WithCancel(context.Background())
 		defer cancel()
 		req, _ := http.NewRequestWithContext(ctx, "GET", e.Base+"/v2/pods/"+pod.ID+"/logs", nil)
@@ -184,18 +194,22 @@ func TestV2AsTheDocumentSays(t *testing.T) {
 		if got := readEvent(t, br); !strings.Contains(got, `"line":"backlog"`) {
 			t.Errorf("first event %q", got)
 		}
-		io.WriteString(pw, "live\n") // after the backlog: the stream is still open
+		talk <- "live\n" // after the backlog: the stream is still open
 		if got := readEvent(t, br); !strings.Contains(got, `"line":"live"`) {
 			t.Errorf("streamed event %q", got)
 		}
+		in := e.PodInstance(pod.ID).ID
+		if n := e.Fake.Readers(in); n != 1 {
+			t.Errorf("%d readers of the container's log while streaming, want 1", n)
+		}
 		cancel() // the client leaves: Berth stops reading the container's log
 		deadline := time.Now().Add(10 * time.Second)
-		for _, err := io.WriteString(pw, "more\n"); err == nil; _, err = io.WriteString(pw, "more\n") {
+		for e.Fake.Readers(in) > 0 {
 			if time.Now().After(deadline) {
 				t.Fatal("the container's log is still read after the client left")
 			}
+			time.Sleep(10 * time.Millisecond)
 		}
-		pw.Close()
 		e.Must(204, "DELETE", "/v2/pods/"+pod.ID, nil, nil)
 	})
 	e.T = t

@@ -180,6 +180,7 @@ type instance struct {
 	started, finished time.Time
 	run               *run // the current run; nil when not running
 	logs              logBuf
+	readers           int // Logs followers not yet closed (Readers)
 }
 
 // run is one execution of an instance's Program.
@@ -705,6 +706,9 @@ func (b *Backend) Logs(ctx context.Context, id string, follow bool, tail int) (i
 	}
 	first := bytes.Join(lines, nil)
 	next := in.logs.dropped + len(in.logs.lines)
+	if follow {
+		in.readers++
+	}
 	b.mu.Unlock()
 	if !follow {
 		return io.NopCloser(bytes.NewReader(first)), nil
@@ -713,6 +717,11 @@ func (b *Backend) Logs(ctx context.Context, id string, follow bool, tail int) (i
 	ctx, cancel := context.WithCancel(ctx)
 	go func() {
 		defer cancel()
+		defer func() {
+			b.mu.Lock()
+			in.readers--
+			b.mu.Unlock()
+		}()
 		if _, err := pw.Write(first); err != nil {
 			return
 		}

@@ -55,3 +55,14 @@ func (b *Backend) Pod(id string) (runtime.Instance, bool) {
 	}
 	return runtime.Instance{}, false
 }
+
+// Readers is how many followed logs of instance id are still being read:
+// a test sees that Berth stopped reading a log once its client went away.
+func (b *Backend) Readers(id string) int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if in := b.byID[id]; in != nil {
+		return in.readers
+	}
+	return 0
+}
