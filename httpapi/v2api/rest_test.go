@@ -1,8 +1,10 @@
 package v2api_test
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"regexp"
 	"slices"
 	"sort"
@@ -18,7 +20,10 @@ import (
 	"berth/httpapi/v2api"
 	"berth/internal/apitest"
 	"berth/mgmt"
+	"berth/runtime"
+	"berth/runtime/fake"
 	"berth/store"
+	"berth/worker"
 )
 
 type v2Template struct {
@@ -175,13 +180,33 @@ type httpapiProblem struct {
 // pod through its actions, volumes, registries, the catalogue, billing,
 // SSH keys reaching a pod, and the families one host cannot provide.
 func TestRunPodV2Conformance(t *testing.T) {
-	f := apitest.NewFakePods()
-	rt := apitest.NewFakeRuntime()
-	e := apitest.NewValidating(t, apitest.WithFakePods(f), apitest.WithFakeRuntime(rt), apitest.WithHTTP(func(c *httpapi.Config) {
-		c.WorkerInfo = func(string) []mgmt.WorkerInfo {
-			return []mgmt.WorkerInfo{{ID: "zzzzcontainer1", State: "running", ImageName: "alpine:3", Version: 1, GPUTypeID: "NVIDIA GeForce RTX 4090", GPUCount: 1, LastStartedAt: apitest.FakeStart}}
+	// Four 4090s: two for the endpoint's workers across its release, one
+	// for the pod.
+	gpus4 := slices.Clone(apitest.PodGPUs)
+	for i := 2; i < 4; i++ {
+		d := gpus4[0]
+		d.Index, d.UUID = i, fmt.Sprintf("GPU-4090-%d", i)
+		gpus4 = append(gpus4, d)
+	}
+	e := apitest.NewValidating(t, apitest.WithFake(gpus4, "busybox:1", "busybox:2"))
+	// The template's image: as a worker it prints two lines and holds the
+	// job it takes (a busy worker stays when its release goes stale); as a
+	// pod it says hi.
+	took := make(chan string, 1)
+	e.Fake.Image("alpine:3", func(ctx context.Context, p fake.Process) int {
+		if p.Labels[runtime.LabelWorker] == "" {
+			io.WriteString(p.Out, "pod says hi\n")
+			<-ctx.Done()
+			return 0
 		}
-	}))
+		io.WriteString(p.Out, "line one\nline two\n")
+		worker.Start(ctx, worker.Config{Env: p.Getenv, Logger: worker.NewLogger(p.Getenv, p.Out), Handler: func(ctx context.Context, _ *worker.Job) (any, error) {
+			took <- p.Getenv("RUNPOD_POD_ID")
+			<-ctx.Done()
+			return nil, ctx.Err()
+		}})
+		return 0
+	})
 	c := e.Conformant(true)
 	c.Own = loadV2Doc(t, e)
 
@@ -247,6 +272,14 @@ func TestRunPodV2Conformance(t *testing.T) {
 	}
 	e.Must(200, "GET", "/v2/serverless", nil, nil)
 	e.Must(200, "GET", "/v2/serverless/"+ep.ID, nil, nil)
+	// A job keeps a worker of release 1 busy across the PATCH.
+	e.Must(200, "POST", "/v2/"+ep.ID+"/run", J{"input": J{"n": 1}}, nil)
+	var busy string
+	select {
+	case busy = <-took:
+	case <-time.After(60 * time.Second):
+		t.Fatal("no worker took the job")
+	}
 	e.Must(200, "PATCH", "/v2/serverless/"+ep.ID, J{"env": J{"MODE": "fast"}, "scaling": J{"type": "REQUEST_COUNT", "requestCount": 3}}, &ep)
 	if ep.Version != 2 || ep.Env["MODE"] != "fast" || ep.Env["K"] != "W" {
 		t.Errorf("after PATCH: %+v", ep)
@@ -263,7 +296,17 @@ func TestRunPodV2Conformance(t *testing.T) {
 		Summary struct{ Running, Total int }
 	}
 	e.Must(200, "GET", "/v2/serverless/"+ep.ID+"/workers", nil, &ws)
-	if len(ws.Workers) != 1 || !ws.Workers[0].IsStale || ws.Summary.Running != 1 {
+	// The busy worker is stale; Berth may already run one of release 2.
+	stale := 0
+	for _, w := range ws.Workers {
+		if w.IsStale != (w.ID == busy) {
+			t.Errorf("worker %s stale %v (the busy one is %s)", w.ID, w.IsStale, busy)
+		}
+		if w.IsStale {
+			stale++
+		}
+	}
+	if stale != 1 || ws.Summary.Running < 1 || ws.Summary.Total != len(ws.Workers) {
 		t.Errorf("workers %+v", ws)
 	}
 	var rels struct {
@@ -276,8 +319,7 @@ func TestRunPodV2Conformance(t *testing.T) {
 	if len(rels.Releases) != 2 || rels.Releases[0].Version != 2 || len(rels.Releases[0].Diff) != 1 || rels.Releases[0].Diff[0].Field != "env" {
 		t.Errorf("releases %+v", rels)
 	}
-	rt.Set(func(rt *apitest.FakeRuntime) { rt.Logs[ep.ID+"/zzzzcontainer1"] = "line one\nline two\n" })
-	_, logs := e.Call("GET", "/v2/serverless/"+ep.ID+"/workers/zzzzcontainer1/logs?tail=10", nil)
+	_, logs := e.Call("GET", "/v2/serverless/"+ep.ID+"/workers/"+busy+"/logs?tail=10&follow=false", nil)
 	if !strings.Contains(string(logs), `"line":"line two"`) || !strings.HasPrefix(string(logs), "id: ") {
 		t.Errorf("worker logs: %q", logs)
 	}
@@ -311,8 +353,7 @@ func TestRunPodV2Conformance(t *testing.T) {
 	e.MustProblem(409, "POST", "/v2/pods/"+pod.ID+"/action", J{"action": "restart"}, "EXITED")
 	e.Must(200, "POST", "/v2/pods/"+pod.ID+"/action", J{"action": "start"}, nil)
 	e.Must(200, "POST", "/v2/pods/"+pod.ID+"/action", J{"action": "restart"}, nil)
-	rt.Set(func(rt *apitest.FakeRuntime) { rt.Logs[pod.ID] = "pod says hi\n" })
-	_, logs = e.Call("GET", "/v2/pods/"+pod.ID+"/logs?source=container&tail=5", nil)
+	_, logs = e.Call("GET", "/v2/pods/"+pod.ID+"/logs?source=container&tail=5&follow=false", nil)
 	if !strings.Contains(string(logs), "pod says hi") {
 		t.Errorf("pod logs: %q", logs)
 	}
@@ -329,7 +370,7 @@ func TestRunPodV2Conformance(t *testing.T) {
 		}
 	}
 	e.Must(200, "GET", "/v2/catalog/gpus?include=AVAILABILITY&product=POD,SERVERLESS", nil, &gpus)
-	if len(gpus.GPUs) < 2 || gpus.GPUs[0].ID != "NVIDIA GeForce RTX 4090" || gpus.GPUs[0].MaxCount.Secure != 2 {
+	if len(gpus.GPUs) < 2 || gpus.GPUs[0].ID != "NVIDIA GeForce RTX 4090" || gpus.GPUs[0].MaxCount.Secure != len(gpus4) {
 		t.Errorf("catalog gpus: %+v", gpus.GPUs[:min(2, len(gpus.GPUs))])
 	}
 	e.Must(200, "GET", "/v2/catalog/gpus/NVIDIA%20GeForce%20RTX%204090?include=AVAILABILITY&product=POD", nil, nil)
