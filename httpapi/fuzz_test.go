@@ -2,6 +2,7 @@ package httpapi_test
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
@@ -43,8 +44,9 @@ func newFuzzAPI(f testing.TB) *fuzzAPI {
 	// poll returns at once instead of holding the run.
 	e := &apitest.Env{Cfg: apptest.Config(f, apitest.Key)}
 	e.Cfg.Queue.TakeHold = time.Millisecond
-	apitest.WithFakePods(apitest.NewFakePods())(e)
-	apitest.WithFakeRuntime(apitest.NewFakeRuntime())(e)
+	// On the fake backend: pods and workers run programs that idle until
+	// stopped, so a followed log never ends by itself (do bounds it).
+	apptest.OnFake(f, &e.Cfg, apitest.PodGPUs, "echo:latest", "busybox:latest")
 	b := apptest.Start(f, e.Cfg)
 	a := &fuzzAPI{h: b.API().Handler(), q: b.Queue(), auth: "Bearer " + apitest.Key}
 	a.tpl = a.mustID(f, "POST", "/v1/templates", `{"name":"fuzz-tpl","imageName":"echo:latest","isServerless":true}`)
@@ -65,7 +67,11 @@ func newFuzzAPI(f testing.TB) *fuzzAPI {
 }
 
 func (a *fuzzAPI) do(method, target string, body []byte) *httptest.ResponseRecorder {
-	req := httptest.NewRequest(method, "http://berth"+target, bytes.NewReader(body))
+	// Every request is bounded: a followed log of a running pod streams
+	// until its client goes away.
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	req := httptest.NewRequestWithContext(ctx, method, "http://berth"+target, bytes.NewReader(body))
 	req.Header.Set("Authorization", a.auth)
 	req.Header.Set("Content-Type", "application/json")
 	rec := httptest.NewRecorder()
