@@ -105,9 +105,6 @@ type Config struct {
 	// httplimit); zero fields are the defaults.
 	Conn httplimit.Limits
 
-	// Pods replaces the runtime's pods: a surface's pod translation tested
-	// without Docker. berth serve leaves it nil.
-	Pods mgmt.PodRuntime
 	// WrapHandler wraps the API's handler (inside the load balancer):
 	// tests hold every exchange to the OpenAPI documents. nil: none.
 	WrapHandler func(http.Handler) http.Handler

@@ -112,8 +112,8 @@ func New(cfg Config) (_ *App, err error) {
 	// The management rules, and the API over them. An endpoint changed or
 	// deleted through any surface reaches the API (its cache, the
 	// endpoint's jobs) and the runtime.
-	pods := cfg.Pods
-	if pods == nil && a.sup != nil {
+	var pods mgmt.PodRuntime // nil without a runtime: pods answer 503
+	if a.sup != nil {
 		pods = podRuntime{a.sup}
 	}
 	a.mg = mgmt.New(mgmt.Config{Store: a.db, Clock: cfg.Clock, Logger: log.With("component", "mgmt"), DataDir: cfg.DataDir, Pods: pods,

@@ -46,7 +46,7 @@ func newFuzzAPI(f testing.TB) *fuzzAPI {
 	e.Cfg.Queue.TakeHold = time.Millisecond
 	// On the fake backend: pods and workers run programs that idle until
 	// stopped, so a followed log never ends by itself (do bounds it).
-	apptest.OnFake(f, &e.Cfg, apitest.PodGPUs, "echo:latest", "busybox:latest")
+	apptest.OnFake(f, &e.Cfg, apitest.PodGPUs, "echo:latest", "busybox:latest", "busybox", "alpine:3") // the seeds' pod images
 	b := apptest.Start(f, e.Cfg)
 	a := &fuzzAPI{h: b.API().Handler(), q: b.Queue(), auth: "Bearer " + apitest.Key}
 	a.tpl = a.mustID(f, "POST", "/v1/templates", `{"name":"fuzz-tpl","imageName":"echo:latest","isServerless":true}`)

@@ -7,6 +7,7 @@ import (
 	"io"
 	"strings"
 	"sync"
+	"time"
 
 	"berth/gpu"
 	"berth/mgmt"
@@ -141,3 +142,6 @@ const WorkerLog = `starting handler
 plain print from the handler
 {"requestId": "job-a", "message": "a done", "level": "INFO"}
 `
+
+// FakeStart is a fixed start time for worker views a test plants.
+var FakeStart = time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
