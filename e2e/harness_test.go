@@ -5,8 +5,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/moby/moby/client"
-
 	"berth/app"
 	"berth/internal/apitest"
 	"berth/internal/apptest"
@@ -128,14 +126,4 @@ func stopOn(t testing.TB, b *apptest.Berth) {
 }
 
 // removeContainersOf removes whatever is left of data's containers.
-func removeContainersOf(t testing.TB, data string) {
-	docker := dockertest.Require(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	list, _ := docker.ContainerList(ctx, client.ContainerListOptions{All: true})
-	for _, c := range list.Items {
-		if c.Labels[runtime.LabelDataDir] == app.Instance(data) {
-			docker.ContainerRemove(ctx, c.ID, client.ContainerRemoveOptions{Force: true})
-		}
-	}
-}
+func removeContainersOf(t testing.TB, data string) { apptest.RemoveContainers(t, data) }

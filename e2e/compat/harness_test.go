@@ -3,8 +3,6 @@ package compat
 import (
 	"bytes"
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -17,12 +15,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/moby/moby/client"
-
+	"berth/app"
+	"berth/internal/apptest"
 	"berth/internal/clientkit"
 	"berth/internal/dockertest"
 	"berth/internal/proctest"
-	"berth/runtime"
 )
 
 // waitLong bounds every wait for a container-level event (generous: the
@@ -66,26 +63,11 @@ func startBerth(t testing.TB, extra ...string) *server {
 // environment.
 func startBerthEnv(t testing.TB, env []string, extra ...string) *server {
 	t.Helper()
-	docker := dockertest.Require(t)
+	dockertest.Require(t)
 	data := filepath.Join(t.TempDir(), "data")
-	abs, _ := filepath.Abs(data)
-	sum := sha256.Sum256([]byte(abs))
-	s := &server{t: t, Key: "compat-" + dockertest.Unique(""), inst: hex.EncodeToString(sum[:6])}
+	s := &server{t: t, Key: "compat-" + dockertest.Unique(""), inst: app.Instance(data)}
 	// Registered first, so it runs last: whatever this Berth left.
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		defer cancel()
-		list, err := docker.ContainerList(ctx, client.ContainerListOptions{All: true})
-		if err != nil {
-			t.Errorf("list containers: %v", err)
-			return
-		}
-		for _, c := range list.Items {
-			if c.Labels[runtime.LabelDataDir] == s.inst {
-				_, _ = docker.ContainerRemove(ctx, c.ID, client.ContainerRemoveOptions{Force: true})
-			}
-		}
-	})
+	t.Cleanup(func() { apptest.RemoveContainers(t, data) })
 	s.Berth = proctest.Start(t, proctest.Options{Data: data, Key: s.Key, Env: env, Race: true,
 		Args: append([]string{"--rate-limits", "off"}, extra...)})
 	s.URL = s.Base

@@ -3,8 +3,6 @@ package dashboard_test
 import (
 	"bytes"
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -22,6 +20,7 @@ import (
 	"github.com/chromedp/chromedp"
 	"github.com/moby/moby/client"
 
+	"berth/app"
 	"berth/gpu"
 	"berth/internal/apptest"
 	"berth/internal/dockertest"
@@ -61,27 +60,11 @@ type berth struct {
 func startBerth(t *testing.T, docker *client.Client) *berth {
 	t.Helper()
 	data := filepath.Join(t.TempDir(), "data")
-	abs, _ := filepath.Abs(data)
-	sum := sha256.Sum256([]byte(abs))
-	b := &berth{t: t, key: "dashboard-test-" + dockertest.Unique(""), instance: hex.EncodeToString(sum[:6])}
+	b := &berth{t: t, key: "dashboard-test-" + dockertest.Unique(""), instance: app.Instance(data)}
 	// Registered first, so it runs after the process stopped: Berth leaves
 	// its containers running for the next start to adopt; remove this
 	// instance's.
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		defer cancel()
-		res, err := docker.ContainerList(ctx, client.ContainerListOptions{All: true,
-			Filters: client.Filters{}.Add("label", "berth.instance="+b.instance)})
-		if err != nil {
-			t.Errorf("list test containers: %v", err)
-			return
-		}
-		for _, c := range res.Items {
-			if _, err := docker.ContainerRemove(ctx, c.ID, client.ContainerRemoveOptions{Force: true}); err != nil {
-				t.Errorf("remove test container %s: %v", c.ID, err)
-			}
-		}
-	})
+	t.Cleanup(func() { apptest.RemoveContainers(t, data) })
 	b.proc = proctest.Start(t, proctest.Options{Data: data, Key: b.key, Args: []string{"--rate-limits=off"}})
 	b.base = b.proc.Base
 	return b

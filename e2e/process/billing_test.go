@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"berth/internal/apptest"
 	"berth/internal/dockertest"
 	"berth/internal/proctest"
 	"berth/store"
@@ -26,10 +27,10 @@ func TestCPUWorkerBilling(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs containers")
 	}
-	docker := dockertest.Require(t)
+	dockertest.Require(t)
 	image := dockertest.BuildGoImage(t, "berth/testdata/echoworker")
 	data := filepath.Join(t.TempDir(), "data")
-	t.Cleanup(func() { removeContainersOf(t, docker, data) })
+	t.Cleanup(func() { apptest.RemoveContainers(t, data) })
 	if err := os.MkdirAll(data, 0o700); err != nil {
 		t.Fatal(err)
 	}

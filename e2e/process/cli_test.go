@@ -18,11 +18,10 @@ import (
 
 	"github.com/moby/moby/client"
 
-	"berth/app"
 	"berth/cli"
+	"berth/internal/apptest"
 	"berth/internal/dockertest"
 	"berth/internal/proctest"
-	"berth/runtime"
 )
 
 // TestCLIWithWorkerContainers drives `berth serve` (the built binary: store,
@@ -38,7 +37,7 @@ func TestCLIWithWorkerContainers(t *testing.T) {
 	dir := t.TempDir()
 	data := filepath.Join(dir, "data")
 	// Remove whatever this Berth left (registered first: runs last).
-	t.Cleanup(func() { removeContainersOf(t, docker, data) })
+	t.Cleanup(func() { apptest.RemoveContainers(t, data) })
 
 	const key = "cli-e2e-key"
 	// On loopback, as by default: containers reach the worker protocol
@@ -266,21 +265,4 @@ func podPullProgress(t *testing.T, docker *client.Client, env map[string]string,
 	t.Logf("pull progress shown:\n%s", stderr.String())
 	ok(nil, "pod", "delete", pod.ID)
 	ok(nil, "registry", "delete", ra.ID)
-}
-
-// removeContainersOf removes every container of the Berth whose data
-// directory is data (its instance label).
-func removeContainersOf(t *testing.T, docker *client.Client, data string) {
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	list, err := docker.ContainerList(ctx, client.ContainerListOptions{All: true})
-	if err != nil {
-		t.Errorf("list containers: %v", err)
-		return
-	}
-	for _, c := range list.Items {
-		if c.Labels[runtime.LabelDataDir] == app.Instance(data) {
-			docker.ContainerRemove(ctx, c.ID, client.ContainerRemoveOptions{Force: true})
-		}
-	}
 }
