@@ -72,6 +72,10 @@ type Config struct {
 	// DiscoverGPUs finds the host's GPUs [the backend's: NVML on Docker;
 	// without a backend gpu.DiscoverSystem].
 	DiscoverGPUs func() ([]gpu.Device, error)
+	// GPUUsage samples the GPUs for /metrics [NVML's on Docker when NVML
+	// found GPUs; none on Kubernetes or a given backend, whose GPUs this
+	// machine's NVML does not see]. Tests give go-nvml's mock (gpu.Sample).
+	GPUUsage func() ([]gpu.Usage, error)
 	// RemoveContainersOnStop removes this Berth's containers at Stop
 	// (tests; berth serve leaves them for the next start to adopt).
 	RemoveContainersOnStop bool
@@ -94,8 +98,10 @@ type Config struct {
 	// Series: the dashboard's plots (its Clock, Endpoints and Sample are
 	// the composition's; SampleEvery and MaxEndpoints are used as given).
 	Series series.Config
-	HTTP   httpapi.Config
-	LB     lbproxy.Config
+	// HTTP is the API's tunables; its dependencies and the runtime's views
+	// are the composition's.
+	HTTP httpapi.Settings
+	LB   lbproxy.Config
 	// Builds is the image builder's settings (limits, timeouts).
 	Builds builder.Config
 	// BuildkitAddr, when set, is the BuildKit daemon builds run on

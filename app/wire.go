@@ -128,7 +128,7 @@ func New(cfg Config) (_ *App, err error) {
 	if err := a.mg.SetupKeys("", operatorHash); err != nil { // key.go
 		return nil, err
 	}
-	hc := cfg.HTTP
+	hc := httpapi.Config{Settings: cfg.HTTP}
 	hc.Builds = a.builds
 	hc.Pushes = a.newPushes() // builds.go
 	hc.Store, hc.Queue, hc.Mgmt, hc.Clock, hc.Logger = a.db, a.q, a.mg, cfg.Clock, log.With("component", "http")
@@ -139,7 +139,8 @@ func New(cfg Config) (_ *App, err error) {
 		hc.PingInterval = PingInterval
 	}
 	hc.GPUs = a.gpus.Snapshot
-	if systemGPUs && cfg.Backend.kind != kubernetes && cfg.Backend.kind != givenBackend && len(a.gpus.Snapshot()) > 0 {
+	hc.GPUUsage = cfg.GPUUsage
+	if hc.GPUUsage == nil && systemGPUs && cfg.Backend.kind != kubernetes && cfg.Backend.kind != givenBackend && len(a.gpus.Snapshot()) > 0 {
 		// No series without GPUs, nor on Kubernetes or a given backend:
 		// the GPUs are theirs, which this machine's NVML does not see.
 		hc.GPUUsage = gpu.SampleSystem

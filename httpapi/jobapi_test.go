@@ -167,7 +167,7 @@ func TestE2EPayloadLimits(t *testing.T) {
 	// Without the validating wrapper: it would decode each body of many
 	// megabytes again, which under -race takes minutes on a busy machine,
 	// and a size limit is not a question of the document.
-	e := newEnv(t, apitest.RawHTTP(func(*httpapi.Config) {}))
+	e := newEnv(t, apitest.RawHTTP(func(*httpapi.Settings) {}))
 	ep := e.Endpoint(nil)
 	big := func(n int) string { return `{"input":{"b":"` + strings.Repeat("x", n) + `"}}` }
 	if r := e.Do("POST", "/v2/"+ep+"/run", apitest.Key, big(10<<20)); r.Code != 413 || r.JSON(t)["error"] == nil {

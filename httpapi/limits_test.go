@@ -157,7 +157,7 @@ func TestSteadyUploadOutlastsTheGrace(t *testing.T) {
 // only makes it slower: a poll is proven held, never assumed from a
 // client-side timeout.
 func TestLongPollCaps(t *testing.T) {
-	e := newEnv(t, apitest.RawHTTP(func(c *httpapi.Config) { c.MaxLongPollsPerWorker, c.MaxLongPollsPerKey = 2, 3 }))
+	e := newEnv(t, apitest.RawHTTP(func(c *httpapi.Settings) { c.MaxLongPollsPerWorker, c.MaxLongPollsPerKey = 2, 3 }))
 	ep := e.Endpoint(nil)
 	id := e.Run(ep, `{}`)   // a job nobody runs: status-sync on it waits (on the test's fake clock)
 	idle := e.Endpoint(nil) // no jobs: job-take on it waits (a job-take on ep would take the job and end)

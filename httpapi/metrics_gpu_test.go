@@ -9,7 +9,6 @@ import (
 	"github.com/NVIDIA/go-nvml/pkg/nvml/mock/dgxa100"
 
 	"berth/gpu"
-	"berth/httpapi"
 	"berth/internal/apitest"
 )
 
@@ -22,9 +21,9 @@ func TestMetricsGPUSeries(t *testing.T) {
 			return nvml.Utilization{Gpu: uint32(i * 10)}, nvml.SUCCESS
 		}
 	}
-	e := newMetricsEnv(t, apitest.WithHTTP(func(c *httpapi.Config) {
-		c.GPUUsage = func() ([]gpu.Usage, error) { return gpu.Sample(lib) }
-	}))
+	e := newMetricsEnv(t, func(e *apitest.Env) {
+		e.Cfg.GPUUsage = func() ([]gpu.Usage, error) { return gpu.Sample(lib) }
+	})
 	text := e.scrape()
 	uuid := lib.Devices[3].(*dgxa100.Device).UUID
 	if v := metric(text, "berth_gpu_utilization_ratio", "gpu", "3", "uuid", uuid); v != 0.3 {

@@ -34,6 +34,43 @@ import (
 )
 
 // Config holds a Server's dependencies.
+// Settings are a Server's tunables, what app.Config.HTTP carries; zero
+// fields are the defaults. The rest of Config is the composition's
+// (package app sets every field): no caller plants a runtime view.
+type Settings struct {
+	// KeyRequestsPer10s caps each API key's requests in any 10 seconds
+	// (authz.go); 0: DefaultKeyRequestsPer10s when RateLimits is on, none
+	// otherwise; negative: none.
+	KeyRequestsPer10s int
+	RequestsPerWorker int           // dynamic limit per running worker per 10 s [100]
+	StreamHold        time.Duration // /stream hold while empty [10s]
+	PingInterval      time.Duration // RUNPOD_PING_INTERVAL given to workers [10s]
+
+	// BackupReserve is the free space GET /v1/backup leaves in the data
+	// directory after its temporary copy [256 MiB].
+	BackupReserve int64
+	// JobListBytes bounds the inputs, outputs and errors one job list
+	// (GET /v1/endpoints/ID/jobs) carries [32 MiB]: past it, jobs come
+	// without them (dataOmitted).
+	JobListBytes int
+
+	// Long-poll caps (limits.go): MaxLongPollsPerWorker [8] and
+	// MaxLongPollsPerKey [10000] concurrent long polls held for one worker
+	// id or one key. Body and write deadlines of every request are the
+	// HTTP server's (package httplimit), applied outside the router.
+	MaxLongPollsPerWorker int
+	MaxLongPollsPerKey    int
+
+	// GraphQL bounds what GraphQL requests cost, alone and together
+	// (graphqlapi.Limits); zero fields are the defaults.
+	GraphQL graphqlapi.Limits
+	// ListShares bounds the answers that grow with the data built at once
+	// (answers.go) [64: 8 job lists, or 64 pod or billing lists];
+	// ListWait is how long one waits for room [2s].
+	ListShares int
+	ListWait   time.Duration
+}
+
 type Config struct {
 	Store *store.DB
 	Queue *queue.Service
@@ -46,16 +83,10 @@ type Config struct {
 	// APIKeyHash is the sha256 hex of an All key that is not stored
 	// (BERTH_API_KEY); the stored keys are Mgmt's (mgmt.SetupKeys).
 	APIKeyHash string
-	// KeyRequestsPer10s caps each API key's requests in any 10 seconds
-	// (authz.go); 0: DefaultKeyRequestsPer10s when RateLimits is on, none
-	// otherwise; negative: none.
-	KeyRequestsPer10s int
+	Settings
 
-	RateLimits        bool          // the spec's per-endpoint limits
-	RequestsPerWorker int           // dynamic limit per running worker per 10 s [100]
-	StreamHold        time.Duration // /stream hold while empty [10s]
-	PingInterval      time.Duration // RUNPOD_PING_INTERVAL given to workers [10s]
-	Version           string
+	RateLimits bool // the spec's per-endpoint limits
+	Version    string
 
 	// Workers adds the runtime's container states to /health. Optional.
 	Workers func(endpointID string) queue.WorkerCounts
@@ -93,29 +124,6 @@ type Config struct {
 	// queue.WebhookGuard.CheckURL. Optional.
 	WebhookURL func(rawURL string) error
 
-	// BackupReserve is the free space GET /v1/backup leaves in the data
-	// directory after its temporary copy [256 MiB].
-	BackupReserve int64
-	// JobListBytes bounds the inputs, outputs and errors one job list
-	// (GET /v1/endpoints/ID/jobs) carries [32 MiB]: past it, jobs come
-	// without them (dataOmitted).
-	JobListBytes int
-
-	// Long-poll caps (limits.go): MaxLongPollsPerWorker [8] and
-	// MaxLongPollsPerKey [10000] concurrent long polls held for one worker
-	// id or one key. Body and write deadlines of every request are the
-	// HTTP server's (package httplimit), applied outside the router.
-	MaxLongPollsPerWorker int
-	MaxLongPollsPerKey    int
-
-	// GraphQL bounds what GraphQL requests cost, alone and together
-	// (graphqlapi.Limits); zero fields are the defaults.
-	GraphQL graphqlapi.Limits
-	// ListShares bounds the answers that grow with the data built at once
-	// (answers.go) [64: 8 job lists, or 64 pod or billing lists];
-	// ListWait is how long one waits for room [2s].
-	ListShares int
-	ListWait   time.Duration
 	// EndpointStatus is the runtime's status of an endpoint, shown as the
 	// endpoint's "status" (JSON as is); its "reason" (why jobs are held
 	// back) is added to /health. Optional.

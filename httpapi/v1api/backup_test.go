@@ -159,7 +159,7 @@ func TestBackupLimits(t *testing.T) {
 		t.Errorf("a third backup: %d %.200q", res.StatusCode, b)
 	}
 
-	full := apitest.NewJobEnv(t, apitest.RawHTTP(func(c *httpapi.Config) { c.BackupReserve = 1 << 60 }))
+	full := apitest.NewJobEnv(t, apitest.RawHTTP(func(c *httpapi.Settings) { c.BackupReserve = 1 << 60 }))
 	req, _ = http.NewRequest("GET", full.Base+"/v1/backup", nil)
 	req.Header.Set("Authorization", "Bearer "+apitest.Key)
 	res, err = http.DefaultClient.Do(req)

@@ -1,14 +1,18 @@
 package v1api_test
 
 import (
+	"context"
 	"reflect"
-	"sync"
+	"slices"
 	"testing"
+	"time"
 
-	"berth/httpapi"
 	"berth/internal/apitest"
-	"berth/mgmt"
+	"berth/internal/apptest"
+	"berth/runtime"
+	"berth/runtime/fake"
 	"berth/store"
+	"berth/worker"
 )
 
 type endpointJSON struct {
@@ -72,13 +76,14 @@ func TestEndpointCreateValidation(t *testing.T) {
 }
 
 func TestEndpointListGetIncludes(t *testing.T) {
-	e := apitest.NewValidating(t, apitest.WithHTTP(func(c *httpapi.Config) {
-		c.WorkerInfo = func(ep string) []mgmt.WorkerInfo {
-			return []mgmt.WorkerInfo{{ID: "aaaaworker0001", State: "unhealthy", ImageName: "alpine:3", Version: 1, Message: "exit 1"}}
-		}
-	}))
-	tpl := e.NewTemplate("t", "alpine:3", nil)
-	a := e.NewEndpoint(tpl.ID, J{"name": "first", "gpuTypeIds": []string{"NVIDIA A40"}, "workersMax": 5})
+	e := apitest.NewValidating(t, apitest.WithFake(apitest.PodGPUs))
+	started := make(chan string, 1)
+	e.Fake.Image("alpine:3", func(ctx context.Context, p fake.Process) int {
+		started <- p.Labels[runtime.LabelWorker]
+		return apptest.WorkerProgram(func(context.Context, *worker.Job) (any, error) { return "ok", nil })(ctx, p)
+	})
+	tpl := e.NewTemplate("t", "alpine:3", J{"isServerless": true})
+	a := e.NewEndpoint(tpl.ID, J{"name": "first", "gpuTypeIds": []string{"NVIDIA GeForce RTX 4090"}, "workersMin": 1, "workersMax": 5})
 	b := e.NewEndpoint(tpl.ID, nil)
 	if len(a.ID) != 14 || a.Version != 1 || a.Name != "first" || b.Name != b.ID || a.Type != "QUEUE" {
 		t.Errorf("created %+v / %+v", a, b)
@@ -91,26 +96,43 @@ func TestEndpointListGetIncludes(t *testing.T) {
 	if !reflect.DeepEqual(list[0].Endpoint, a) {
 		t.Errorf("listed %+v\ncreated %+v", list[0].Endpoint, a)
 	}
+	// Endpoint a's workers: the container Berth started, in contact once it
+	// asks for a job, and one attached by hand with worker-env.
+	var container string
+	select {
+	case container = <-started:
+	case <-time.After(30 * time.Second):
+		t.Fatal("no worker container started")
+	}
 	var env map[string]string
 	e.Must(200, "GET", "/v1/endpoints/"+a.ID+"/worker-env", nil, &env)
-	e.Must(200, "GET", "/v1/endpoints?includeTemplate=true&includeWorkers=true", nil, &list)
-	if list[0].Template == nil || list[0].Template.ID != tpl.ID || list[0].Workers == nil {
-		t.Fatalf("includes: %+v", list[0])
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		e.Must(200, "GET", "/v1/endpoints?includeTemplate=true&includeWorkers=true", nil, &list)
+		if list[0].Template == nil || list[0].Template.ID != tpl.ID || list[0].Workers == nil {
+			t.Fatalf("includes: %+v", list[0])
+		}
+		ws := *list[0].Workers
+		if len(ws) == 2 && ws[0].State == "idle" && ws[1].State == "idle" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("workers never both idle: %+v", ws)
+		}
 	}
 	ws := *list[0].Workers
-	if len(ws) != 2 || ws[0].ID > ws[1].ID {
-		t.Fatalf("workers (by id) %+v", ws)
+	if ws[0].ID > ws[1].ID {
+		t.Fatalf("workers not by id: %+v", ws)
 	}
-	if ws[0].ID != "aaaaworker0001" {
+	if ws[0].ID != container {
 		ws[0], ws[1] = ws[1], ws[0]
 	}
-	if ws[0].ID != "aaaaworker0001" || ws[0].State != "unhealthy" || ws[0].StatusMessage != "exit 1" ||
-		ws[1].ID != env["RUNPOD_POD_ID"] || !ws[1].External || ws[1].State != "idle" || ws[1].EndpointID != a.ID {
+	if ws[0].ID != container || ws[0].External || ws[0].ImageName != "alpine:3" || ws[0].SlsVersion != 1 || ws[0].EndpointID != a.ID ||
+		ws[1].ID != env["RUNPOD_POD_ID"] || !ws[1].External || ws[1].EndpointID != a.ID {
 		t.Errorf("workers %+v", ws)
 	}
 	var one endpointJSON
 	e.Must(200, "GET", "/v1/endpoints/"+b.ID+"?includeWorkers=true", nil, &one)
-	if one.Workers == nil || len(*one.Workers) != 1 || one.Template != nil {
+	if one.Workers == nil || len(*one.Workers) != 0 || one.Template != nil { // b has none
 		t.Errorf("get with includeWorkers: %+v", one)
 	}
 	e.MustErr(400, "GET", "/v1/endpoints?includeTemplate=sure", nil, "includeTemplate")
@@ -119,12 +141,10 @@ func TestEndpointListGetIncludes(t *testing.T) {
 	e.MustErr(404, "GET", "/v1/endpoints/nosuchendpoint/worker-env", nil, "not found")
 }
 
+// TestEndpointUpdate: which changes make a new version; refused ones change
+// nothing. (That running workers follow a version: TestTemplateUpdateTellsRuntime.)
 func TestEndpointUpdate(t *testing.T) {
-	var mu sync.Mutex
-	var changed []string
-	e := apitest.NewValidating(t, apitest.WithHTTP(func(c *httpapi.Config) {
-		c.EndpointChanged = func(id string) { mu.Lock(); changed = append(changed, id); mu.Unlock() }
-	}))
+	e := apitest.NewValidating(t)
 	t1 := e.NewTemplate("t1", "alpine:3", nil)
 	t2 := e.NewTemplate("t2", "alpine:4", nil)
 	ep := e.NewEndpoint(t1.ID, J{"env": J{"A": "1"}})
@@ -151,11 +171,6 @@ func TestEndpointUpdate(t *testing.T) {
 	if got.TemplateID != t2.ID || got.WorkersMax != 6 || got.IdleTimeout != 60 || got.Env["A"] != "2" || got.GPUCount != 2 || got.Name != "n" {
 		t.Errorf("after updates: %+v", got)
 	}
-	mu.Lock()
-	if len(changed) != 1+len(steps) { // create + each update
-		t.Errorf("EndpointChanged called %d times, want %d", len(changed), 1+len(steps))
-	}
-	mu.Unlock()
 
 	before := e.Must(200, "GET", path, nil, nil)
 	for _, c := range []struct {
@@ -186,11 +201,21 @@ func TestEndpointUpdate(t *testing.T) {
 }
 
 func TestEndpointDelete(t *testing.T) {
-	var deleted []string
-	e := apitest.NewValidating(t, apitest.WithHTTP(func(c *httpapi.Config) { c.EndpointDeleted = func(id string) { deleted = append(deleted, id) } }))
-	tpl := e.NewTemplate("t", "alpine:3", nil)
-	ep := e.NewEndpoint(tpl.ID, nil)
+	e := apitest.NewValidating(t, apitest.WithFake(apitest.PodGPUs))
+	// The endpoint's container: it runs until Berth stops it.
+	up, stopped := make(chan string, 1), make(chan string, 1)
+	e.Fake.Image("alpine:3", func(ctx context.Context, p fake.Process) int {
+		up <- p.Labels[runtime.LabelEndpoint]
+		<-ctx.Done()
+		stopped <- p.Labels[runtime.LabelEndpoint]
+		return 0
+	})
+	tpl := e.NewTemplate("t", "alpine:3", J{"isServerless": true})
+	ep := e.NewEndpoint(tpl.ID, J{"workersMin": 1, "workersMax": 1})
 	other := e.NewEndpoint(tpl.ID, nil)
+	if got := receive(t, up, "the endpoint's worker container to start"); got != ep.ID {
+		t.Fatalf("a container of %s started, want %s", got, ep.ID)
+	}
 	v2 := "/v2/" + ep.ID
 
 	// One job running on a worker, one queued, one on another endpoint.
@@ -206,8 +231,23 @@ func TestEndpointDelete(t *testing.T) {
 	e.Must(200, "POST", "/v2/"+other.ID+"/run", J{"input": J{"n": 3}}, &kept)
 
 	e.Must(204, "DELETE", "/v1/endpoints/"+ep.ID, nil, nil)
-	if !reflect.DeepEqual(deleted, []string{ep.ID}) {
-		t.Errorf("EndpointDeleted calls %v", deleted)
+	// Its worker container is stopped and removed (other's queued job has
+	// one of its own started meanwhile).
+	if got := receive(t, stopped, "the deleted endpoint's container to stop"); got != ep.ID {
+		t.Errorf("a container of %s stopped, want %s", got, ep.ID)
+	}
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		list, err := e.Fake.List(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		list = slices.DeleteFunc(list, func(in runtime.Instance) bool { return in.Labels[runtime.LabelEndpoint] != ep.ID })
+		if len(list) == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("containers left after the endpoint's deletion: %+v", list)
+		}
 	}
 	e.MustErr(404, "GET", "/v1/endpoints/"+ep.ID, nil, "not found")
 	e.MustErr(404, "POST", v2+"/run", J{"input": J{}}, "not found")
@@ -290,4 +330,16 @@ func TestLoadBalancerEndpointType(t *testing.T) {
 	// No queue: jobs are refused rather than left waiting forever.
 	e.MustErr(400, "POST", "/v2/"+lb.ID+"/run", J{"input": J{}}, "LOAD_BALANCER", "/lb/"+lb.ID)
 	e.MustErr(400, "POST", "/v2/"+lb.ID+"/runsync", J{"input": J{}}, "LOAD_BALANCER")
+}
+
+// receive is the next value of ch; none within 30 s fails the test.
+func receive[T any](t *testing.T, ch <-chan T, what string) T {
+	t.Helper()
+	select {
+	case v := <-ch:
+		return v
+	case <-time.After(30 * time.Second):
+		t.Fatalf("waited 30 s for %s", what)
+	}
+	panic("unreachable")
 }

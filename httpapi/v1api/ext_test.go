@@ -4,36 +4,59 @@ import (
 	"bufio"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"reflect"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"berth/gpu"
 	"berth/internal/apitest"
+	"berth/internal/apptest"
 	"berth/runtime"
 	"berth/runtime/fake"
 	"berth/store"
+	"berth/worker"
 )
 
 // Berth's runtime extensions: GET /v1/gpus, the log routes, and the
-// runtime's status on endpoints and /health. The log routes read
-// containers on the fake backend (runtime/fake); apitest.FakeRuntime still
-// stands in for the supervisor in the GPU and status tests.
+// runtime's status on endpoints and /health, read off Berth's supervisor
+// running containers on the fake backend (runtime/fake).
 
+// TestGPUs: /v1/gpus is the host's GPUs (the backend's devices) and which
+// worker holds each, as Berth's allocator has them.
 func TestGPUs(t *testing.T) {
-	f := apitest.NewFakeRuntime()
-	e := apitest.NewValidating(t, apitest.WithFakeRuntime(f))
+	devs := slices.Clone(apitest.PodGPUs)
+	devs[0].PCIBusID, devs[1].PCIBusID = "00000000:01:00.0", "00000000:02:00.0"
+	e := apitest.NewValidating(t, apitest.WithFake(devs))
+	started := make(chan string, 1)
+	e.Fake.Image("gpu-worker", func(ctx context.Context, p fake.Process) int {
+		started <- p.Labels[runtime.LabelWorker]
+		<-ctx.Done()
+		return 0
+	})
+	tpl := e.NewTemplate("t", "gpu-worker", J{"isServerless": true})
+	e.NewEndpoint(tpl.ID, J{"workersMin": 1, "workersMax": 1, "gpuCount": 1})
+	var holder string
+	select {
+	case holder = <-started:
+	case <-time.After(30 * time.Second):
+		t.Fatal("no worker started")
+	}
 	var got []map[string]any
 	e.Must(200, "GET", "/v1/gpus", nil, &got)
-	want := []map[string]any{
-		{"index": 0.0, "uuid": "GPU-0000", "name": "NVIDIA GeForce RTX 4090", "gpuTypeId": "NVIDIA GeForce RTX 4090", "memoryInMiB": 24564.0, "pciBusId": "00000000:01:00.0", "holder": "wkr1"},
-		{"index": 1.0, "uuid": "GPU-0001", "name": "NVIDIA GeForce RTX 4090", "gpuTypeId": "NVIDIA GeForce RTX 4090", "memoryInMiB": 24564.0, "pciBusId": "00000000:02:00.0", "holder": ""},
+	row := func(d gpu.Device, holder string) map[string]any {
+		return map[string]any{"index": float64(d.Index), "uuid": d.UUID, "name": d.Name, "gpuTypeId": d.TypeID,
+			"memoryInMiB": float64(d.MemoryMiB), "pciBusId": d.PCIBusID, "holder": holder}
 	}
-	if !reflect.DeepEqual(got, want) {
-		t.Errorf("GET /v1/gpus:\n got %v\nwant %v", got, want)
+	want0 := []map[string]any{row(devs[0], holder), row(devs[1], "")}
+	want1 := []map[string]any{row(devs[0], ""), row(devs[1], holder)}
+	if !reflect.DeepEqual(got, want0) && !reflect.DeepEqual(got, want1) {
+		t.Errorf("GET /v1/gpus:\n got %v\nwant one of the two held by %s: %v", got, holder, want0)
 	}
 	if code, _ := e.CallWith("GET", "/v1/gpus", nil, nil); code != http.StatusUnauthorized {
 		t.Errorf("GET /v1/gpus without a key: %d, want 401", code)
@@ -314,28 +337,45 @@ func TestContainerLogsFollow(t *testing.T) {
 }
 
 func TestEndpointStatus(t *testing.T) {
-	f := apitest.NewFakeRuntime()
-	e := apitest.NewValidating(t, apitest.WithFakeRuntime(f))
-	tpl := e.NewTemplate("t", "alpine:3", nil)
-	held := e.NewEndpoint(tpl.ID, J{"workersMax": 1}).ID
+	e := apitest.NewValidating(t, apitest.WithFake(apitest.PodGPUs))
+	// The worker takes a job and holds it until the test ends.
+	took := make(chan string, 1)
+	e.Fake.Image("holding-worker", apptest.WorkerProgram(func(ctx context.Context, j *worker.Job) (any, error) {
+		took <- j.ID
+		<-ctx.Done()
+		return nil, ctx.Err()
+	}))
+	tpl := e.NewTemplate("t", "holding-worker", J{"isServerless": true})
+	held := e.NewEndpoint(tpl.ID, J{"workersMax": 1, "scalerType": "REQUEST_COUNT", "scalerValue": 1}).ID
 	fine := e.NewEndpoint(tpl.ID, nil).ID
-	status := func(reason string) J {
-		st := J{"workers": J{"initializing": 0, "idle": 0, "running": 1, "throttled": 0, "unhealthy": 0, "draining": 0},
-			"desired": 1, "unhealthy": false, "failures": 0, "crashes": 0, "attempts": 1}
-		if reason != "" {
-			st["reason"] = reason
+	first := e.Run(held, `{"n": 0}`)
+	select {
+	case id := <-took:
+		if id != first {
+			t.Fatalf("the worker took %s, want %s", id, first)
 		}
-		return st
+	case <-time.After(30 * time.Second):
+		t.Fatal("no worker took the job")
 	}
-	const reason = "workersMax (1) reached: 3 jobs wait"
-	f.Set(func(f *apitest.FakeRuntime) { f.Status[held], f.Status[fine] = status(reason), status("") })
-
+	for i := 1; i <= 3; i++ {
+		e.Run(held, fmt.Sprintf(`{"n": %d}`, i))
+	}
+	// The reason appears on the supervisor's next pass.
+	const reason = "workersMax (1) reached: 3 job(s) waiting"
 	var got struct {
 		ID     string         `json:"id"`
 		Status map[string]any `json:"status"`
 	}
-	e.Must(200, "GET", "/v1/endpoints/"+held, nil, &got)
-	if got.Status["reason"] != reason || got.Status["desired"] != 1.0 || got.Status["workers"].(map[string]any)["running"] != 1.0 {
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		e.Must(200, "GET", "/v1/endpoints/"+held, nil, &got)
+		if got.Status["reason"] == reason {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("endpoint status never gave %q: %v", reason, got.Status)
+		}
+	}
+	if got.Status["desired"] != 1.0 || got.Status["workers"].(map[string]any)["running"] != 1.0 {
 		t.Errorf("endpoint status: %v", got.Status)
 	}
 	e.Must(200, "GET", "/v1/endpoints/"+fine+"?includeWorkers=true", nil, &got)

@@ -1,13 +1,17 @@
 package v1api_test
 
 import (
+	"context"
 	"net/http"
 	"reflect"
 	"testing"
 
-	"berth/httpapi"
 	"berth/internal/apitest"
+	"berth/internal/apptest"
+	"berth/runtime"
+	"berth/runtime/fake"
 	"berth/store"
+	"berth/worker"
 )
 
 func TestTemplateCreateDefaultsAndGet(t *testing.T) {
@@ -167,21 +171,35 @@ func TestTemplateUpdate(t *testing.T) {
 	e.MustErr(400, "PATCH", "/v1/templates/BAD", J{"name": "n"}, "invalid template id")
 }
 
+// TestTemplateUpdateTellsRuntime: a template's change is a new version of
+// its endpoints, and their running worker is replaced by one of it.
 func TestTemplateUpdateTellsRuntime(t *testing.T) {
-	var changed []string
-	e := apitest.NewValidating(t, apitest.WithHTTP(func(c *httpapi.Config) { c.EndpointChanged = func(id string) { changed = append(changed, id) } }))
-	tpl := e.NewTemplate("base", "alpine:3", nil)
-	ep := e.NewEndpoint(tpl.ID, nil)
-	changed = nil
-	e.Must(200, "PATCH", "/v1/templates/"+tpl.ID, J{"dockerStartCmd": []string{"run"}}, nil)
-	if !reflect.DeepEqual(changed, []string{ep.ID}) {
-		t.Errorf("EndpointChanged calls %v, want [%s]", changed, ep.ID)
+	e := apitest.NewValidating(t, apitest.WithFake(apitest.PodGPUs))
+	up, stopped := make(chan string, 2), make(chan string, 2)
+	// A worker: in contact with Berth, idle.
+	work := apptest.WorkerProgram(func(context.Context, *worker.Job) (any, error) { return "ok", nil })
+	e.Fake.Image("alpine:3", func(ctx context.Context, p fake.Process) int {
+		up <- p.Labels[runtime.LabelVersion]
+		defer func() { stopped <- p.Labels[runtime.LabelVersion] }()
+		return work(ctx, p)
+	})
+	tpl := e.NewTemplate("base", "alpine:3", J{"isServerless": true})
+	ep := e.NewEndpoint(tpl.ID, J{"workersMin": 1, "workersMax": 1})
+	if v := receive(t, up, "a worker of version 1"); v != "1" {
+		t.Fatalf("worker of version %s started, want 1", v)
 	}
+	e.Must(200, "PATCH", "/v1/templates/"+tpl.ID, J{"dockerStartCmd": []string{"run"}}, nil)
 	// The job API sees the new version at once (its endpoint cache is dropped).
 	var v store.Endpoint
 	e.Must(200, "GET", "/v1/endpoints/"+ep.ID, nil, &v)
 	if v.Version != 2 {
 		t.Errorf("version %d, want 2", v.Version)
+	}
+	if v := receive(t, stopped, "the worker of version 1 to stop"); v != "1" {
+		t.Errorf("worker of version %s stopped, want 1", v)
+	}
+	if v := receive(t, up, "a worker of version 2"); v != "2" {
+		t.Errorf("worker of version %s started, want 2", v)
 	}
 }
 

@@ -16,10 +16,9 @@ import (
 	"github.com/getkin/kin-openapi/routers"
 	"github.com/getkin/kin-openapi/routers/gorillamux"
 
-	"berth/httpapi"
 	"berth/httpapi/v2api"
 	"berth/internal/apitest"
-	"berth/mgmt"
+	"berth/internal/apptest"
 	"berth/runtime"
 	"berth/runtime/fake"
 	"berth/store"
@@ -522,31 +521,35 @@ func TestV2LiberalIDs(t *testing.T) {
 // TestV2FrozenWorkersAreIdle: a FlashBoot worker frozen by Berth is listed
 // by v2 (which has no frozen state) as IDLE, not dropped.
 func TestV2FrozenWorkersAreIdle(t *testing.T) {
-	e := apitest.NewValidating(t, apitest.WithHTTP(func(c *httpapi.Config) {
-		c.WorkerInfo = func(string) []mgmt.WorkerInfo {
-			return []mgmt.WorkerInfo{
-				{ID: "frozenworker01", State: "frozen", ImageName: "alpine:3", Version: 1, LastStartedAt: apitest.FakeStart},
-				{ID: "runningworker1", State: "running", ImageName: "alpine:3", Version: 1, LastStartedAt: apitest.FakeStart},
-			}
-		}
-	}))
+	e := apitest.NewValidating(t, apitest.WithFake(apitest.PodGPUs))
+	e.Fake.Image("alpine:3", apptest.WorkerProgram(func(_ context.Context, j *worker.Job) (any, error) { return j.Input, nil }))
 	var tpl v2Template
 	e.Must(201, "POST", "/v2/templates", J{"name": "worker", "image": "alpine:3"}, &tpl)
 	var ep v2Endpoint
 	e.Must(201, "POST", "/v2/serverless", J{"name": "fb", "type": "QUEUE", "templateId": tpl.ID, "flashboot": "FLASHBOOT", "gpu": J{"pools": []string{"ADA_24"}},
-		"scaling": J{"type": "QUEUE_DELAY", "queueDelay": 4}, "workers": J{"min": 0, "max": 2, "idleTimeout": 5}}, &ep)
+		"scaling": J{"type": "QUEUE_DELAY", "queueDelay": 4}, "workers": J{"min": 0, "max": 2, "idleTimeout": 1}}, &ep)
+	// A job brings a worker up; a second after it, idle, Berth freezes it.
+	e.WaitStatus(ep.ID, e.Run(ep.ID, `{"n": 1}`), "COMPLETED")
+	var v1 struct {
+		Workers []struct{ ID, State string } `json:"workers"`
+	}
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		e.Must(200, "GET", "/v1/endpoints/"+ep.ID+"?includeWorkers=true", nil, &v1)
+		if len(v1.Workers) == 1 && v1.Workers[0].State == "frozen" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the idle worker was not frozen: %+v", v1.Workers)
+		}
+	}
 	var ws struct {
 		Workers []struct{ ID, Status string }
 		Summary struct{ Running, Idle, Total int }
 	}
 	e.Must(200, "GET", "/v2/serverless/"+ep.ID+"/workers", nil, &ws)
-	if len(ws.Workers) != 2 || ws.Summary.Idle != 1 || ws.Summary.Running != 1 {
-		t.Fatalf("workers %+v", ws)
-	}
-	for _, w := range ws.Workers {
-		if w.ID == "frozenworker01" && w.Status != "IDLE" {
-			t.Fatalf("frozen worker listed as %q", w.Status)
-		}
+	if len(ws.Workers) != 1 || ws.Workers[0].ID != v1.Workers[0].ID || ws.Workers[0].Status != "IDLE" ||
+		ws.Summary.Idle != 1 || ws.Summary.Running != 0 || ws.Summary.Total != 1 {
+		t.Fatalf("v2's workers of a frozen one: %+v", ws)
 	}
 }
 

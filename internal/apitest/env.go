@@ -38,9 +38,8 @@ type Env struct {
 	Cfg     app.Config // the settings of every start
 	Raw     bool       // no validating wrapper: tests of the connection itself
 	Clock   *clockwork.FakeClock
-	StopPod chan string         // workers the queue was told to stop (OnStopPod)
-	Holders map[string][]string // GPU holder → uuids, held again after each start
-	Fake    *fake.Backend       // the backend of WithFake, nil without
+	StopPod chan string   // workers the queue was told to stop (OnStopPod)
+	Fake    *fake.Backend // the backend of WithFake, nil without
 
 	Berth *apptest.Berth
 	App   *app.App
@@ -129,11 +128,6 @@ func (e *Env) started() {
 	e.T.Helper()
 	b := e.Berth
 	e.App, e.API, e.DB, e.Q, e.Dir, e.Base = b.App, b.API(), b.Store(), b.Queue(), b.Config().DataDir, b.URL()
-	for holder, ids := range e.Holders {
-		if err := b.GPUs().Restore(holder, ids); err != nil {
-			e.T.Fatal(err)
-		}
-	}
 }
 
 // Restart stops Berth (its file checked) and starts it again on the same
@@ -157,9 +151,9 @@ func (e *Env) Seen(op string) int {
 	return e.seen[op]
 }
 
-// WithHTTP changes the API's settings (package httpapi's Config inside
-// app.Config; the composition's own fields are overwritten by app).
-func WithHTTP(mod func(*httpapi.Config)) Option {
+// WithHTTP changes the API's settings (app.Config.HTTP; the rest of
+// httpapi.Config is the composition's).
+func WithHTTP(mod func(*httpapi.Settings)) Option {
 	return func(e *Env) { mod(&e.Cfg.HTTP) }
 }
 
@@ -175,7 +169,7 @@ func WithLoopbackWebhooks(e *Env) { e.Cfg.WebhookAllow = []string{"127.0.0.0/8"}
 
 // RawHTTP changes the HTTP settings and serves without the validating
 // wrapper, so the tests reach the real connection and its deadlines.
-func RawHTTP(mod func(*httpapi.Config)) Option {
+func RawHTTP(mod func(*httpapi.Settings)) Option {
 	return func(e *Env) { mod(&e.Cfg.HTTP); e.Raw = true }
 }
 

@@ -28,3 +28,13 @@ func (e *Env) PodInstance(id string) runtime.Instance {
 	}
 	return in
 }
+
+// WorkerLog is what runpod-python prints: JSON lines with requestId, and
+// plain lines from the image (a log-route test's worker prints it).
+const WorkerLog = `starting handler
+{"requestId": null, "message": "Started.", "level": "INFO"}
+{"requestId": "job-a", "message": "working on a", "level": "INFO"}
+{"requestId": "job-b", "message": "working on b", "level": "INFO"}
+plain print from the handler
+{"requestId": "job-a", "message": "a done", "level": "INFO"}
+`

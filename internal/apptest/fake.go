@@ -2,11 +2,13 @@ package apptest
 
 import (
 	"context"
+	"fmt"
 	"testing"
 
 	"berth/app"
 	"berth/gpu"
 	"berth/runtime/fake"
+	"berth/worker"
 )
 
 // OnFake runs cfg's Berth on a new in-memory backend (runtime/fake) with
@@ -29,4 +31,19 @@ func OnFake(tb testing.TB, cfg *app.Config, devs []gpu.Device, images ...string)
 	})
 	cfg.Backend, cfg.DiscoverGPUs = app.OnBackend(fb), nil
 	return fb
+}
+
+// WorkerProgram is a worker image for the fake backend: package worker
+// (Berth's Go SDK, which behaves as runpod-python) in the instance,
+// reading its environment and logging to its output, h running each job
+// it takes. The program exits 1 when the worker gives up.
+func WorkerProgram(h worker.Handler) fake.Program {
+	return func(ctx context.Context, p fake.Process) int {
+		err := worker.Start(ctx, worker.Config{Env: p.Getenv, Logger: worker.NewLogger(p.Getenv, p.Out), Handler: h})
+		if err != nil && ctx.Err() == nil {
+			fmt.Fprintln(p.Out, err)
+			return 1
+		}
+		return 0
+	}
 }
