@@ -36,6 +36,7 @@ import (
 	"berth/queue"
 	"berth/runtime"
 	"berth/runtime/docker"
+	"berth/runtime/kube"
 	"berth/series"
 	"berth/store"
 )
@@ -132,15 +133,16 @@ type App struct {
 	gpus    *gpu.Allocator
 	dock    *docker.Docker // nil without Docker
 	// noRuntime: why Docker was not reached (DockerAuto), nil otherwise.
-	noRuntime error
-	backend   runtime.Backend     // nil without a runtime
-	volumes   runtime.Volumes     // the backend's; without one, host directories (runtime.go)
-	sup       *runtime.Supervisor // nil without Docker
-	cleaner   *cleaner.Service
-	models    *modelSync // nil: no model cache (no Docker runtime)
-	builds    *builder.Service
-	tests     *testWorkers // builds' test workers (buildtests.go)
-	inst      string
+	noRuntime  error
+	backend    runtime.Backend     // nil without a runtime
+	volumes    runtime.Volumes     // the backend's; without one, host directories (runtime.go)
+	sup        *runtime.Supervisor // nil without Docker
+	cleaner    *cleaner.Service
+	models     *modelSync   // nil: no model cache (no Docker runtime)
+	kubeModels *kube.Models // the kubernetes runtime's model cache, nil on others
+	builds     *builder.Service
+	tests      *testWorkers // builds' test workers (buildtests.go)
+	inst       string
 
 	keepKey func() error // stores and shows a generated key once serving (key.go)
 
@@ -188,6 +190,10 @@ func (a *App) Supervisor() *runtime.Supervisor { return a.sup }
 func (a *App) Docker() *docker.Docker          { return a.dock }
 func (a *App) GPUs() *gpu.Allocator            { return a.gpus }
 func (a *App) Builds() *builder.Service        { return a.builds }
+
+// KubeModels is the kubernetes runtime's model cache (its download Jobs),
+// nil on another runtime.
+func (a *App) KubeModels() *kube.Models { return a.kubeModels }
 
 // Instance labels this Berth's containers (runtime.LabelDataDir).
 func (a *App) Instance() string { return a.inst }

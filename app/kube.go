@@ -163,5 +163,6 @@ func (a *App) startKubeModels(kb *kube.Backend, log *slog.Logger) {
 		Slots: m.Slots, BytesPerSecond: m.BytesPerSecond, MinBackoff: m.MinBackoff,
 	})
 	a.closers = append(a.closers, km.Close)
+	a.kubeModels = km
 	a.newModelSync(km, log)
 }

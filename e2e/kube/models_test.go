@@ -3,6 +3,7 @@ package kube_test
 import (
 	"crypto/rand"
 	"encoding/json"
+	"fmt"
 	"os"
 	"strings"
 	"testing"
@@ -30,7 +31,9 @@ import (
 // the Job completes; then the worker Pod is made with the claim mounted
 // read-only at /runpod-volume/huggingface-cache/hub and HF_HOME,
 // HF_HUB_CACHE set, and the job's handler reads the model's file from the
-// snapshot through that read-only mount.
+// snapshot through that read-only mount. Then, every model complete,
+// Berth's passes over the Jobs send the API server nothing (the audit
+// log, over three passes: the Jobs and their Pods come from informers).
 func TestModelsOnKubernetes(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("the test kubelet bind-mounts claims in a private mount namespace: needs root")
@@ -156,6 +159,62 @@ func TestModelsOnKubernetes(t *testing.T) {
 	if r := e.status(ep).Reason; strings.Contains(r, "downloading") {
 		t.Errorf("status still says %q", r)
 	}
+
+	// Steady state: the model complete, Berth reads its Job from the
+	// informer. Over three passes (ticks, and kicks: the token stored
+	// again), Berth's requests on Jobs and the download Pods are none.
+	km := e.app.KubeModels()
+	waitPasses := func(n uint64) {
+		from := km.Passes()
+		e.eventually(fmt.Sprintf("%d more model passes", n), func() bool { return km.Passes() >= from+n }, nil)
+	}
+	waitPasses(1) // a pass under way when the window opens is a whole one
+	skip := len(e.berthRequests())
+	for range 2 {
+		e.call("PUT", "/v2/account/huggingface-token", map[string]any{"token": hub.Token}, 200, nil)
+	}
+	waitPasses(3)
+	var onJobs []string
+	window := e.berthRequests()[skip:]
+	t.Logf("steady state, 3 model passes: Berth's requests: %d %v", len(window), requestCounts(window))
+	for _, q := range window {
+		if q.Resource == "jobs" && q.Verb != "watch" || q.Resource == "pods" && strings.Contains(q.URI, "model-download") {
+			onJobs = append(onJobs, q.Verb+" "+q.URI)
+		}
+	}
+	if len(onJobs) > 0 {
+		t.Errorf("in steady state, over 3 model passes Berth sent %d requests on Jobs or download Pods: %v", len(onJobs), onJobs)
+	}
+}
+
+// requestCounts counts requests by verb and resource.
+func requestCounts(reqs []kubetest.Request) map[string]int {
+	out := map[string]int{}
+	for _, q := range reqs {
+		res := q.Resource
+		if q.Subresource != "" {
+			res += "/" + q.Subresource
+		}
+		out[q.Verb+" "+res]++
+	}
+	return out
+}
+
+// berthRequests are the requests Berth (the namespace's ServiceAccount)
+// sent the API server, from its audit log.
+func (e *kenv) berthRequests() []kubetest.Request {
+	e.t.Helper()
+	reqs, err := e.c.Requests()
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	var out []kubetest.Request
+	for _, q := range reqs {
+		if q.User == e.ns.ServiceAccountUser() {
+			out = append(out, q)
+		}
+	}
+	return out
 }
 
 func mustJSON(s string) string {

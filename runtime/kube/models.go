@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	batchv1 "k8s.io/api/batch/v1"
@@ -20,6 +21,11 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/informers"
+	batchlisters "k8s.io/client-go/listers/batch/v1"
+	corelisters "k8s.io/client-go/listers/core/v1"
+	"k8s.io/client-go/tools/cache"
 
 	"berth/hfcache"
 	"berth/runtime"
@@ -35,6 +41,10 @@ import (
 // the endpoint's status. A complete Job is the record that the model is
 // on the claim (kept; a deleted one is made again and finds the model
 // complete at once). The token goes by a Secret, never in the Job.
+//
+// The Jobs and their Pods are read from informers (label-selected, as the
+// Backend's): a pass asks the API server nothing once every model is
+// complete, and their changes kick a pass at once.
 
 const (
 	// ModelsClaim is the claim of the model cache.
@@ -90,7 +100,17 @@ type Models struct {
 	cancel context.CancelFunc
 	done   chan struct{}
 
-	mu       sync.Mutex
+	// The download Jobs and their Pods (informers); synced says both
+	// caches are complete.
+	jobs   batchlisters.JobLister
+	pods   corelisters.PodLister
+	synced []cache.InformerSynced
+	// passes counts the passes run (Passes).
+	passes atomic.Uint64
+
+	mu sync.Mutex
+	// jobEvent is closed at the Job informer's next change (waitJobs).
+	jobEvent chan struct{}
 	want     []hfcache.Ref
 	status   map[hfcache.Ref]hfcache.Progress
 	retry    bool
@@ -99,11 +119,6 @@ type Models struct {
 	image    string
 	imageErr string
 	token    *string // the token the Secret holds (nil: not yet looked at)
-	// idle: the last pass wanted no model and found no unfinished Job,
-	// so passes need not ask the API server until a model is wanted (the
-	// first pass after a start always lists: Jobs a previous run left).
-	// Only the pass goroutine uses it.
-	idle bool
 }
 
 // StartModels starts filling the models claim (before the supervisor:
@@ -136,13 +151,62 @@ func (b *Backend) StartModels(cfg ModelsConfig) *Models {
 	ctx, cancel := context.WithCancel(context.Background())
 	m := &Models{b: b, cfg: cfg, log: b.log, kick: make(chan struct{}, 1),
 		cancel: cancel, done: make(chan struct{}), status: map[hfcache.Ref]hfcache.Progress{},
-		attempts: map[hfcache.Ref]int{}, commits: map[string]string{}, image: cfg.Image}
+		attempts: map[hfcache.Ref]int{}, commits: map[string]string{}, image: cfg.Image, jobEvent: make(chan struct{})}
+	stop := m.informers()
 	b.mu.Lock()
 	b.models = m
 	b.mu.Unlock()
-	go m.run(ctx)
+	go func() {
+		defer close(m.done)
+		defer stop()
+		m.run(ctx)
+	}()
 	return m
 }
+
+// informers starts the informers of the download Jobs (this instance's,
+// by the labels they are made with) and of their Pods (labelled
+// labelModelDownload, which the Backend's Pod informer does not select),
+// each change kicking a pass; it returns what stops them.
+func (m *Models) informers() (stop func()) {
+	ns := m.b.cfg.Namespace
+	jobSel := labels.SelectorFromSet(m.b.objectLabels(componentModels)).String()
+	podSel := labels.SelectorFromSet(labels.Set{labelModelDownload: m.b.cfg.Instance}).String()
+	jobsF := informers.NewSharedInformerFactoryWithOptions(m.b.cs, 0, informers.WithNamespace(ns),
+		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = jobSel }))
+	podsF := informers.NewSharedInformerFactoryWithOptions(m.b.cs, 0, informers.WithNamespace(ns),
+		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = podSel }))
+	jobInf := jobsF.Batch().V1().Jobs()
+	podInf := podsF.Core().V1().Pods()
+	m.jobs, m.pods = jobInf.Lister(), podInf.Lister()
+	m.synced = []cache.InformerSynced{jobInf.Informer().HasSynced, podInf.Informer().HasSynced}
+	jobChanged := func() {
+		m.mu.Lock()
+		close(m.jobEvent)
+		m.jobEvent = make(chan struct{})
+		m.mu.Unlock()
+		m.wake()
+	}
+	// AddEventHandler fails only on a stopped informer: these are new.
+	_, _ = jobInf.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc: func(any) { jobChanged() }, UpdateFunc: func(_, _ any) { jobChanged() }, DeleteFunc: func(any) { jobChanged() },
+	})
+	_, _ = podInf.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc: func(any) { m.wake() }, UpdateFunc: func(_, _ any) { m.wake() }, DeleteFunc: func(any) { m.wake() },
+	})
+	ictx, cancel := context.WithCancel(context.Background())
+	jobsF.Start(ictx.Done())
+	podsF.Start(ictx.Done())
+	return func() {
+		cancel()
+		jobsF.Shutdown()
+		podsF.Shutdown()
+	}
+}
+
+// Passes is how many passes have run (tests count the API requests over
+// a known number).
+func (m *Models) Passes() uint64 { return m.passes.Load() }
 
 // Close stops the passes (the Jobs keep running).
 func (m *Models) Close() {
@@ -194,11 +258,15 @@ func (m *Models) wake() {
 }
 
 func (m *Models) run(ctx context.Context) {
-	defer close(m.done)
+	// The first pass sees the Jobs a previous run left.
+	if !cache.WaitForCacheSync(ctx.Done(), m.synced...) {
+		return
+	}
 	t := time.NewTicker(m.cfg.Interval)
 	defer t.Stop()
 	for {
 		m.pass(ctx)
+		m.passes.Add(1)
 		select {
 		case <-ctx.Done():
 			return
@@ -221,22 +289,15 @@ func (m *Models) pass(ctx context.Context) {
 	want, retry := slices.Clone(m.want), m.retry
 	m.retry = false
 	m.mu.Unlock()
-	if len(want) == 0 && m.idle {
-		return
-	}
 	ns := m.b.cfg.Namespace
 	jobsAPI := m.b.cs.BatchV1().Jobs(ns)
-	sel := labels.SelectorFromSet(m.b.objectLabels(componentModels)).String()
-	list, err := jobsAPI.List(ctx, metav1.ListOptions{LabelSelector: sel})
+	list, err := m.jobs.Jobs(ns).List(labels.SelectorFromSet(m.b.objectLabels(componentModels)))
 	if err != nil {
-		if ctx.Err() == nil {
-			m.log.Warn("list the model download jobs", "err", err)
-		}
+		m.log.Warn("list the model download jobs", "err", err)
 		return
 	}
 	jobs := map[string]*batchv1.Job{}
-	for i := range list.Items {
-		j := &list.Items[i]
+	for _, j := range list {
 		jobs[j.Annotations[annModelRef]] = j
 	}
 	now := time.Now()
@@ -253,7 +314,7 @@ func (m *Models) pass(ctx context.Context) {
 			continue
 		}
 		if j != nil && pods == nil && !jobDone(j) {
-			pods = m.downloadPods(ctx)
+			pods = m.downloadPods()
 		}
 		in := modelIn{ref: r, job: j, now: now, noImage: m.imageErr, backoff: m.cfg.MinBackoff, retry: retry}
 		if j != nil {
@@ -275,8 +336,9 @@ func (m *Models) pass(ctx context.Context) {
 			attempt := m.attempts[r]
 			m.mu.Unlock()
 			job, err := m.job(r, attempt)
+			var made *batchv1.Job
 			if err == nil {
-				_, err = jobsAPI.Create(ctx, job, metav1.CreateOptions{})
+				made, err = jobsAPI.Create(ctx, job, metav1.CreateOptions{})
 			}
 			if err != nil && !apierrors.IsAlreadyExists(err) {
 				if ctx.Err() != nil {
@@ -286,28 +348,28 @@ func (m *Models) pass(ctx context.Context) {
 				m.log.Warn("make a model download job", "model", r.String(), "err", err)
 			} else {
 				m.log.Info("model download job made", "model", r.String(), "job", m.jobName(r), "attempt", attempt)
+				if made != nil {
+					m.waitJobs(ctx, func() bool { return m.cached(made.Name, made.UID) })
+				}
 			}
 		case actDelete:
 			m.mu.Lock()
 			m.attempts[r] = jobAttempt(j) + 1
 			m.mu.Unlock()
-			m.deleteJob(ctx, j.Name)
+			m.deleteJob(ctx, j)
 		}
 		next[r] = p
 	}
 	// A download no longer wanted stops (its partial files stay on the
 	// claim, resumed if it is wanted again); a complete one stays.
-	unfinished := false
 	for ref, j := range jobs {
 		if jobDone(j) {
 			continue
 		}
-		unfinished = true
 		if !slices.ContainsFunc(want, func(r hfcache.Ref) bool { return r.String() == ref }) {
-			m.deleteJob(ctx, j.Name)
+			m.deleteJob(ctx, j)
 		}
 	}
-	m.idle = len(want) == 0 && !unfinished
 	m.mu.Lock()
 	m.status = next
 	m.mu.Unlock()
@@ -328,7 +390,7 @@ func (m *Models) setup(ctx context.Context, jobs map[string]*batchv1.Job, retry 
 		*retry = true
 		for _, j := range jobs {
 			if !jobDone(j) {
-				m.deleteJob(ctx, j.Name)
+				m.deleteJob(ctx, j)
 				delete(jobs, j.Annotations[annModelRef])
 			}
 		}
@@ -527,23 +589,62 @@ func modelJob(s modelJobSpec) (*batchv1.Job, error) {
 	}, nil
 }
 
-func (m *Models) deleteJob(ctx context.Context, name string) {
-	err := m.b.cs.BatchV1().Jobs(m.b.cfg.Namespace).Delete(ctx, name, metav1.DeleteOptions{PropagationPolicy: ptr(metav1.DeletePropagationBackground)})
-	if err != nil && !apierrors.IsNotFound(err) && ctx.Err() == nil {
-		m.log.Warn("delete a model download job", "job", name, "err", err)
+// deleteJob deletes j and waits until the informer shows it gone, so the
+// next pass does not take it for one still there.
+func (m *Models) deleteJob(ctx context.Context, j *batchv1.Job) {
+	err := m.b.cs.BatchV1().Jobs(m.b.cfg.Namespace).Delete(ctx, j.Name, metav1.DeleteOptions{PropagationPolicy: ptr(metav1.DeletePropagationBackground)})
+	if err != nil && !apierrors.IsNotFound(err) {
+		if ctx.Err() == nil {
+			m.log.Warn("delete a model download job", "job", j.Name, "err", err)
+		}
+		return
+	}
+	m.waitJobs(ctx, func() bool { return !m.cached(j.Name, j.UID) })
+}
+
+// cached says the Job informer holds Job name with that UID.
+func (m *Models) cached(name string, uid types.UID) bool {
+	j, err := m.jobs.Jobs(m.b.cfg.Namespace).Get(name)
+	return err == nil && j.UID == uid
+}
+
+// jobCacheWait bounds how long a pass waits for the Job informer to show
+// its own write (a broken watch: the pass goes on, as List would).
+const jobCacheWait = 10 * time.Second
+
+// waitJobs waits, on the Job informer's changes, until cond holds (the
+// cache shows a Job the pass made or deleted), jobCacheWait passes or ctx
+// ends.
+func (m *Models) waitJobs(ctx context.Context, cond func() bool) {
+	t := time.NewTimer(jobCacheWait)
+	defer t.Stop()
+	for {
+		m.mu.Lock()
+		ch := m.jobEvent
+		m.mu.Unlock()
+		if cond() {
+			return
+		}
+		select {
+		case <-ch:
+		case <-t.C:
+			m.log.Warn("the model download jobs' informer did not show a change in time")
+			return
+		case <-ctx.Done():
+			return
+		}
 	}
 }
 
-// downloadPods are the download Jobs' Pods by Job, the newest of each.
-func (m *Models) downloadPods(ctx context.Context) map[string]*corev1.Pod {
+// downloadPods are the download Jobs' Pods by Job, the newest of each
+// (from the informer).
+func (m *Models) downloadPods() map[string]*corev1.Pod {
 	out := map[string]*corev1.Pod{}
-	l, err := m.b.cs.CoreV1().Pods(m.b.cfg.Namespace).List(ctx, metav1.ListOptions{
-		LabelSelector: labels.SelectorFromSet(labels.Set{labelModelDownload: m.b.cfg.Instance}).String()})
+	l, err := m.pods.Pods(m.b.cfg.Namespace).List(labels.Everything())
 	if err != nil {
 		return out
 	}
-	for i := range l.Items {
-		p := &l.Items[i]
+	for _, p := range l {
 		job := p.Labels[batchv1.JobNameLabel]
 		if cur := out[job]; job != "" && (cur == nil || cur.CreationTimestamp.Before(&p.CreationTimestamp)) {
 			out[job] = p
@@ -580,7 +681,7 @@ func (m *Models) commitOf(ctx context.Context, j *batchv1.Job, ref hfcache.Ref) 
 	if ok {
 		return c
 	}
-	pods := m.downloadPods(ctx)
+	pods := m.downloadPods()
 	if p := pods[j.Name]; p != nil {
 		if l, ok := m.lastLine(ctx, p.Name, ref); ok {
 			c = l.Commit
