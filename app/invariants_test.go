@@ -20,6 +20,7 @@ import (
 	"berth/app"
 	"berth/gpu"
 	"berth/internal/apitest"
+	"berth/internal/apptest"
 	"berth/runtime"
 	"berth/runtime/fake"
 	"berth/worker"
@@ -28,12 +29,12 @@ import (
 // Berth's whole composition on the fake backend, driven by a seeded random
 // sequence of operations through the HTTP API — endpoints created, updated
 // (GPUs, scale, new versions) and deleted, jobs that finish, fail or are
-// held, workers that crash, backend calls that fail, restarts of Berth —
-// holds its invariants at every quiet moment: no GPU held twice, the GPU
-// holders exactly the live instances' labels, never more GPUs held than
-// the host has, every live instance a worker Berth knows (once), no worker
-// ended by Berth while it runs a job (unless its endpoint was deleted),
-// and no accepted job lost. A failure prints the operations that led to
+// held, workers that crash (also while Berth is down), backend calls that
+// fail, restarts of Berth — holds its invariants at every quiet moment: no
+// GPU held twice, the GPU holders exactly the live instances' labels,
+// never more GPUs held than the host has, every live instance a worker
+// Berth knows (once), no worker ended by Berth while it runs a job (unless
+// its endpoint was deleted), and no accepted job lost. A failure prints the operations that led to
 // it; more seeds (and steps) hunt further.
 func TestInvariantsUnderRandomOperations(t *testing.T) {
 	// Docker's behaviour, and a cluster's: no pause, a stop removes the
@@ -115,6 +116,9 @@ func runInvariants(t *testing.T, seed int64, steps int, fc fake.Config) {
 		e.Cfg.Runtime.BackoffBase = 50 * time.Millisecond
 		e.Cfg.Runtime.BackoffMax = 500 * time.Millisecond
 		e.Cfg.Runtime.IdleStopGrace = 2 * time.Second
+		// A worker that dies unseen (while Berth is down) gives its jobs
+		// back within the end's wait.
+		e.Cfg.HTTP.PingInterval, e.Cfg.Queue.WorkerTimeout = time.Second, 8*time.Second
 	})
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -328,28 +332,7 @@ func (h *invHarness) step(i int) {
 		h.releaseHeld("")
 		h.note("release held jobs")
 	case op < 76:
-		h.mu.Lock()
-		var live []*invProc
-		for _, pr := range h.procs {
-			select {
-			case <-pr.dead:
-			default:
-				if !pr.crashed && !h.deleted[pr.endpoint] {
-					live = append(live, pr)
-				}
-			}
-		}
-		sort.Slice(live, func(a, b int) bool { return live[a].worker < live[b].worker })
-		var pr *invProc
-		if len(live) > 0 {
-			pr = live[h.rng.Intn(len(live))]
-			pr.crashed = true
-		}
-		h.mu.Unlock()
-		if pr != nil {
-			close(pr.crash)
-			h.note("crash worker %s of %s", pr.worker, pr.endpoint)
-		}
+		h.crashOne()
 	case op < 84:
 		o := []fake.Op{fake.OpCreate, fake.OpStart, fake.OpStop, fake.OpRemove}[h.rng.Intn(4)]
 		e.Fake.FailNext(o, errors.New("injected failure"))
@@ -377,10 +360,46 @@ func (h *invHarness) step(i int) {
 			}
 			h.note("cancel job %s", id)
 		}
-	default:
+	case op < 96:
 		h.note("restart Berth")
 		e.Restart()
 		h.checkJobs("after the restart")
+	default:
+		// What happens while Berth is down is found by its next start.
+		h.note("stop Berth")
+		cfg := e.Berth.Config()
+		e.Berth.Stop()
+		h.crashOne()
+		b := apptest.Start(h.t, cfg)
+		e.Berth, e.App, e.API, e.DB, e.Q, e.Base = b, b.App, b.API(), b.Store(), b.Queue(), b.URL()
+		h.note("start Berth")
+		h.checkJobs("after the restart")
+	}
+}
+
+// crashOne makes a random live worker's program exit 3 at once.
+func (h *invHarness) crashOne() {
+	h.mu.Lock()
+	var live []*invProc
+	for _, pr := range h.procs {
+		select {
+		case <-pr.dead:
+		default:
+			if !pr.crashed && !h.deleted[pr.endpoint] {
+				live = append(live, pr)
+			}
+		}
+	}
+	sort.Slice(live, func(a, b int) bool { return live[a].worker < live[b].worker })
+	var pr *invProc
+	if len(live) > 0 {
+		pr = live[h.rng.Intn(len(live))]
+		pr.crashed = true
+	}
+	h.mu.Unlock()
+	if pr != nil {
+		close(pr.crash)
+		h.note("crash worker %s of %s", pr.worker, pr.endpoint)
 	}
 }
 
