@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"maps"
 	"math/rand"
-	"net"
 	"net/http"
 	"reflect"
 	"slices"
@@ -17,10 +16,10 @@ import (
 	"testing"
 	"time"
 
-	"berth/app"
 	"berth/gpu"
 	"berth/internal/apitest"
 	"berth/internal/apptest"
+	"berth/internal/proctest"
 	"berth/runtime"
 	"berth/runtime/fake"
 	"berth/worker"
@@ -91,27 +90,14 @@ type invProc struct {
 func runInvariants(t *testing.T, seed int64, steps int, fc fake.Config) {
 	h := &invHarness{t: t, rng: rand.New(rand.NewSource(seed)), procs: map[string]*invProc{}, eps: map[string]string{},
 		deleted: map[string]bool{}, release: map[string]chan struct{}{}, jobs: map[string]string{}, cancelled: map[string]bool{}}
-	// A fixed port: workers keep reaching Berth across its restarts.
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close()
 	fc.Devices = invDevs
-	fb := fake.New(fc)
-	for _, im := range []string{"inv-a", "inv-b"} {
-		fb.Image(im, h.program)
-	}
-	t.Cleanup(func() { // after the Berth's stop
-		list, _ := fb.List(context.Background())
-		for _, in := range list {
-			_ = fb.Remove(context.Background(), in.ID)
-		}
-	})
 	h.e = apitest.NewValidating(t, func(e *apitest.Env) {
-		e.Fake, e.Cfg.Backend, e.Cfg.DiscoverGPUs = fb, app.OnBackend(fb), nil
-		e.Cfg.Addr = addr
+		e.Fake = apptest.OnFakeAs(t, &e.Cfg, fc)
+		for _, im := range []string{"inv-a", "inv-b"} {
+			e.Fake.Image(im, h.program)
+		}
+		// A fixed port: workers keep reaching Berth across its restarts.
+		e.Cfg.Addr = proctest.FreeAddr(t)
 		e.Cfg.Runtime.TickInterval = 50 * time.Millisecond
 		e.Cfg.Runtime.BackoffBase = 50 * time.Millisecond
 		e.Cfg.Runtime.BackoffMax = 500 * time.Millisecond

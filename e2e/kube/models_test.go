@@ -176,7 +176,11 @@ func TestModelsOnKubernetes(t *testing.T) {
 	waitPasses(3)
 	var onJobs []string
 	window := e.berthRequests()[skip:]
-	t.Logf("steady state, 3 model passes: Berth's requests: %d %v", len(window), requestCounts(window))
+	kinds := map[string]int{}
+	for _, q := range window {
+		kinds[q.Kind()]++
+	}
+	t.Logf("steady state, 3 model passes: Berth's requests: %d %v", len(window), kinds)
 	for _, q := range window {
 		if q.Resource == "jobs" && q.Verb != "watch" || q.Resource == "pods" && strings.Contains(q.URI, "model-download") {
 			onJobs = append(onJobs, q.Verb+" "+q.URI)
@@ -187,19 +191,6 @@ func TestModelsOnKubernetes(t *testing.T) {
 	}
 }
 
-// requestCounts counts requests by verb and resource.
-func requestCounts(reqs []kubetest.Request) map[string]int {
-	out := map[string]int{}
-	for _, q := range reqs {
-		res := q.Resource
-		if q.Subresource != "" {
-			res += "/" + q.Subresource
-		}
-		out[q.Verb+" "+res]++
-	}
-	return out
-}
-
 // berthRequests are the requests Berth (the namespace's ServiceAccount)
 // sent the API server, from its audit log.
 func (e *kenv) berthRequests() []kubetest.Request {
@@ -208,13 +199,7 @@ func (e *kenv) berthRequests() []kubetest.Request {
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	var out []kubetest.Request
-	for _, q := range reqs {
-		if q.User == e.ns.ServiceAccountUser() {
-			out = append(out, q)
-		}
-	}
-	return out
+	return kubetest.By(reqs, e.ns.ServiceAccountUser())
 }
 
 func mustJSON(s string) string {

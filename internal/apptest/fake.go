@@ -18,7 +18,14 @@ import (
 // What is left on the backend when the test ends is removed.
 func OnFake(tb testing.TB, cfg *app.Config, devs []gpu.Device, images ...string) *fake.Backend {
 	tb.Helper()
-	fb := fake.New(fake.Config{Devices: devs})
+	return OnFakeAs(tb, cfg, fake.Config{Devices: devs}, images...)
+}
+
+// OnFakeAs is OnFake with the backend's whole configuration (fc: behave
+// as a cluster, say).
+func OnFakeAs(tb testing.TB, cfg *app.Config, fc fake.Config, images ...string) *fake.Backend {
+	tb.Helper()
+	fb := fake.New(fc)
 	for _, im := range images {
 		fb.Image(im, fake.Idle)
 	}

@@ -120,6 +120,26 @@ func (c *Cluster) Requests() ([]Request, error) {
 	return out, sc.Err()
 }
 
+// By is the requests of reqs made as user (a Namespace's
+// ServiceAccountUser: the code under test), in order.
+func By(reqs []Request, user string) []Request {
+	var out []Request
+	for _, r := range reqs {
+		if r.User == user {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+// Kind is the request's verb and resource, "list pods" or "get pods/log".
+func (r Request) Kind() string {
+	if r.Subresource != "" {
+		return r.Verb + " " + r.Resource + "/" + r.Subresource
+	}
+	return r.Verb + " " + r.Resource
+}
+
 // ServiceAccountUser is the user name of a ServiceAccount, as Requests
 // reports it.
 func (n *Namespace) ServiceAccountUser() string {

@@ -161,22 +161,10 @@ func (r *rig) berthRequests(skip int) (n int, counts map[string]int) {
 	if err != nil {
 		r.b.Fatal(err)
 	}
+	all := kubetest.By(reqs, r.ns.ServiceAccountUser())
 	counts = map[string]int{}
-	var all []kubetest.Request
-	for _, q := range reqs {
-		if q.User == r.ns.ServiceAccountUser() {
-			all = append(all, q)
-		}
-	}
-	if skip > len(all) {
-		skip = len(all)
-	}
-	for _, q := range all[skip:] {
-		res := q.Resource
-		if q.Subresource != "" {
-			res += "/" + q.Subresource
-		}
-		counts[q.Verb+" "+res]++
+	for _, q := range all[min(skip, len(all)):] {
+		counts[q.Kind()]++
 	}
 	return len(all), counts
 }
