@@ -124,6 +124,3 @@ func stopOn(t testing.TB, b *apptest.Berth) {
 	t.Helper()
 	b.Stop()
 }
-
-// removeContainersOf removes whatever is left of data's containers.
-func removeContainersOf(t testing.TB, data string) { apptest.RemoveContainers(t, data) }

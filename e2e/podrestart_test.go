@@ -8,6 +8,7 @@ import (
 	"github.com/moby/moby/client"
 
 	"berth/app"
+	"berth/internal/apptest"
 	"berth/internal/dockertest"
 	"berth/runtime"
 	"berth/store"
@@ -23,7 +24,7 @@ func TestPodsThatEndedWhileBerthWasDown(t *testing.T) {
 	docker := dockertest.Require(t)
 	image := dockertest.BuildGoImage(t, "berth/runtime/testdata/testprog")
 	data := t.TempDir()
-	t.Cleanup(func() { removeContainersOf(t, data) })
+	t.Cleanup(func() { apptest.RemoveContainers(t, data) })
 
 	a := startOn(t, data, false)
 	s := &stack{t: t, app: a.App, db: a.Store(), q: a.Queue(), sup: a.Supervisor(), base: a.URL()}

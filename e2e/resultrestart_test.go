@@ -10,6 +10,7 @@ import (
 	"github.com/moby/moby/client"
 
 	"berth/app"
+	"berth/internal/apptest"
 	"berth/internal/dockertest"
 	"berth/runtime"
 )
@@ -23,7 +24,7 @@ func TestResultFinishedWhileBerthIsDown(t *testing.T) {
 	docker := dockertest.Require(t)
 	image := dockertest.BuildGoImage(t, "berth/testdata/echoworker")
 	data := t.TempDir()
-	t.Cleanup(func() { removeContainersOf(t, data) })
+	t.Cleanup(func() { apptest.RemoveContainers(t, data) })
 
 	a := startOn(t, data, false)
 	addr := a.Addr()
